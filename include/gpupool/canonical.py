@@ -1,0 +1,83 @@
+"""The canonical long format every source returns and staging stores.
+
+One row is one observation of one metric of one entity at one instant:
+
+    platform     configured platform instance name (e.g. "slurm-hpc")
+    cluster      cluster / region / partition inside the platform ("" when none)
+    entity_kind  "platform" | "node" | "gpu" | "pod" | "job" | "partition"
+    entity_id    the entity's name on that platform ("" for entity_kind="platform")
+    metric       one of CANONICAL_METRICS (sources may add others)
+    ts           tz-aware UTC timestamp
+    value        float (NaN is never stored: a missing point is an absent row)
+    unit         "gpus" | "percent" | "bytes" | ...
+
+A series is (platform, cluster, entity_kind, entity_id, metric).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+SAMPLE_COLUMNS = ["platform", "cluster", "entity_kind", "entity_id", "metric", "ts", "value", "unit"]
+SERIES_KEY = ["platform", "cluster", "entity_kind", "entity_id", "metric"]
+
+#: metric -> unit
+CANONICAL_METRICS = {
+    "gpu_capacity": "gpus",  # GPUs the platform (or node) can schedule
+    "gpu_allocated": "gpus",  # GPUs held by running work
+    "gpu_pending": "gpus",  # GPUs wanted by waiting work
+    "gpu_util": "percent",  # utilisation per GPU, 0..100
+    "gpu_mem_used": "bytes",  # framebuffer in use per GPU
+}
+
+#: a platform's demand is allocated + pending
+DEMAND_METRICS = ("gpu_allocated", "gpu_pending")
+
+ENTITY_KINDS = ("platform", "node", "gpu", "pod", "job", "partition")
+
+
+class CanonicalFrameError(ValueError):
+    """A frame that does not follow the canonical format."""
+
+
+def empty_samples() -> pd.DataFrame:
+    """An empty canonical frame with the right dtypes."""
+    return normalize_samples(pd.DataFrame({c: [] for c in SAMPLE_COLUMNS}), where="empty frame")
+
+
+def normalize_samples(df: pd.DataFrame, where: str) -> pd.DataFrame:
+    """Check and coerce a frame to the canonical format; returns a new frame.
+
+    Raises CanonicalFrameError naming `where` (platform/series/window) on missing
+    columns, unparseable timestamps, NaN/inf values or duplicate (series, ts) keys.
+    Duplicates are reported, never silently dropped: a doubled scrape is a fact the
+    caller must decide on.
+    """
+    missing = [c for c in SAMPLE_COLUMNS if c not in df.columns]
+    if missing:
+        raise CanonicalFrameError(f"{where}: missing columns {missing}")
+    out = df[SAMPLE_COLUMNS].copy()
+    for col in ("platform", "cluster", "entity_kind", "entity_id", "metric", "unit"):
+        out[col] = out[col].fillna("").astype(str)
+    try:
+        out["ts"] = pd.to_datetime(out["ts"], utc=True)
+    except (ValueError, TypeError) as exc:
+        raise CanonicalFrameError(f"{where}: unparseable timestamps ({exc})") from exc
+    out["ts"] = out["ts"].astype("datetime64[us, UTC]")
+    out["value"] = pd.to_numeric(out["value"], errors="coerce").astype("float64")
+    bad = ~pd.Series(pd.array(out["value"]).isna(), index=out.index) & ~out["value"].abs().lt(float("inf"))
+    nan = out["value"].isna() | bad
+    if nan.any():
+        first = out.loc[nan].iloc[0]
+        raise CanonicalFrameError(
+            f"{where}: {int(nan.sum())} non-finite values, first at series "
+            f"{tuple(first[SERIES_KEY])} ts={first['ts']}"
+        )
+    dup = out.duplicated(SERIES_KEY + ["ts"], keep=False)
+    if dup.any():
+        first = out.loc[dup].iloc[0]
+        raise CanonicalFrameError(
+            f"{where}: {int(dup.sum())} rows share a (series, ts) key, first "
+            f"{tuple(first[SERIES_KEY])} ts={first['ts']}"
+        )
+    return out.reset_index(drop=True)
