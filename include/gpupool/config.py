@@ -1,0 +1,176 @@
+"""platforms.yaml -> typed configuration.
+
+Connections (URLs, credentials) are never in this file: each platform names an Airflow
+connection id, and outside Airflow the same id is read from `AIRFLOW_CONN_<ID>` in the
+environment. A bad file fails with one message naming the file, the key and the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
+
+#: Default PromQL per canonical metric for a Slurm cluster scraped by the Slurm exporter
+#: (cluster-level GPU gauges) and the DCGM exporter (per-GPU, with the `hpc_job` label).
+DEFAULT_SLURM_PROMQL: dict[str, str] = {
+    "gpu_capacity": "slurm_gpus_total",
+    "gpu_allocated": "slurm_gpus_alloc",
+    "gpu_pending": "slurm_gpus_pending",
+    "gpu_util": "DCGM_FI_DEV_GPU_UTIL",
+    "gpu_mem_used": "DCGM_FI_DEV_FB_USED",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used; the message names file, key and reason."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PlatformConfig(_Strict):
+    """One platform instance gpupool extracts from and may actuate."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    kind: PlatformKind
+    conn_id: str | None = None
+    cluster: str = ""
+    #: canonical metric -> query (PromQL for Slurm/Kubernetes-with-Prometheus, meter for Gnocchi)
+    metrics: dict[str, str] = Field(default_factory=dict)
+    actuation: bool = False
+    min_nodes: int = Field(default=0, ge=0)
+    max_nodes: int | None = Field(default=None, ge=0)
+    priority: float = Field(default=1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _defaults(self) -> "PlatformConfig":
+        if self.kind == "slurm":
+            self.metrics = {**DEFAULT_SLURM_PROMQL, **self.metrics}
+        if self.max_nodes is not None and self.max_nodes < self.min_nodes:
+            raise ValueError(f"max_nodes ({self.max_nodes}) < min_nodes ({self.min_nodes})")
+        return self
+
+
+class PoolNode(_Strict):
+    """A node that belongs to the pool: it can be moved between platforms."""
+
+    node: str
+    gpus: int = Field(gt=0)
+    gpu_model: str = ""
+    #: the node's name on each platform (defaults to `node`)
+    names: dict[str, str] = Field(default_factory=dict)
+
+    def name_on(self, platform: str) -> str:
+        return self.names.get(platform, self.node)
+
+
+class PoolConfig(_Strict):
+    nodes: list[PoolNode] = Field(default_factory=list)
+    #: when no explicit node list is given, every node the sources report is a member
+    all_nodes: bool = True
+
+
+class LimitsConfig(_Strict):
+    max_moves_per_run: int = Field(default=4, ge=0)
+    cooldown_hours: float = Field(default=2.0, ge=0)
+    move_minutes: float = Field(default=30.0, ge=0)
+    headroom_quantile: float = Field(default=0.9, gt=0, lt=1)
+    horizon_hours: int = Field(default=6, ge=1)
+    max_actuation_age_hours: float = Field(default=2.0, ge=0)
+
+
+class SimulatorConfig(_Strict):
+    """The embedded virtual datacenter (used when a platform's kind is `simulator`)."""
+
+    seed: int = 0
+    history_days: int = Field(default=14, ge=1)
+    scenario: str | None = None
+
+
+class GpupoolConfig(_Strict):
+    platforms: list[PlatformConfig]
+    pool: PoolConfig = Field(default_factory=PoolConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
+    step: str = "5min"
+    dry_run: bool = True
+
+    @field_validator("platforms")
+    @classmethod
+    def _unique(cls, platforms: list[PlatformConfig]) -> list[PlatformConfig]:
+        if not platforms:
+            raise ValueError("at least one platform is required")
+        names = [p.name for p in platforms]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"platform names must be unique, repeated: {dup}")
+        return platforms
+
+    def platform(self, name: str) -> PlatformConfig:
+        for p in self.platforms:
+            if p.name == name:
+                return p
+        raise ConfigError(f"no platform named {name!r}; configured: {[p.name for p in self.platforms]}")
+
+
+def load_config(path: str | Path) -> GpupoolConfig:
+    """Parse a platforms.yaml; raise ConfigError naming the file, key and reason."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
+    return parse_config(raw, source=str(path))
+
+
+def parse_config(raw: dict, source: str = "<config>") -> GpupoolConfig:
+    try:
+        return GpupoolConfig.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = _key_path(raw, err["loc"])
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise ConfigError(f"{source}: key '{key}': {err['msg']}{more}") from None
+
+
+def _key_path(raw: dict, loc: tuple) -> str:
+    """Render a pydantic location, naming list items by their `name` where they have one."""
+    parts: list[str] = []
+    node = raw
+    for part in loc:
+        if isinstance(part, int):
+            label = f"[{part}]"
+            if isinstance(node, list) and part < len(node) and isinstance(node[part], dict):
+                name = node[part].get("name") or node[part].get("node")
+                if name:
+                    label = f"[{name}]"
+            parts.append(label)
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+        else:
+            parts.append(("." if parts else "") + str(part))
+            node = node.get(part) if isinstance(node, dict) else None
+    return "".join(parts) or "<top>"
+
+
+def default_config() -> GpupoolConfig:
+    """The embedded default: three simulated platforms of the virtual datacenter."""
+    return parse_config(
+        {
+            "platforms": [
+                {"name": "openstack", "kind": "simulator", "min_nodes": 1},
+                {"name": "slurm", "kind": "simulator", "min_nodes": 1},
+                {"name": "kubernetes", "kind": "simulator", "min_nodes": 1},
+            ]
+        },
+        source="<embedded default>",
+    )

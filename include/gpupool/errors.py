@@ -1,0 +1,33 @@
+"""Which exceptions are a user's to fix (bad input, config, unreachable service) and so get
+one clear line from the CLI instead of a traceback."""
+
+from __future__ import annotations
+
+
+def is_user_error(exc: BaseException) -> bool:
+    from gpupool.canonical import CanonicalFrameError
+    from gpupool.config import ConfigError
+    from gpupool.staging.db import StagingError
+    from gpupool.staging.loader import LoadError
+    from gpupool.tsio import SeriesInputError
+
+    known: tuple[type[BaseException], ...] = (ConfigError, StagingError, LoadError, CanonicalFrameError, SeriesInputError, FileNotFoundError)
+    try:
+        from gpupool.pipeline import WindowError
+
+        known += (WindowError,)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from gpupool.sources.base import SourceError
+
+        known += (SourceError,)
+    except ImportError:
+        pass
+    try:
+        from gpupool.sim.scenario import ScenarioError
+
+        known += (ScenarioError,)
+    except ImportError:
+        pass
+    return isinstance(exc, known)

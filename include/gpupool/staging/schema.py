@@ -1,0 +1,181 @@
+"""The staging schema (SQLAlchemy Core). Alembic migrations create it; this module is
+what the code queries. `tests/staging/test_migrations.py` checks the two agree."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+TS = DateTime(timezone=True)
+
+
+def _series_columns() -> list[Column]:
+    return [
+        Column("platform", String(64), nullable=False),
+        Column("cluster", String(128), nullable=False, server_default=""),
+        Column("entity_kind", String(16), nullable=False),
+        Column("entity_id", String(256), nullable=False, server_default=""),
+        Column("metric", String(64), nullable=False),
+    ]
+
+
+SERIES_PK = ("platform", "cluster", "entity_kind", "entity_id", "metric")
+
+extract_run = Table(
+    "extract_run",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("platform", String(64), nullable=False),
+    Column("source", String(32), nullable=False),  # usage | inventory
+    Column("window_start", TS, nullable=False),
+    Column("window_end", TS, nullable=False),
+    Column("status", String(16), nullable=False),  # running | success | failed | unrecoverable
+    Column("rows", BigInteger),
+    Column("error", Text),
+    Column("started_at", TS, nullable=False),
+    Column("finished_at", TS),
+    Index("ix_extract_run_window", "platform", "window_start"),
+)
+
+#: canonical long format; range-partitioned by day on PostgreSQL
+sample = Table(
+    "sample",
+    metadata,
+    *_series_columns(),
+    Column("ts", TS, nullable=False),
+    Column("value", Float, nullable=False),
+    Column("unit", String(16), nullable=False, server_default=""),
+    PrimaryKeyConstraint(*SERIES_PK, "ts", name="pk_sample"),
+    postgresql_partition_by="RANGE (ts)",
+)
+
+inventory_node = Table(
+    "inventory_node",
+    metadata,
+    Column("platform", String(64), nullable=False),
+    Column("node", String(256), nullable=False),
+    Column("snapshot_at", TS, nullable=False),
+    Column("gpus", Integer, nullable=False),
+    Column("gpu_model", String(128), nullable=False, server_default=""),
+    Column("mig_layout", JSON),
+    Column("schedulable", Boolean, nullable=False),
+    Column("drain_reason", Text),
+    Column("busy_gpus", Float),
+    PrimaryKeyConstraint("platform", "node", "snapshot_at", name="pk_inventory_node"),
+)
+
+series_profile = Table(
+    "series_profile",
+    metadata,
+    *_series_columns(),
+    Column("computed_at", TS, nullable=False),
+    Column("features", JSON, nullable=False),
+    Column("detector", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("model", LargeBinary),  # pickled fitted model, reused by the hourly runs
+    PrimaryKeyConstraint(*SERIES_PK, "computed_at", name="pk_series_profile"),
+)
+
+clean_sample = Table(
+    "clean_sample",
+    metadata,
+    *_series_columns(),
+    Column("ts", TS, nullable=False),
+    Column("value", Float),  # NULL: the point was missing (and maybe filled)
+    Column("expected", Float),
+    Column("score", Float),
+    Column("is_anomaly", Boolean, nullable=False),
+    Column("filled", Boolean, nullable=False),
+    Column("detector", String(16), nullable=False),
+    Column("clean_value", Float),
+    PrimaryKeyConstraint(*SERIES_PK, "ts", name="pk_clean_sample"),
+)
+
+forecast_run = Table(
+    "forecast_run",
+    metadata,
+    Column("platform", String(64), nullable=False),
+    Column("series", String(64), nullable=False),  # "demand" or a pool resource class
+    Column("issued_at", TS, nullable=False),
+    Column("model", String(32), nullable=False),
+    Column("summary", JSON, nullable=False),  # orders, criterion values, test p-values, fallback reason
+    Column("level", Float, nullable=False),
+    PrimaryKeyConstraint("platform", "series", "issued_at", name="pk_forecast_run"),
+)
+
+forecast = Table(
+    "forecast",
+    metadata,
+    Column("platform", String(64), nullable=False),
+    Column("series", String(64), nullable=False),
+    Column("issued_at", TS, nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("ts", TS, nullable=False),
+    Column("yhat", Float, nullable=False),
+    Column("yhat_lower", Float, nullable=False),
+    Column("yhat_upper", Float, nullable=False),
+    PrimaryKeyConstraint("platform", "series", "issued_at", "step", name="pk_forecast"),
+)
+
+allocation_plan = Table(
+    "allocation_plan",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("decided_at", TS, nullable=False),
+    Column("policy", String(32), nullable=False),
+    Column("solver", String(32), nullable=False),
+    Column("dry_run", Boolean, nullable=False),
+    Column("summary", JSON, nullable=False),  # per platform: demand forecast, capacity, target nodes
+    Column("moves", JSON, nullable=False),  # [{node, from, to, expected_gain, reason}]
+    Index("ix_allocation_plan_decided", "decided_at"),
+)
+
+handover = Table(
+    "handover",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(256), nullable=False),
+    Column("from_platform", String(64), nullable=False),
+    Column("to_platform", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("plan_id", Integer),
+    Column("reason", Text),
+    Column("error", Text),
+    Column("dry_run", Boolean, nullable=False),
+    Column("created_at", TS, nullable=False),
+    Column("updated_at", TS, nullable=False),
+    Column("deadline", TS),
+    Index("ix_handover_node_state", "node", "state"),
+)
+
+action_audit = Table(
+    "action_audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("handover_id", Integer),
+    Column("platform", String(64), nullable=False),
+    Column("node", String(256), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("request", JSON, nullable=False),
+    Column("status", String(16), nullable=False),  # pending | ok | failed | dry_run
+    Column("response", Text),
+    Column("dry_run", Boolean, nullable=False),
+    Column("created_at", TS, nullable=False),
+    Column("finished_at", TS),
+)
