@@ -30,6 +30,7 @@ demo: $(STAMP)
 
 ## make test: install what the tests need, start the services they use, run pytest.
 test: $(STAMP)
+	bash scripts/install-test-tools.sh
 	bash scripts/install-services.sh
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 

@@ -1,9 +1,13 @@
-"""Fixtures shared by every test layer: staging engines on SQLite and on the real PostgreSQL."""
+"""Fixtures shared by every test layer: staging engines on SQLite and on the real PostgreSQL,
+and an isolated Airflow home (SQLite metadata, examples off, our dags/ folder)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -46,3 +50,44 @@ def pg_engine():
 def engine(request):
     """Each staging test runs on both backends."""
     yield request.getfixturevalue(f"{request.param}_engine" if request.param == "sqlite" else "pg_engine")
+
+
+# --- Airflow -----------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def airflow_env(home: Path) -> dict[str, str]:
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        "GPUPOOL_STAGING_URL": f"sqlite:///{home / 'gpupool_staging.db'}",
+    }
+
+
+@pytest.fixture(scope="session")
+def dags_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def make_airflow_env():
+    return airflow_env
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory):
+    """Set up once per session: env vars for this process and a migrated metadata DB."""
+    home = tmp_path_factory.mktemp("airflow_home")
+    env = airflow_env(home)
+    os.environ.update(env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env={**os.environ, **env}, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"airflow db migrate failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return home

@@ -93,11 +93,26 @@ class SimulatorConfig(_Strict):
     scenario: str | None = None
 
 
+class DetectConfig(_Strict):
+    """Which series the pipeline cleans, and the router's settings (see `gpupool.detect.router`)."""
+
+    #: platform-level series feed the demand forecast; add "node" or "gpu" to clean those too
+    entity_kinds: list[str] = Field(default_factory=lambda: ["platform"])
+    #: RouterConfig fields to override, e.g. {tau_multiplier: 5, overrides: {gpu_util: {detector: sr}}}
+    router: dict = Field(default_factory=dict)
+
+    def router_config(self):
+        from gpupool.detect.router import RouterConfig
+
+        return RouterConfig(**self.router) if self.router else RouterConfig()
+
+
 class GpupoolConfig(_Strict):
     platforms: list[PlatformConfig]
     pool: PoolConfig = Field(default_factory=PoolConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
+    detect: DetectConfig = Field(default_factory=DetectConfig)
     step: str = "5min"
     dry_run: bool = True
 

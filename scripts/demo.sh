@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# make demo: the whole DAG chain on the embedded virtual datacenter with a SQLite staging file.
+#   scripts/demo.sh [WINDOW_END]   (default 2026-11-01T12:00:00+00:00)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+END="${1:-2026-11-01T12:00:00+00:00}"
+BIN=.venv/bin
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$PWD/.airflow}"
+export AIRFLOW__CORE__DAGS_FOLDER="$PWD/dags"
+export AIRFLOW__CORE__PLUGINS_FOLDER="$PWD/plugins"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__LOGGING__LOGGING_LEVEL="${AIRFLOW__LOGGING__LOGGING_LEVEL:-WARNING}"
+export GPUPOOL_STAGING_URL="${GPUPOOL_STAGING_URL:-sqlite:///$AIRFLOW_HOME/gpupool_staging.db}"
+mkdir -p "$AIRFLOW_HOME"
+
+read -r HIST_START RUN_START <<<"$($BIN/python - "$END" <<'PY'
+import sys, pandas as pd
+end = pd.Timestamp(sys.argv[1])
+end = end.tz_localize("UTC") if end.tzinfo is None else end.tz_convert("UTC")
+print((end - pd.Timedelta(days=7, hours=1)).isoformat(), (end - pd.Timedelta(hours=1)).isoformat())
+PY
+)"
+
+echo "== Airflow metadata and staging (AIRFLOW_HOME=$AIRFLOW_HOME)"
+$BIN/airflow db migrate >/dev/null
+$BIN/airflow pools set gpupool_actuation 1 "gpupool: one actuation at a time" >/dev/null
+$BIN/gpupool db upgrade
+
+echo "== history: one pass over the week before the run ($HIST_START .. $RUN_START), as a backfill would"
+$BIN/gpupool run --start "$HIST_START" --end "$RUN_START" >/dev/null
+
+echo "== airflow dags test gpupool_pipeline: window [$RUN_START, $END)"
+LOG="$AIRFLOW_HOME/demo-dag-test.log"
+if ! $BIN/airflow dags test gpupool_pipeline "$RUN_START" >"$LOG" 2>&1; then
+  tail -n 60 "$LOG"; echo "DAG run failed; full log: $LOG"; exit 1
+fi
+grep -E "DagRun Finished|state=success|Marking run" "$LOG" | tail -n 3 || true
+if ! grep -qiE "state=success|dagrunstate.success|final state.*success" "$LOG"; then
+  tail -n 60 "$LOG"; echo "DAG run did not succeed; full log: $LOG"; exit 1
+fi
+
+echo
+$BIN/gpupool summary --start "$RUN_START" --end "$END"
+echo
+echo "staging: $GPUPOOL_STAGING_URL   DAG log: $LOG"
