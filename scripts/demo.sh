@@ -29,16 +29,19 @@ $BIN/gpupool db upgrade
 echo "== history: one pass over the week before the run ($HIST_START .. $RUN_START), as a backfill would"
 $BIN/gpupool run --start "$HIST_START" --end "$RUN_START" >/dev/null
 
-echo "== airflow dags test gpupool_pipeline: window [$RUN_START, $END)"
+echo "== airflow dags test gpupool_pipeline: window [$RUN_START, $END) (the hourly run whose data interval ends $END)"
 LOG="$AIRFLOW_HOME/demo-dag-test.log"
-if ! $BIN/airflow dags test gpupool_pipeline "$RUN_START" >"$LOG" 2>&1; then
+if ! $BIN/airflow dags test gpupool_pipeline "$END" >"$LOG" 2>&1; then
   tail -n 60 "$LOG"; echo "DAG run failed; full log: $LOG"; exit 1
 fi
-grep -E "DagRun Finished|state=success|Marking run" "$LOG" | tail -n 3 || true
-if ! grep -qiE "state=success|dagrunstate.success|final state.*success" "$LOG"; then
+STATE="$($BIN/airflow dags list-runs gpupool_pipeline -o json 2>/dev/null | $BIN/python -c '
+import json, sys
+runs = json.loads(sys.stdin.read() or "[]")
+print(runs[0]["state"] if runs else "none")')"
+echo "DAG run state: $STATE"
+if [ "$STATE" != "success" ]; then
   tail -n 60 "$LOG"; echo "DAG run did not succeed; full log: $LOG"; exit 1
 fi
-
 echo
 $BIN/gpupool summary --start "$RUN_START" --end "$END"
 echo

@@ -1,0 +1,39 @@
+"""
+### gpupool_handover — advance open node handovers every 5 minutes
+
+A node that is being moved drains at its source platform between the hourly pipeline runs.
+Every five minutes this DAG advances each open handover by one safe step
+(`planned → releasing → released → attaching → done`), times out stuck ones, and writes every
+command to `action_audit` before it is sent. It shares the one-slot `gpupool_actuation` pool
+with the pipeline's actuation, so two writers never act on the platforms at once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import dag, get_current_context, task
+from airflow.timetables.interval import CronDataIntervalTimetable
+
+
+@dag(
+    dag_id="gpupool_handover",
+    schedule=CronDataIntervalTimetable("*/5 * * * *", timezone="UTC"),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=__doc__,
+    tags=["gpupool", "actuation"],
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
+)
+def gpupool_handover():
+    @task(pool="gpupool_actuation")
+    def advance() -> dict:
+        from gpupool.airflow_glue import advance_from_context
+
+        return advance_from_context(get_current_context())
+
+    advance()
+
+
+gpupool_handover()

@@ -1,0 +1,113 @@
+"""
+### gpupool_pipeline — one hour of the GPU pool
+
+Every hour, for the data interval `[start, end)`:
+
+1. **extract** each platform's GPU inventory and usage (one mapped task per platform),
+2. **detect/clean** point anomalies per series (one mapped task per platform),
+3. **forecast** each platform's GPU demand with ARIMA,
+4. **plan** which platform should hold each pool node,
+5. **actuate** the plan (one-slot pool `gpupool_actuation`; dry run by default; never on backfills).
+
+Trigger it from the UI with **window_start / window_end** to run any window; otherwise the
+run's data interval is the window. Logic lives in the `gpupool` package; each task is a call.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from airflow.sdk import Asset, Param, dag, get_current_context, task
+from airflow.timetables.interval import CronDataIntervalTimetable
+
+
+def _platform_names() -> list[str]:
+    """Platform names for the trigger form, read from the config file without the package."""
+    path = os.environ.get("GPUPOOL_CONFIG")
+    if path and os.path.exists(path):
+        import yaml
+
+        with open(path) as fh:
+            return [p["name"] for p in (yaml.safe_load(fh) or {}).get("platforms", []) if "name" in p]
+    return ["openstack", "slurm", "kubernetes"]
+
+
+PLATFORMS = _platform_names()
+SAMPLE_ASSET = Asset("x-gpupool://staging/sample")
+FORECAST_ASSET = Asset("x-gpupool://staging/forecast")
+PLAN_ASSET = Asset("x-gpupool://staging/plan")
+
+
+@dag(
+    dag_id="gpupool_pipeline",
+    schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=__doc__,
+    tags=["gpupool", "pipeline"],
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    params={
+        "window_start": Param(None, type=["null", "string"], format="date-time", description="UI trigger: window start (UTC)"),
+        "window_end": Param(None, type=["null", "string"], format="date-time", description="UI trigger: window end (UTC, exclusive)"),
+        "platforms": Param(PLATFORMS, type="array", items={"type": "string", "enum": PLATFORMS}, description="platforms to run"),
+        "dry_run": Param(True, type="boolean", description="write the plan and the actions it would send; send nothing"),
+        "policy": Param("predictive", type="string", enum=["static", "reactive", "predictive"]),
+    },
+)
+def gpupool_pipeline():
+    @task
+    def resolve_window() -> dict:
+        from gpupool.airflow_glue import window_from_context
+
+        return window_from_context(get_current_context())
+
+    @task
+    def selected_platforms() -> list[str]:
+        from gpupool.airflow_glue import platforms_from_context
+
+        return platforms_from_context(get_current_context())
+
+    @task(outlets=[SAMPLE_ASSET], map_index_template="{{ task.op_kwargs['platform'] }}")
+    def extract(platform: str, window: dict) -> dict:
+        from gpupool.airflow_glue import run_stage
+
+        return run_stage("extract", window, platform=platform)
+
+    @task(map_index_template="{{ task.op_kwargs['platform'] }}")
+    def detect(platform: str, window: dict) -> dict:
+        from gpupool.airflow_glue import run_stage
+
+        return run_stage("detect", window, platform=platform)
+
+    @task(outlets=[FORECAST_ASSET], map_index_template="{{ task.op_kwargs['platform'] }}")
+    def forecast(platform: str, window: dict) -> dict:
+        from gpupool.airflow_glue import run_stage
+
+        return run_stage("forecast", window, platform=platform)
+
+    @task(outlets=[PLAN_ASSET])
+    def plan(window: dict, platforms: list[str]) -> dict:
+        from gpupool.airflow_glue import plan_from_context
+
+        return plan_from_context(get_current_context(), window, platforms)
+
+    @task(pool="gpupool_actuation", retries=0)
+    def actuate(window: dict, plan_result: dict) -> dict:
+        from gpupool.airflow_glue import actuate_from_context
+
+        return actuate_from_context(get_current_context(), window, plan_result)
+
+    window = resolve_window()
+    names = selected_platforms()
+    extracted = extract.partial(window=window).expand(platform=names)
+    detected = detect.partial(window=window).expand(platform=names)
+    forecasted = forecast.partial(window=window).expand(platform=names)
+    extracted >> detected >> forecasted
+    planned = plan(window, names)
+    forecasted >> planned
+    actuate(window, planned)
+
+
+gpupool_pipeline()

@@ -1,0 +1,96 @@
+"""What the DAG tasks call: turn an Airflow task context into `gpupool.pipeline` calls.
+
+Only plain values cross this boundary (XCom carries the window and counts, never data);
+Airflow objects are read duck-typed, so this module imports nothing from Airflow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpupool import pipeline
+from gpupool.staging import db
+
+
+def _params(context: Any) -> dict:
+    return dict(context.get("params") or {})
+
+
+def window_from_context(context: Any) -> dict:
+    """Params first (UI trigger), then the data interval; fails loudly if neither."""
+    window = pipeline.resolve_window(
+        _params(context), context.get("data_interval_start"), context.get("data_interval_end")
+    )
+    ctx = pipeline.Context.load()
+    db.upgrade(ctx.engine)
+    return window.as_dict()
+
+
+def platforms_from_context(context: Any) -> list[str]:
+    ctx = pipeline.Context.load()
+    return ctx.platforms(_params(context).get("platforms") or None)
+
+
+def run_stage(stage: str, window: dict, platform: str) -> dict:
+    ctx = pipeline.Context.load()
+    w = pipeline.Window.from_dict(window)
+    if stage == "extract":
+        return pipeline.extract(ctx, platform, w)
+    if stage == "detect":
+        return pipeline.detect(ctx, platform, w)
+    if stage == "forecast":
+        return pipeline.forecast_demand(ctx, platform, w)
+    raise ValueError(f"unknown stage {stage!r}")
+
+
+def is_backfill(context: Any) -> bool:
+    run = context.get("dag_run")
+    run_type = str(getattr(run, "run_type", "") or "")
+    return run_type.lower().endswith("backfill_job") or "backfill" in run_type.lower()
+
+
+def plan_from_context(context: Any, window: dict, platforms: list[str]) -> dict:
+    params = _params(context)
+    ctx = pipeline.Context.load()
+    dry_run = bool(params.get("dry_run", True)) or ctx.config.dry_run or is_backfill(context)
+    result = pipeline.plan(
+        ctx, pipeline.Window.from_dict(window), policy=params.get("policy", "predictive"), dry_run=dry_run, platforms=platforms
+    )
+    return {"plan_id": result["plan_id"], "moves": len(result["moves"]), "dry_run": dry_run}
+
+
+def actuate_from_context(context: Any, window: dict, plan_result: dict) -> dict:
+    """Turn the plan into handovers. Backfills and stale windows never actuate."""
+    from gpupool.allocate.service import actuate_plan
+
+    ctx = pipeline.Context.load()
+    w = pipeline.Window.from_dict(window)
+    logical = context.get("logical_date") or context.get("data_interval_end") or w.end
+    age_h = (pipeline.parse_time(logical) - w.end).total_seconds() / 3600 if logical else 0.0
+    backfill = is_backfill(context)
+    too_old = age_h > ctx.config.limits.max_actuation_age_hours
+    dry_run = bool(plan_result.get("dry_run", True)) or backfill or too_old
+    return actuate_plan(ctx, plan_result["plan_id"], dry_run=dry_run, backfill=backfill)
+
+
+
+
+def maintain_from_context(context: Any) -> dict:
+    """Daily staging maintenance at the run's data interval end."""
+    from gpupool.staging.maintenance import maintain
+
+    params = _params(context)
+    window = pipeline.resolve_window({}, context.get("data_interval_start"), context.get("data_interval_end"))
+    ctx = pipeline.Context.load()
+    db.upgrade(ctx.engine)
+    return maintain(ctx.engine, window.end, int(params.get("retention_days", 90)), int(params.get("ahead_days", 3)))
+
+
+def advance_from_context(context: Any) -> dict:
+    """Advance every open handover one safe step; backfills only look, never act."""
+    from gpupool.allocate.service import advance_handovers
+
+    window = pipeline.resolve_window({}, context.get("data_interval_start"), context.get("data_interval_end"))
+    ctx = pipeline.Context.load()
+    db.upgrade(ctx.engine)
+    return advance_handovers(ctx, at=window.end, dry_run=ctx.config.dry_run or is_backfill(context))

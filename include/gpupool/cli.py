@@ -1,0 +1,186 @@
+"""`gpupool ...` — the same functions the DAG calls, from a shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from gpupool import __version__
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="platforms.yaml (default: $GPUPOOL_CONFIG, else the embedded virtual datacenter)")
+    p.add_argument("--staging-url", help="SQLAlchemy URL of staging (default: $GPUPOOL_STAGING_URL, the Airflow "
+                   "connection gpupool_staging, else a SQLite file in $AIRFLOW_HOME)")
+
+
+def _add_window(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--start", required=True, help="window start, ISO 8601 (naive = UTC)")
+    p.add_argument("--end", required=True, help="window end (exclusive), ISO 8601")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpupool", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("version", help="print the version")
+
+    p = sub.add_parser("db", help="staging database")
+    dbsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    up = dbsub.add_parser("upgrade", help="apply Alembic migrations to staging")
+    _add_common(up)
+    up.add_argument("--revision", default="head")
+    cur = dbsub.add_parser("current", help="print the staging schema revision")
+    _add_common(cur)
+
+    p = sub.add_parser("run", help="one pipeline pass over a window outside Airflow")
+    _add_common(p)
+    _add_window(p)
+    p.add_argument("--platform", action="append", help="only this platform (repeatable)")
+    p.add_argument("--policy", default="predictive", choices=["static", "reactive", "predictive"])
+    p.add_argument("--json", help="write the report as JSON here")
+
+    p = sub.add_parser("extract", help="extract one platform's window into staging")
+    _add_common(p)
+    _add_window(p)
+    p.add_argument("--platform", required=True)
+
+    p = sub.add_parser("summary", help="what each stage left in staging for a window")
+    _add_common(p)
+    _add_window(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    p = sub.add_parser("detect", help="detect and clean point anomalies of one series in a CSV")
+    p.add_argument("input")
+    p.add_argument("--out", required=True)
+    p.add_argument("--time-col")
+    p.add_argument("--value-col")
+    p.add_argument("--detector", default="auto", choices=["auto", "sr", "svr", "prophet"])
+
+    p = sub.add_parser("forecast", help="forecast a series in a CSV, or a platform's demand from staging")
+    p.add_argument("input", nargs="?", help="CSV with a time column and a value column")
+    p.add_argument("--horizon", type=int, default=None, help="steps ahead (CSV mode: required)")
+    p.add_argument("--out", help="CSV out: step,timestamp,yhat,yhat_lower,yhat_upper")
+    p.add_argument("--level", type=float, default=90.0)
+    p.add_argument("--season", type=int, default=None, help="season length hint in steps")
+    p.add_argument("--summary-json")
+    p.add_argument("--platform", help="staging mode: forecast this platform's demand")
+    p.add_argument("--at", help="staging mode: issue time (ISO 8601)")
+    _add_common(p)
+
+    p = sub.add_parser("simulate", help="closed-loop what-if study of a scenario")
+    p.add_argument("scenario")
+    p.add_argument("--policy", default="predictive", choices=["static", "reactive", "predictive", "oracle"])
+    p.add_argument("--json", dest="json_out", help="write the result JSON here")
+    p.add_argument("--no-progress", action="store_true")
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # one clear line for a shell user; the traceback is for -v runs
+        from gpupool.errors import is_user_error
+
+        if not is_user_error(exc):
+            raise
+        print(f"gpupool {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "version":
+        print(__version__)
+        return 0
+    if args.command == "detect":
+        from gpupool.detect.io import detect_csv
+
+        info = detect_csv(args.input, args.out, time_col=args.time_col, value_col=args.value_col, detector=args.detector)
+        print(json.dumps(info, default=str))
+        return 0
+    if args.command == "forecast":
+        return _forecast(args)
+    if args.command == "simulate":
+        from gpupool.sim.scenario import load_scenario
+        from gpupool.sim.study import simulate
+
+        scenario = load_scenario(args.scenario)
+        result = simulate(scenario, args.policy, progress=not args.no_progress and sys.stderr.isatty())
+        text = json.dumps(result, indent=2)
+        if args.json_out:
+            with open(args.json_out, "w") as fh:
+                fh.write(text + "\n")
+        print(text)
+        return 0
+
+    from gpupool import pipeline
+    from gpupool.staging import db
+
+    ctx = pipeline.Context.load(args.config, args.staging_url)
+    if args.command == "db":
+        if args.db_command == "upgrade":
+            rev = db.upgrade(ctx.engine, args.revision)
+            print(f"staging {db.describe(ctx.engine)} at revision {rev}")
+        else:
+            print(db.current_revision(ctx.engine) or "<empty>")
+        return 0
+    window = pipeline.Window(pipeline.parse_time(args.start), pipeline.parse_time(args.end))
+    if args.command == "extract":
+        db.upgrade(ctx.engine)
+        print(json.dumps(pipeline.extract(ctx, args.platform, window)))
+        return 0
+    if args.command == "run":
+        db.upgrade(ctx.engine)
+        report = pipeline.run_window(ctx, window, platforms=args.platform, policy=args.policy, dry_run=True,
+                                     progress=_progress_printer())
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(report, fh, indent=2, default=str)
+        print(pipeline.format_summary(pipeline.summary(ctx, window)))
+        return 0
+    if args.command == "summary":
+        s = pipeline.summary(ctx, window)
+        print(json.dumps(s, indent=2, default=str) if args.json else pipeline.format_summary(s))
+        return 0
+    raise AssertionError(args.command)
+
+
+def _forecast(args: argparse.Namespace) -> int:
+    if args.platform:
+        from gpupool import pipeline
+
+        if not args.at:
+            raise SystemExit("gpupool forecast --platform needs --at")
+        ctx = pipeline.Context.load(args.config, args.staging_url)
+        at = pipeline.parse_time(args.at)
+        window = pipeline.Window(at - pipeline.timedelta(hours=1), at)
+        print(json.dumps(pipeline.forecast_demand(ctx, args.platform, window, horizon=args.horizon, level=args.level), default=str))
+        return 0
+    if not args.input or not args.out or not args.horizon:
+        raise SystemExit("gpupool forecast INPUT.csv needs --horizon and --out (or use --platform NAME --at TIME)")
+    from gpupool.forecast.io import forecast_csv
+
+    info = forecast_csv(args.input, args.horizon, args.out, level=args.level, season=args.season, summary_json=args.summary_json)
+    print(json.dumps(info, default=str))
+    return 0
+
+
+def _progress_printer():
+    if not sys.stderr.isatty():
+        return None
+
+    def tick(label: str) -> None:
+        print(f"  .. {label}", file=sys.stderr, flush=True)
+
+    return tick
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

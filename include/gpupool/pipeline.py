@@ -1,0 +1,569 @@
+"""One window through each stage: the functions the DAG's tasks and `gpupool run` call.
+
+Every stage is keyed on an explicit window [start, end), reads only what the stage before
+it wrote for that window (plus the history it needs), and replaces its own output slice
+in one transaction, so any stage can be rerun. No stage reads the wall clock to decide
+what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from gpupool.canonical import DEMAND_METRICS, SERIES_KEY, normalize_samples
+from gpupool.config import GpupoolConfig, default_config, load_config
+from gpupool.staging import db, loader
+from gpupool.staging.schema import (
+    allocation_plan,
+    clean_sample,
+    extract_run,
+    forecast,
+    forecast_run,
+    inventory_node,
+    sample,
+    series_profile,
+)
+
+log = logging.getLogger(__name__)
+
+POLICIES = ("static", "reactive", "predictive")
+
+
+class WindowError(ValueError):
+    """No usable window: neither Params nor a data interval gave one."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """A half-open interval [start, end) in UTC."""
+
+    start: datetime
+    end: datetime
+
+    def __post_init__(self) -> None:
+        if self.start.tzinfo is None or self.end.tzinfo is None:
+            raise WindowError(f"window bounds must be timezone-aware: {self.start} .. {self.end}")
+        if self.end <= self.start:
+            raise WindowError(f"window end {self.end.isoformat()} is not after start {self.start.isoformat()}")
+
+    def __str__(self) -> str:
+        return f"[{self.start.isoformat()}, {self.end.isoformat()})"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"start": self.start.isoformat(), "end": self.end.isoformat()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, str]) -> "Window":
+        return cls(parse_time(d["start"]), parse_time(d["end"]))
+
+
+def parse_time(value: Any) -> datetime:
+    """Parse an ISO time (or datetime); naive times are UTC."""
+    ts = pd.Timestamp(value)
+    if ts.tzinfo is None:
+        ts = ts.tz_localize("UTC")
+    return ts.tz_convert("UTC").to_pydatetime()
+
+
+def resolve_window(params: dict | None, data_interval_start: Any = None, data_interval_end: Any = None) -> Window:
+    """Params first (UI triggers), then the data interval; fail loudly if neither exists."""
+    params = params or {}
+    ps, pe = params.get("window_start"), params.get("window_end")
+    if ps or pe:
+        if not (ps and pe):
+            raise WindowError(f"give both window_start and window_end, got start={ps!r} end={pe!r}")
+        return Window(parse_time(ps), parse_time(pe))
+    if data_interval_start is not None and data_interval_end is not None:
+        start, end = parse_time(data_interval_start), parse_time(data_interval_end)
+        if end > start:
+            return Window(start, end)
+    raise WindowError(
+        "no window: trigger with Params window_start/window_end, or run on a schedule whose "
+        "runs have a data interval"
+    )
+
+
+# --- context --------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    """Configuration and the staging engine every stage needs."""
+
+    config: GpupoolConfig
+    engine: Engine
+
+    @classmethod
+    def load(cls, config_path: str | None = None, staging_url: str | None = None, schema: str | None = None) -> "Context":
+        path = config_path or os.environ.get("GPUPOOL_CONFIG")
+        cfg = load_config(path) if path else default_config()
+        engine = db.make_engine(staging_url, schema=schema)
+        return cls(cfg, engine)
+
+    def platforms(self, only: list[str] | None = None) -> list[str]:
+        names = [p.name for p in self.config.platforms]
+        if only:
+            unknown = sorted(set(only) - set(names))
+            if unknown:
+                raise ValueError(f"unknown platforms {unknown}; configured: {names}")
+            names = [n for n in names if n in only]
+        return names
+
+
+# --- extract ---------------------------------------------------------------------------
+
+
+def extract(ctx: Context, platform: str, window: Window) -> dict:
+    """Extract one platform's usage and inventory for the window into staging.
+
+    The window's `extract_run` row says running, then success or failed; a failure
+    leaves the previous rows of the window intact and re-raises with platform and window.
+    """
+    from gpupool.platforms import build_source
+
+    db.require_migrated(ctx.engine)
+    pcfg = ctx.config.platform(platform)
+    run_id = _start_extract_run(ctx.engine, platform, "usage", window)
+    try:
+        source = build_source(pcfg, ctx.config)
+        raw = source.usage(window.start, window.end, step=ctx.config.step)
+        frame = normalize_samples(raw, where=f"platform {platform} window {window}")
+        rows = loader.replace_slice(ctx.engine, loader.Slice("sample", {"platform": platform}, window.start, window.end), frame)
+        nodes = source.inventory(window.end)
+        inv = _inventory_frame(platform, nodes, window.end)
+        loader.replace_slice(
+            ctx.engine,
+            loader.Slice("inventory_node", {"platform": platform}, window.end, window.end + timedelta(microseconds=1), "snapshot_at"),
+            inv,
+        )
+    except Exception as exc:
+        status = "unrecoverable" if getattr(exc, "unrecoverable", False) else "failed"
+        _finish_extract_run(ctx.engine, run_id, status, None, f"{type(exc).__name__}: {exc}")
+        raise
+    _finish_extract_run(ctx.engine, run_id, "success", rows, None)
+    return {"platform": platform, "rows": rows, "nodes": len(inv), "window": window.as_dict()}
+
+
+def _inventory_frame(platform: str, nodes: list[dict], at: datetime) -> pd.DataFrame:
+    cols = ["node", "gpus", "gpu_model", "mig_layout", "schedulable", "drain_reason", "busy_gpus"]
+    frame = pd.DataFrame([{c: n.get(c) for c in cols} for n in nodes], columns=cols)
+    frame.insert(0, "platform", platform)
+    frame["snapshot_at"] = pd.Timestamp(at)
+    frame["gpu_model"] = frame["gpu_model"].fillna("")
+    frame["schedulable"] = frame["schedulable"].fillna(True).astype(bool)
+    frame["mig_layout"] = frame["mig_layout"].astype(object).where(frame["mig_layout"].notna(), None)
+    return frame
+
+
+def _start_extract_run(engine: Engine, platform: str, source: str, window: Window) -> int:
+    with engine.begin() as conn:
+        res = conn.execute(
+            extract_run.insert().values(
+                platform=platform,
+                source=source,
+                window_start=window.start,
+                window_end=window.end,
+                status="running",
+                started_at=datetime.now(timezone.utc),  # audit only; never decides anything
+            )
+        )
+        return res.inserted_primary_key[0]
+
+
+def _finish_extract_run(engine: Engine, run_id: int, status: str, rows: int | None, error: str | None) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            extract_run.update()
+            .where(extract_run.c.id == run_id)
+            .values(status=status, rows=rows, error=error, finished_at=datetime.now(timezone.utc))
+        )
+
+
+# --- detect / clean --------------------------------------------------------------------
+
+DETECT_HISTORY = timedelta(days=7)
+REFIT_EVERY = timedelta(days=1)
+
+
+def read_samples(engine: Engine, start: datetime, end: datetime, platform: str | None = None, **match: str) -> pd.DataFrame:
+    """Rows of `sample` in [start, end), optionally for one platform / series fields."""
+    q = sa.select(sample).where(sample.c.ts >= start, sample.c.ts < end)
+    if platform:
+        q = q.where(sample.c.platform == platform)
+    for k, v in match.items():
+        q = q.where(sample.c[k] == v)
+    with engine.connect() as conn:
+        frame = pd.read_sql(q, conn)
+    if len(frame):
+        frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
+    return frame
+
+
+def detect(ctx: Context, platform: str, window: Window) -> dict:
+    """Profile, route, score and clean every series of one platform for the window.
+
+    Profiles and fitted models are reused while younger than a day (the daily refit);
+    scoring judges each point of the window on its past only.
+    """
+    from gpupool.detect.clean import fit_series_model, score_window
+
+    db.require_migrated(ctx.engine)
+    hist = read_samples(ctx.engine, window.start - DETECT_HISTORY, window.end, platform)
+    hist = hist[hist["entity_kind"].isin(ctx.config.detect.entity_kinds)]
+    in_window = hist[hist["ts"] >= pd.Timestamp(window.start)]
+    router = ctx.config.detect.router_config()
+    keys = in_window[SERIES_KEY].drop_duplicates().itertuples(index=False, name=None)
+    out, anomalies, refits, routes = [], 0, 0, {}
+    freq = pd.Timedelta(ctx.config.step)
+    for key in keys:
+        series = _series(hist, key, freq)
+        model, fresh = _model_for(ctx.engine, key, series, window, lambda h, m=key[4]: fit_series_model(h, router, metric=m))
+        refits += int(fresh)
+        scored = score_window(model, series, window.start, window.end)
+        scored = scored.loc[(scored.index >= window.start) & (scored.index < window.end)]
+        frame = scored.reset_index(names="ts")
+        for col, val in zip(SERIES_KEY, key):
+            frame[col] = val
+        out.append(frame)
+        anomalies += int(frame["is_anomaly"].sum())
+        routes[model.detector_name] = routes.get(model.detector_name, 0) + 1
+    cols = SERIES_KEY + ["ts", "value", "expected", "score", "is_anomaly", "filled", "detector", "clean_value"]
+    frame = pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+    rows = loader.replace_slice(ctx.engine, loader.Slice("clean_sample", {"platform": platform}, window.start, window.end), frame)
+    return {"platform": platform, "series": len(out), "rows": rows, "anomalies": anomalies, "refits": refits, "detectors": routes}
+
+
+def _series(frame: pd.DataFrame, key: tuple, freq: pd.Timedelta) -> pd.Series:
+    mask = pd.Series(True, index=frame.index)
+    for col, val in zip(SERIES_KEY, key):
+        mask &= frame[col] == val
+    s = frame.loc[mask].set_index("ts")["value"].sort_index()
+    # a regular grid: missing points become NaN (a gap), never zero
+    grid = pd.date_range(s.index.min().floor(freq), s.index.max(), freq=freq)
+    return s.reindex(s.index.union(grid)).astype("float64")
+
+
+def _model_for(engine: Engine, key: tuple, series: pd.Series, window: Window, fit):
+    """The series' model fitted at most a day before the window end, else a refit stored now."""
+    import pickle
+
+    cond = [series_profile.c[c] == v for c, v in zip(SERIES_KEY, key)]
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(series_profile.c.computed_at, series_profile.c.model)
+            .where(*cond, series_profile.c.computed_at <= window.end)
+            .order_by(series_profile.c.computed_at.desc())
+            .limit(1)
+        ).first()
+    if row is not None and row.model is not None:
+        computed = pd.Timestamp(row.computed_at)
+        computed = computed.tz_localize("UTC") if computed.tzinfo is None else computed
+        if computed > pd.Timestamp(window.end) - REFIT_EVERY:
+            return pickle.loads(row.model), False
+    history = series.loc[series.index < window.start]
+    if history.notna().sum() < 3:
+        history = series  # first sight of a series: its window is all there is
+    model = fit(history)
+    rec = dict(zip(SERIES_KEY, key))
+    rec.update(
+        computed_at=window.end,
+        features=_jsonable(model.profile),
+        detector=model.detector_name,
+        reason=model.reason,
+        model=pickle.dumps(model),
+    )
+    with engine.begin() as conn:
+        conn.execute(series_profile.delete().where(*cond, series_profile.c.computed_at == window.end))
+        conn.execute(series_profile.insert().values(**rec))
+    return model, True
+
+
+def _jsonable(obj: Any) -> Any:
+    import math
+
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+# --- forecast --------------------------------------------------------------------------
+
+FORECAST_HISTORY = timedelta(days=28)
+
+
+def demand_history(engine: Engine, platform: str, start: datetime, end: datetime) -> tuple[pd.Series, dict]:
+    """Hourly platform demand (allocated + pending), cleaned where cleaning ran, else raw."""
+    q = sa.select(clean_sample.c.metric, clean_sample.c.ts, clean_sample.c.clean_value).where(
+        clean_sample.c.platform == platform,
+        clean_sample.c.entity_kind == "platform",
+        clean_sample.c.metric.in_(DEMAND_METRICS),
+        clean_sample.c.ts >= start,
+        clean_sample.c.ts < end,
+    )
+    with engine.connect() as conn:
+        clean = pd.read_sql(q, conn).rename(columns={"clean_value": "value"})
+    raw = read_samples(engine, start, end, platform, entity_kind="platform")
+    raw = raw[raw["metric"].isin(DEMAND_METRICS)][["metric", "ts", "value"]]
+    if len(clean):
+        clean["ts"] = pd.to_datetime(clean["ts"], utc=True)
+        clean = clean.dropna(subset=["value"])
+    both = pd.concat([clean.assign(src=0), raw.assign(src=1)], ignore_index=True)
+    both = both.sort_values("src").drop_duplicates(["metric", "ts"], keep="first")
+    info = {"clean_points": int((both["src"] == 0).sum()), "raw_points": int((both["src"] == 1).sum())}
+    if both.empty:
+        return pd.Series(dtype="float64"), info
+    wide = both.pivot(index="ts", columns="metric", values="value").sort_index()
+    for m in DEMAND_METRICS:
+        if m not in wide:
+            wide[m] = 0.0  # a platform with no pending-work metric has no queue to report
+    demand = (wide[list(DEMAND_METRICS)].sum(axis=1, min_count=len(DEMAND_METRICS)))
+    hourly = demand.resample("1h").mean()
+    return hourly, info
+
+
+def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | None = None, level: float = 90.0) -> dict:
+    """Forecast one platform's hourly demand from the window's end; store run and rows."""
+    from gpupool.forecast.arima import ArimaForecaster
+
+    horizon = horizon or ctx.config.limits.horizon_hours
+    end = pd.Timestamp(window.end).floor("1h")
+    history, info = demand_history(ctx.engine, platform, (end - FORECAST_HISTORY).to_pydatetime(), end.to_pydatetime())
+    history = history[history.index < end]
+    if history.notna().sum() == 0:
+        raise ValueError(f"platform {platform}: no demand history before {end.isoformat()} to forecast from")
+    capacity = _latest_capacity(ctx.engine, platform, window.end)
+    model = ArimaForecaster(level=level, lower_bound=0.0, upper_bound=capacity_upper(ctx, capacity))
+    model.fit(history)
+    fc = model.predict(horizon)
+    issued = window.end
+    rows = pd.DataFrame(
+        {
+            "platform": platform,
+            "series": "demand",
+            "issued_at": pd.Timestamp(issued),
+            "step": range(1, len(fc) + 1),
+            "ts": pd.to_datetime(fc["ts"], utc=True),
+            "yhat": fc["yhat"].to_numpy(),
+            "yhat_lower": fc["yhat_lower"].to_numpy(),
+            "yhat_upper": fc["yhat_upper"].to_numpy(),
+        }
+    )
+    summary = _jsonable({**model.summary_, **info, "history_hours": int(history.notna().sum())})
+    with ctx.engine.begin() as conn:
+        key = [forecast_run.c.platform == platform, forecast_run.c.series == "demand", forecast_run.c.issued_at == issued]
+        conn.execute(forecast_run.delete().where(*key))
+        conn.execute(
+            forecast.delete().where(forecast.c.platform == platform, forecast.c.series == "demand", forecast.c.issued_at == issued)
+        )
+        conn.execute(
+            forecast_run.insert().values(
+                platform=platform, series="demand", issued_at=issued, model="arima", summary=summary, level=level
+            )
+        )
+        conn.execute(forecast.insert(), loader._records(rows))
+    return {
+        "platform": platform,
+        "horizon": len(rows),
+        "next_hour": [round(float(rows["yhat_lower"].iloc[0]), 1), round(float(rows["yhat"].iloc[0]), 1), round(float(rows["yhat_upper"].iloc[0]), 1)],
+        "model": summary.get("model", summary.get("order")),
+    }
+
+
+def capacity_upper(ctx: Context, capacity: float | None) -> float | None:
+    """Demand includes pending work, so it is not bounded by the platform's own capacity;
+    the pool's total GPUs bound what can ever be served."""
+    return None
+
+
+def _latest_capacity(engine: Engine, platform: str, at: datetime) -> float | None:
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(sa.func.sum(inventory_node.c.gpus))
+            .where(inventory_node.c.platform == platform, inventory_node.c.snapshot_at == _latest_snapshot(conn, platform, at))
+        ).first()
+    return float(row[0]) if row and row[0] is not None else None
+
+
+def _latest_snapshot(conn: sa.Connection, platform: str, at: datetime):
+    return (
+        sa.select(sa.func.max(inventory_node.c.snapshot_at))
+        .where(inventory_node.c.platform == platform, inventory_node.c.snapshot_at <= at)
+        .scalar_subquery()
+    )
+
+
+# --- plan ------------------------------------------------------------------------------
+
+
+def read_inventory(engine: Engine, at: datetime, platforms: list[str]) -> pd.DataFrame:
+    """Each platform's latest inventory snapshot at or before `at`."""
+    frames = []
+    with engine.connect() as conn:
+        for p in platforms:
+            q = sa.select(inventory_node).where(
+                inventory_node.c.platform == p, inventory_node.c.snapshot_at == _latest_snapshot(conn, p, at)
+            )
+            frames.append(pd.read_sql(q, conn))
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[c.name for c in inventory_node.columns])
+
+
+def read_forecasts(engine: Engine, issued_at: datetime, platforms: list[str]) -> pd.DataFrame:
+    q = sa.select(forecast).where(forecast.c.issued_at == issued_at, forecast.c.platform.in_(platforms), forecast.c.series == "demand")
+    with engine.connect() as conn:
+        return pd.read_sql(q.order_by(forecast.c.platform, forecast.c.step), conn)
+
+
+def plan(ctx: Context, window: Window, policy: str = "predictive", dry_run: bool = True, platforms: list[str] | None = None) -> dict:
+    """Decide which platform should hold each pool node from the window's end; store the plan."""
+    from gpupool.allocate.service import plan_from_staging
+
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    names = ctx.platforms(platforms)
+    result = plan_from_staging(ctx, window, names, policy)
+    with ctx.engine.begin() as conn:
+        res = conn.execute(
+            allocation_plan.insert().values(
+                decided_at=window.end,
+                policy=policy,
+                solver=result["solver"],
+                dry_run=dry_run,
+                summary=_jsonable(result["summary"]),
+                moves=_jsonable(result["moves"]),
+            )
+        )
+        plan_id = res.inserted_primary_key[0]
+    return {"plan_id": plan_id, "solver": result["solver"], "moves": result["moves"], "summary": result["summary"]}
+
+
+# --- one pass --------------------------------------------------------------------------
+
+
+def run_window(
+    ctx: Context,
+    window: Window,
+    platforms: list[str] | None = None,
+    policy: str = "predictive",
+    dry_run: bool = True,
+    progress=None,
+) -> dict:
+    """One pipeline pass outside Airflow: extract, detect/clean, forecast, plan."""
+    names = ctx.platforms(platforms)
+    report: dict[str, Any] = {"window": window.as_dict(), "extract": [], "detect": [], "forecast": []}
+    for p in names:
+        report["extract"].append(extract(ctx, p, window))
+        _tick(progress, f"extract {p}")
+    for p in names:
+        report["detect"].append(detect(ctx, p, window))
+        _tick(progress, f"detect {p}")
+    for p in names:
+        report["forecast"].append(forecast_demand(ctx, p, window))
+        _tick(progress, f"forecast {p}")
+    report["plan"] = plan(ctx, window, policy=policy, dry_run=dry_run, platforms=names)
+    _tick(progress, "plan")
+    return report
+
+
+def _tick(progress, label: str) -> None:
+    if progress is not None:
+        progress(label)
+
+
+def summary(ctx: Context, window: Window) -> dict:
+    """What each stage left in staging for the window (read back, not remembered)."""
+    with ctx.engine.connect() as conn:
+        ex = conn.execute(
+            sa.select(extract_run.c.platform, extract_run.c.status, extract_run.c.rows)
+            .where(extract_run.c.window_start == window.start, extract_run.c.window_end == window.end)
+            .order_by(extract_run.c.id)
+        ).all()
+        an = conn.execute(
+            sa.select(clean_sample.c.platform, sa.func.count(), sa.func.sum(sa.case((clean_sample.c.is_anomaly, 1), else_=0)))
+            .where(clean_sample.c.ts >= window.start, clean_sample.c.ts < window.end)
+            .group_by(clean_sample.c.platform)
+        ).all()
+        fc = conn.execute(
+            sa.select(forecast.c.platform, forecast.c.step, forecast.c.yhat, forecast.c.yhat_lower, forecast.c.yhat_upper)
+            .where(forecast.c.issued_at == window.end)
+            .order_by(forecast.c.platform, forecast.c.step)
+        ).all()
+        pl = conn.execute(
+            sa.select(allocation_plan).where(allocation_plan.c.decided_at == window.end).order_by(allocation_plan.c.id.desc()).limit(1)
+        ).first()
+    last = {}
+    for r in ex:
+        last[r.platform] = {"status": r.status, "rows": r.rows}
+    forecasts: dict[str, list] = {}
+    for r in fc:
+        forecasts.setdefault(r.platform, []).append([round(r.yhat_lower, 1), round(r.yhat, 1), round(r.yhat_upper, 1)])
+    return {
+        "window": window.as_dict(),
+        "extract": last,
+        "clean": {r[0]: {"points": int(r[1]), "anomalies": int(r[2] or 0)} for r in an},
+        "forecast": forecasts,
+        "plan": None
+        if pl is None
+        else {"id": pl.id, "policy": pl.policy, "solver": pl.solver, "dry_run": pl.dry_run, "moves": pl.moves, "summary": pl.summary},
+    }
+
+
+def format_summary(s: dict) -> str:
+    """A short human-readable account of one window."""
+    lines = [f"gpupool window {s['window']['start']} .. {s['window']['end']}"]
+    lines.append("  extract:")
+    for p, e in s["extract"].items():
+        lines.append(f"    {p:<12} {e['status']:<8} {e['rows'] or 0:>7} rows")
+    lines.append("  detect/clean:")
+    for p, c in s["clean"].items():
+        lines.append(f"    {p:<12} {c['points']:>7} points, {c['anomalies']} anomalies cleaned")
+    lines.append("  forecast (GPU demand, next hours: [low, mean, high]):")
+    for p, rows in s["forecast"].items():
+        lines.append(f"    {p:<12} " + " ".join(f"{r[1]:.0f}[{r[0]:.0f},{r[2]:.0f}]" for r in rows[:6]))
+    plan_ = s["plan"]
+    if plan_:
+        lines.append(f"  plan #{plan_['id']} ({plan_['policy']}, solver {plan_['solver']}, {'dry run' if plan_['dry_run'] else 'LIVE'}):")
+        for p, info in (plan_["summary"].get("platforms") or {}).items():
+            lines.append(f"    {p:<12} " + _plan_line(info))
+        if not plan_["moves"]:
+            lines.append("    no moves")
+        for m in plan_["moves"]:
+            lines.append(f"    move {m.get('node')}: {m.get('from')} -> {m.get('to')} ({m.get('reason', '')})")
+    return "\n".join(lines)
+
+
+def _plan_line(info: dict) -> str:
+    def first(v):
+        return v[0] if isinstance(v, list) and v else v
+
+    parts = []
+    if "nodes" in info:
+        parts.append(f"{info['nodes']} nodes -> {info.get('nodes_after', info['nodes'])}")
+    if "gpus" in info:
+        parts.append(f"{info['gpus']} GPUs, {info.get('busy_gpus', 0):.0f} busy")
+    if "demand_mean" in info:
+        parts.append(f"demand next hour {first(info['demand_mean']):.0f} (upper {first(info.get('demand_upper')) or 0:.0f})")
+    if "expected_unmet_after" in info:
+        parts.append(f"expected unmet {info.get('expected_unmet_before', 0):.1f} -> {info['expected_unmet_after']:.1f} GPU-h")
+    return ", ".join(parts) if parts else ", ".join(f"{k}={v}" for k, v in info.items())
+
+
+def default_staging_path() -> Path:
+    return Path(os.environ.get("AIRFLOW_HOME", Path.cwd() / ".airflow")) / "gpupool_staging.db"
