@@ -65,12 +65,14 @@ def actuate_from_context(context: Any, window: dict, plan_result: dict) -> dict:
 
     ctx = pipeline.Context.load()
     w = pipeline.Window.from_dict(window)
-    logical = context.get("logical_date") or context.get("data_interval_end") or w.end
-    age_h = (pipeline.parse_time(logical) - w.end).total_seconds() / 3600 if logical else 0.0
+    # how stale the window is when the run was created (run_after is set by Airflow when the
+    # run is made: a UI trigger of an old window is as stale as a late scheduled run)
+    ref = getattr(context.get("dag_run"), "run_after", None) or context.get("data_interval_end") or w.end
+    age_h = (pipeline.parse_time(ref) - w.end).total_seconds() / 3600
     backfill = is_backfill(context)
     too_old = age_h > ctx.config.limits.max_actuation_age_hours
     dry_run = bool(plan_result.get("dry_run", True)) or backfill or too_old
-    return actuate_plan(ctx, plan_result["plan_id"], dry_run=dry_run, backfill=backfill)
+    return actuate_plan(ctx, plan_result["plan_id"], dry_run=dry_run, backfill=backfill, allow_evict=ctx.config.limits.allow_evict)
 
 
 
@@ -93,4 +95,6 @@ def advance_from_context(context: Any) -> dict:
     window = pipeline.resolve_window({}, context.get("data_interval_start"), context.get("data_interval_end"))
     ctx = pipeline.Context.load()
     db.upgrade(ctx.engine)
-    return advance_handovers(ctx, at=window.end, dry_run=ctx.config.dry_run or is_backfill(context))
+    return advance_handovers(
+        ctx, at=window.end, dry_run=ctx.config.dry_run or is_backfill(context), allow_evict=ctx.config.limits.allow_evict
+    )

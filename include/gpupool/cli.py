@@ -70,6 +70,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at", help="staging mode: issue time (ISO 8601)")
     _add_common(p)
 
+    p = sub.add_parser("plan", help="plan from staging at a time and show why (per platform forecast, capacity, moves)")
+    _add_common(p)
+    p.add_argument("--at", required=True, help="decision time (ISO 8601); forecasts issued then are used")
+    p.add_argument("--policy", default="predictive", choices=["static", "reactive", "predictive"])
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("handovers", help="list node handovers with state and age")
+    _add_common(p)
+    p.add_argument("--open", action="store_true", help="only open ones")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("rollback", help="roll a handover back (lift gpupool's hold, or send the node back)")
+    _add_common(p)
+    p.add_argument("handover_id", type=int)
+    p.add_argument("--dry-run", action="store_true", help="write the audit rows only, send nothing")
+
+    p = sub.add_parser("report", help="HTML report with plots of a staged period and its what-if table")
+    _add_common(p)
+    _add_window(p)
+    p.add_argument("--out", required=True, help="directory to write index.html and the plots to")
+    p.add_argument("--no-whatif", action="store_true", help="skip the what-if replay under every policy")
+
     p = sub.add_parser("simulate", help="closed-loop what-if study of a scenario")
     p.add_argument("scenario")
     p.add_argument("--policy", default="predictive", choices=["static", "reactive", "predictive", "oracle"])
@@ -131,6 +153,26 @@ def _dispatch(args: argparse.Namespace) -> int:
         else:
             print(db.current_revision(ctx.engine) or "<empty>")
         return 0
+    if args.command == "plan":
+        at = pipeline.parse_time(args.at)
+        window = pipeline.Window(at - pipeline.timedelta(hours=1), at)
+        result = pipeline.plan(ctx, window, policy=args.policy, dry_run=True)
+        if args.json:
+            print(json.dumps(result, indent=2, default=str))
+        else:
+            print(pipeline.format_summary(pipeline.summary(ctx, window)))
+        return 0
+    if args.command == "handovers":
+        from gpupool.allocate.service import format_handovers, list_handovers
+
+        rows = list_handovers(ctx.engine, open_only=args.open)
+        print(json.dumps(rows, indent=2, default=str) if args.json else format_handovers(rows))
+        return 0
+    if args.command == "rollback":
+        from gpupool.allocate.service import rollback_handover
+
+        print(json.dumps(rollback_handover(ctx, args.handover_id, dry_run=args.dry_run), indent=2, default=str))
+        return 0
     window = pipeline.Window(pipeline.parse_time(args.start), pipeline.parse_time(args.end))
     if args.command == "extract":
         db.upgrade(ctx.engine)
@@ -144,6 +186,13 @@ def _dispatch(args: argparse.Namespace) -> int:
             with open(args.json, "w") as fh:
                 json.dump(report, fh, indent=2, default=str)
         print(pipeline.format_summary(pipeline.summary(ctx, window)))
+        return 0
+    if args.command == "report":
+        from gpupool.report import write_report
+
+        path = write_report(ctx.engine, window.start, window.end, args.out, step=ctx.config.step,
+                            whatif=not args.no_whatif, progress=_progress_printer())
+        print(f"report: {path}")
         return 0
     if args.command == "summary":
         s = pipeline.summary(ctx, window)

@@ -83,6 +83,9 @@ class LimitsConfig(_Strict):
     headroom_quantile: float = Field(default=0.9, gt=0, lt=1)
     horizon_hours: int = Field(default=6, ge=1)
     max_actuation_age_hours: float = Field(default=2.0, ge=0)
+    #: whether a release may evict running GPU work (Kubernetes Eviction API, respecting PDBs);
+    #: off: a busy node waits until its work ends
+    allow_evict: bool = False
 
 
 class SimulatorConfig(_Strict):

@@ -321,9 +321,11 @@ def demand_history(engine: Engine, platform: str, start: datetime, end: datetime
         clean = pd.read_sql(q, conn).rename(columns={"clean_value": "value"})
     raw = read_samples(engine, start, end, platform, entity_kind="platform")
     raw = raw[raw["metric"].isin(DEMAND_METRICS)][["metric", "ts", "value"]]
-    if len(clean):
-        clean["ts"] = pd.to_datetime(clean["ts"], utc=True)
-        clean = clean.dropna(subset=["value"])
+    # convert even when empty: an object-typed ts column would break the pivot's resample
+    clean["ts"] = pd.to_datetime(clean["ts"], utc=True)
+    clean = clean.dropna(subset=["value"])
+    if raw.empty:
+        raw = raw.assign(ts=pd.to_datetime(raw["ts"], utc=True))
     both = pd.concat([clean.assign(src=0), raw.assign(src=1)], ignore_index=True)
     both = both.sort_values("src").drop_duplicates(["metric", "ts"], keep="first")
     info = {"clean_points": int((both["src"] == 0).sum()), "raw_points": int((both["src"] == 1).sum())}

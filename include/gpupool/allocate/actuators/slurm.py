@@ -1,0 +1,139 @@
+"""Slurm: drain with a ``gpupool:`` reason, wait until no job runs, resume on attach.
+
+Writes go through ``scontrol update`` (slurmrestd 22.05 cannot drain or resume nodes); reads
+through ``sinfo --json`` (node state, flags, reason) and ``squeue --json`` (jobs on the node),
+all run with an explicit ``SLURM_CONF`` and never through a shell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any, Mapping, Sequence
+
+from gpupool.allocate.actuators.base import ActuationError, Actuator, Command, OwnerState
+
+#: job states that still occupy a node
+_ACTIVE_JOB_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"}
+#: node state flags that mean "no new jobs"
+_HOLD_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED", "POWER_DOWN"}
+_DOWN_STATES = {"down", "future", "unknown"}
+
+
+class SlurmActuator(Actuator):
+    """Release and attach nodes of one Slurm cluster.
+
+    Parameters
+    ----------
+    platform:
+        The configured platform name (written in audit rows).
+    slurm_conf:
+        Path of the cluster's ``slurm.conf`` (``SLURM_CONF``); ``None`` keeps the environment's.
+    bin_dir:
+        Directory of ``scontrol``/``sinfo``/``squeue`` (default: found on ``PATH``).
+    names:
+        Pool node name -> Slurm node name, where they differ.
+    timeout_s:
+        Limit per command.
+    """
+
+    def __init__(
+        self,
+        platform: str = "slurm",
+        slurm_conf: str | None = None,
+        bin_dir: str | None = None,
+        names: Mapping[str, str] | None = None,
+        timeout_s: float = 20.0,
+    ):
+        self.platform = platform
+        self.slurm_conf = slurm_conf
+        self.bin_dir = bin_dir
+        self.names = dict(names or {})
+        self.timeout_s = timeout_s
+
+    # ---- plumbing
+    def _name(self, node: str) -> str:
+        return self.names.get(node, node)
+
+    def _bin(self, tool: str) -> str:
+        return os.path.join(self.bin_dir, tool) if self.bin_dir else tool
+
+    def _run(self, argv: Sequence[str], node: str, action: str) -> str:
+        env = dict(os.environ)
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        try:
+            proc = subprocess.run(
+                [self._bin(argv[0]), *argv[1:]], env=env, capture_output=True, text=True, timeout=self.timeout_s
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ActuationError(self.platform, node, action, f"{argv[0]}: {exc}") from exc
+        if proc.returncode != 0:
+            msg = (proc.stderr or proc.stdout).strip() or f"exit status {proc.returncode}"
+            raise ActuationError(self.platform, node, action, f"{' '.join(argv[:2])}: {msg}")
+        return proc.stdout
+
+    def _node_record(self, node: str) -> dict[str, Any] | None:
+        out = self._run(["sinfo", "--json", "-n", self._name(node)], node, "read node")
+        nodes = [n for n in json.loads(out).get("nodes", []) if n.get("name") == self._name(node)]
+        return nodes[0] if nodes else None
+
+    def running_jobs(self, node: str) -> list[dict[str, Any]]:
+        """Jobs that still occupy ``node`` (running, completing, suspended...)."""
+        out = self._run(["squeue", "--json", "-w", self._name(node)], node, "read jobs")
+        jobs = json.loads(out).get("jobs", [])
+        return [
+            {"job_id": j.get("job_id"), "state": j.get("job_state"), "name": j.get("name")}
+            for j in jobs
+            if str(j.get("job_state", "")).upper() in _ACTIVE_JOB_STATES
+        ]
+
+    # ---- reads
+    def owner_state(self, node: str) -> OwnerState:
+        """Node state from ``sinfo --json``; busy = jobs occupying it."""
+        rec = self._node_record(node)
+        if rec is None:
+            return OwnerState(self.platform, node, present=False, schedulable=False)
+        flags = {str(f).upper() for f in rec.get("state_flags") or []}
+        state = str(rec.get("state", "")).lower()
+        held = bool(flags & _HOLD_FLAGS) or state in _DOWN_STATES
+        jobs = self.running_jobs(node)
+        return OwnerState(
+            self.platform,
+            node,
+            present=True,
+            schedulable=not held,
+            hold_reason=(rec.get("reason") or None) if held else None,
+            busy=len(jobs),
+            detail={"state": state, "flags": sorted(flags), "jobs": [j["job_id"] for j in jobs],
+                    "gres_used": rec.get("gres_used")},
+        )
+
+    def is_released(self, node: str) -> bool:
+        """Drained by gpupool and no job occupies the node."""
+        st = self.owner_state(node)
+        return st.held_by_gpupool and st.busy == 0
+
+    # ---- writes
+    def release_commands(self, node: str, reason: str) -> list[Command]:
+        """``scontrol update NodeName=.. State=DRAIN Reason="gpupool: ..."`` (running jobs finish)."""
+        argv = ["scontrol", "update", f"NodeName={self._name(node)}", "State=DRAIN", f"Reason={reason}"]
+        return [Command(self.platform, node, "drain", {"argv": argv})]
+
+    def attach_commands(self, node: str) -> list[Command]:
+        """``scontrol update NodeName=.. State=RESUME``, only for a node gpupool drained."""
+        st = self.owner_state(node)
+        self.refuse_foreign(st, "resume")
+        if st.schedulable:
+            return []
+        argv = ["scontrol", "update", f"NodeName={self._name(node)}", "State=RESUME"]
+        return [Command(self.platform, node, "resume", {"argv": argv})]
+
+    def send(self, command: Command) -> dict[str, Any]:
+        """Run the command's argv; resume re-checks the reason right before it is sent."""
+        argv = list(command.request["argv"])
+        if command.action == "resume":
+            self.refuse_foreign(self.owner_state(command.node), "resume")
+        out = self._run(argv, command.node, command.action)
+        return {"stdout": out.strip()}

@@ -1,0 +1,520 @@
+"""The two-phase handover of a pool node from one platform to another, persisted in ``handover``.
+
+States::
+
+    planned -> releasing -> released -> attaching -> done
+        \\           \\           \\           \\
+         +-----------+-----------+-----------+--> failed | rolled_back
+
+* ``planned``: opened from a plan; nothing sent yet.
+* ``releasing``: the release commands (drain / cordon / disable with a ``gpupool:`` reason) may
+  have been sent — the state is written *before* the first command, so a run that dies in
+  between is resumed, never forgotten. Stays here until the source reports the node empty.
+* ``released``: held at the source and empty of work.
+* ``attaching``: the attach commands (MIG layout first where asked, then resume / uncordon /
+  enable) may have been sent to the target.
+* ``done``; ``failed`` (needs a rollback, e.g. another tool took the node); ``rolled_back``.
+
+Safety rules, enforced here and re-checked by every actuator:
+
+* one blocking handover per node (``planned``..``attaching`` and ``failed``): a second is
+  refused (:class:`HandoverConflict`), checked under a per-node lock on PostgreSQL;
+* the target is attached only after the source reported the node released, and only while the
+  source still holds it — a node is never open for work on two platforms at once;
+* every command is written to ``action_audit`` (``pending``) and committed before it is sent,
+  then marked ``ok`` or ``failed`` with the answer; all commands are idempotent, so a command
+  whose outcome is unknown is simply sent again by the next run;
+* a platform API that fails leaves the handover in its state with the error recorded: the next
+  run resumes it; past its ``deadline`` a handover still on its source is rolled back (the
+  source's hold lifted) and one already attaching is marked ``failed`` for an operator;
+* gpupool never lifts a hold it did not place (reasons start with ``gpupool:``): such a node
+  fails the handover and is left exactly as found;
+* a ``dry_run`` handover writes the audit rows of every command it would send (status
+  ``dry_run``) in one pass, sends nothing and ends ``done``.
+
+Nothing here reads the wall clock to decide: the caller passes ``at``. Audit rows carry the
+wall-clock times at which commands really went out.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from gpupool.allocate.actuators.base import (
+    ActuationError,
+    Actuator,
+    Command,
+    ForeignHoldError,
+    moving_reason,
+)
+from gpupool.staging.schema import action_audit, allocation_plan, handover
+
+PLANNED, RELEASING, RELEASED, ATTACHING, DONE, FAILED, ROLLED_BACK = (
+    "planned", "releasing", "released", "attaching", "done", "failed", "rolled_back",
+)
+STATES = (PLANNED, RELEASING, RELEASED, ATTACHING, DONE, FAILED, ROLLED_BACK)
+#: states :func:`advance_all` moves forward
+OPEN_STATES = (PLANNED, RELEASING, RELEASED, ATTACHING)
+#: states that forbid another handover of the same node (a failed one needs a rollback first)
+BLOCKING_STATES = OPEN_STATES + (FAILED,)
+#: states in which nothing may have been sent to the target yet
+_SOURCE_SIDE = (PLANNED, RELEASING, RELEASED)
+DEFAULT_TIMEOUT = timedelta(hours=2)
+MAX_STEPS = 4
+
+
+class HandoverError(ValueError):
+    """A handover request that cannot be honoured (unknown id, wrong state)."""
+
+
+class HandoverConflict(HandoverError):
+    """The node already has a handover that is open or failed."""
+
+
+@dataclass(frozen=True)
+class Handover:
+    """One row of ``handover``."""
+
+    id: int
+    node: str
+    from_platform: str
+    to_platform: str
+    state: str
+    plan_id: int | None
+    reason: str | None
+    error: str | None
+    dry_run: bool
+    created_at: datetime
+    updated_at: datetime
+    deadline: datetime | None
+
+    @classmethod
+    def from_row(cls, row) -> "Handover":
+        """Build from a SQLAlchemy row, with times in UTC."""
+        m = row._mapping
+        return cls(
+            id=int(m["id"]), node=m["node"], from_platform=m["from_platform"], to_platform=m["to_platform"],
+            state=m["state"], plan_id=m["plan_id"], reason=m["reason"], error=m["error"], dry_run=bool(m["dry_run"]),
+            created_at=_utc(m["created_at"]), updated_at=_utc(m["updated_at"]),
+            deadline=None if m["deadline"] is None else _utc(m["deadline"]),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        out = asdict(self)
+        for k in ("created_at", "updated_at", "deadline"):
+            out[k] = None if out[k] is None else out[k].isoformat()
+        return out
+
+
+# ------------------------------------------------------------------------------------ opening
+
+
+def open_handover(
+    engine: Engine,
+    node: str,
+    source: str,
+    target: str,
+    at: datetime,
+    *,
+    plan_id: int | None = None,
+    reason: str | None = None,
+    dry_run: bool = True,
+    timeout: timedelta = DEFAULT_TIMEOUT,
+    state: str = PLANNED,
+) -> int:
+    """Open a handover of ``node`` from ``source`` to ``target``; returns its id.
+
+    Raises :class:`HandoverConflict` when the node already has a handover in
+    :data:`BLOCKING_STATES`. The check and the insert run in one transaction, under a per-node
+    advisory lock on PostgreSQL; on SQLite the database's single writer serialises them.
+    """
+    if source == target:
+        raise HandoverError(f"node {node!r}: source and target are both {source!r}")
+    if state not in (PLANNED, RELEASING):
+        raise HandoverError(f"a handover opens as planned or releasing, not {state!r}")
+    at = _utc(at)
+    with engine.begin() as conn:
+        _lock_node(conn, node)
+        _refuse_blocking(conn, node)
+        res = conn.execute(handover.insert().values(
+            node=node, from_platform=source, to_platform=target, state=state, plan_id=plan_id,
+            reason=reason, error=None, dry_run=dry_run, created_at=at, updated_at=at, deadline=at + timeout,
+        ))
+        new_id = int(res.inserted_primary_key[0])
+        # a concurrent writer that slipped past the check shows up here: undo ours
+        n = conn.execute(sa.select(sa.func.count()).select_from(handover).where(
+            handover.c.node == node, handover.c.state.in_(BLOCKING_STATES))).scalar_one()
+        if n > 1:
+            raise HandoverConflict(f"node {node!r}: another handover was opened concurrently")
+    return new_id
+
+
+def _lock_node(conn: sa.Connection, node: str) -> None:
+    if conn.dialect.name == "postgresql":
+        key = zlib.crc32(f"gpupool-handover:{node}".encode())
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
+
+def _refuse_blocking(conn: sa.Connection, node: str) -> None:
+    row = conn.execute(sa.select(handover.c.id, handover.c.state).where(
+        handover.c.node == node, handover.c.state.in_(BLOCKING_STATES)).limit(1)).first()
+    if row is not None:
+        raise HandoverConflict(f"node {node!r} already has handover #{row.id} in state {row.state!r}")
+
+
+# ------------------------------------------------------------------------------------ reading
+
+
+def get_handover(engine: Engine, handover_id: int) -> Handover:
+    """One handover by id; :class:`HandoverError` when there is none."""
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(handover).where(handover.c.id == handover_id)).first()
+    if row is None:
+        raise HandoverError(f"no handover #{handover_id}")
+    return Handover.from_row(row)
+
+
+def list_handovers(engine: Engine, states: tuple[str, ...] | None = None, node: str | None = None,
+                   limit: int | None = None) -> list[Handover]:
+    """Handovers, newest first, optionally only in ``states`` / of ``node``."""
+    q = sa.select(handover).order_by(handover.c.id.desc())
+    if states:
+        q = q.where(handover.c.state.in_(states))
+    if node:
+        q = q.where(handover.c.node == node)
+    if limit:
+        q = q.limit(limit)
+    with engine.connect() as conn:
+        return [Handover.from_row(r) for r in conn.execute(q)]
+
+
+def audit_rows(engine: Engine, handover_id: int | None = None) -> list[dict[str, Any]]:
+    """``action_audit`` rows in the order they were written (of one handover, or all)."""
+    q = sa.select(action_audit).order_by(action_audit.c.id)
+    if handover_id is not None:
+        q = q.where(action_audit.c.handover_id == handover_id)
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(q)]
+
+
+# ------------------------------------------------------------------------------------ audit
+
+
+def _wall() -> datetime:
+    # Audit only: when a command really went out. No decision reads this.
+    return datetime.now(timezone.utc)
+
+
+def send_audited(engine: Engine, handover_id: int | None, actuator: Actuator | None, command: Command,
+                 dry_run: bool) -> Any:
+    """Write the command to ``action_audit`` and commit, then send it and record the answer.
+
+    With ``dry_run`` (or no actuator) the row is written with status ``dry_run`` and nothing is
+    sent. A failure is recorded on the row and re-raised as :class:`ActuationError`.
+    """
+    dry = dry_run or actuator is None
+    with engine.begin() as conn:
+        audit_id = conn.execute(action_audit.insert().values(
+            handover_id=handover_id, platform=command.platform, node=command.node, action=command.action,
+            request=_jsonable(command.request), status="dry_run" if dry else "pending", response=None,
+            dry_run=dry, created_at=_wall(), finished_at=_wall() if dry else None,
+        )).inserted_primary_key[0]
+    if dry:
+        return None
+    try:
+        answer = actuator.send(command)
+    except Exception as exc:
+        err = exc if isinstance(exc, ActuationError) else ActuationError(
+            command.platform, command.node, command.action, f"{type(exc).__name__}: {exc}")
+        _finish_audit(engine, audit_id, "failed", str(err))
+        raise err from exc
+    _finish_audit(engine, audit_id, "ok", json.dumps(_jsonable(answer), default=str))
+    return answer
+
+
+def _finish_audit(engine: Engine, audit_id: int, status: str, response: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(action_audit.update().where(action_audit.c.id == audit_id).values(
+            status=status, response=response, finished_at=_wall()))
+
+
+def _target_touched(engine: Engine, h: Handover) -> bool:
+    """Whether any real command of this handover went (or may have gone) to the target."""
+    with engine.connect() as conn:
+        n = conn.execute(sa.select(sa.func.count()).select_from(action_audit).where(
+            action_audit.c.handover_id == h.id, action_audit.c.platform == h.to_platform,
+            action_audit.c.dry_run.is_(False))).scalar_one()
+    return n > 0
+
+
+# ------------------------------------------------------------------------------------ state
+
+
+def _set(engine: Engine, h: Handover, at: datetime, **values: Any) -> Handover:
+    values["updated_at"] = at
+    with engine.begin() as conn:
+        conn.execute(handover.update().where(handover.c.id == h.id).values(**values))
+    fields = {k: v for k, v in values.items() if k in Handover.__dataclass_fields__}
+    return Handover(**{**asdict(h), **fields})
+
+
+def _arrival_layout(engine: Engine, h: Handover) -> str | None:
+    """The MIG layout the plan wants the node to arrive with (``None``: leave it)."""
+    if h.plan_id is None:
+        return None
+    with engine.connect() as conn:
+        moves = conn.execute(sa.select(allocation_plan.c.moves).where(allocation_plan.c.id == h.plan_id)).scalar()
+    for m in moves or []:
+        if m.get("node") == h.node and m.get("to") == h.to_platform:
+            layout = m.get("mig_layout")
+            return layout or None
+    return None
+
+
+# ------------------------------------------------------------------------------------ advancing
+
+
+def advance_all(
+    engine: Engine,
+    actuators: Mapping[str, Actuator],
+    at: datetime,
+    dry_run: bool = True,
+    allow_evict: bool = False,
+    max_steps: int = MAX_STEPS,
+) -> dict[str, Any]:
+    """Move every open handover forward as far as it safely can now, and time out stuck ones.
+
+    Each handover takes at most ``max_steps`` transitions and stops at the first wait (the
+    source still busy, a MIG re-layout in progress) or failure. ``dry_run`` handovers are
+    completed on paper. With ``dry_run=True`` nothing is sent at all: live handovers are left
+    untouched (and reported as skipped). ``allow_evict`` lets actuators that can evict (the
+    Kubernetes Eviction API) ask running GPU work to leave; otherwise release waits for it.
+
+    Returns ``{"handovers": [{id, node, from, to, before, state, error}], "skipped": [ids]}``.
+    """
+    at = _utc(at)
+    report: dict[str, Any] = {"at": at.isoformat(), "handovers": [], "skipped": []}
+    for h in sorted(list_handovers(engine, OPEN_STATES), key=lambda x: x.id):
+        if h.dry_run:
+            after = _complete_on_paper(engine, h, actuators, at)
+        elif dry_run:
+            report["skipped"].append(h.id)
+            continue
+        else:
+            after = advance_one(engine, h, actuators, at, allow_evict=allow_evict, max_steps=max_steps)
+        report["handovers"].append({"id": h.id, "node": h.node, "from": h.from_platform, "to": h.to_platform,
+                                    "before": h.state, "state": after.state, "error": after.error})
+    return report
+
+
+def advance_one(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime,
+                allow_evict: bool = False, max_steps: int = MAX_STEPS) -> Handover:
+    """Advance one live handover (see :func:`advance_all`); returns it as it ends up."""
+    at = _utc(at)
+    src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
+    missing = [p for p, a in ((h.from_platform, src), (h.to_platform, dst)) if a is None]
+    if missing:
+        return _set(engine, h, at, error=f"no actuator for platform(s) {missing}; waiting")
+    try:
+        if h.deadline is not None and at >= h.deadline and h.state in OPEN_STATES:
+            return _time_out(engine, h, src, dst, at)
+        for _ in range(max_steps):
+            nxt = _step(engine, h, src, dst, at, allow_evict)
+            if nxt is None:
+                break
+            h = nxt
+            if h.state not in OPEN_STATES:
+                break
+        return h
+    except ForeignHoldError as exc:
+        return _set(engine, h, at, state=FAILED, error=f"left alone: {exc}")
+    except ActuationError as exc:
+        return _set(engine, h, at, error=f"will retry: {exc}")
+
+
+def _step(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetime, allow_evict: bool) -> Handover | None:
+    """One transition, or None when the handover must wait (its error says why, if anything failed)."""
+    node = h.node
+    if h.state == PLANNED:
+        st = src.owner_state(node)
+        if not st.present:
+            return _set(engine, h, at, state=FAILED, error=f"{h.from_platform} does not know node {node!r}")
+        src.refuse_foreign(st, "release")
+        return _set(engine, h, at, state=RELEASING, error=None)
+    if h.state == RELEASING:
+        st = src.owner_state(node)
+        src.refuse_foreign(st, "release")
+        if not st.held_by_gpupool:
+            for cmd in src.release_commands(node, moving_reason(h.to_platform)):
+                send_audited(engine, h.id, src, cmd, dry_run=False)
+        if allow_evict and src.can_evict:
+            for cmd in src.evict_commands(node):
+                try:
+                    send_audited(engine, h.id, src, cmd, dry_run=False)
+                except ForeignHoldError:
+                    raise
+                except ActuationError as exc:  # a PodDisruptionBudget says not now: keep waiting
+                    _set(engine, h, at, error=f"waiting: {exc}")
+        if src.is_released(node):
+            return _set(engine, h, at, state=RELEASED, error=None)
+        busy = src.owner_state(node).busy
+        _set(engine, h, at, error=f"waiting: {busy} unit(s) of work still on {h.from_platform}" if busy else None)
+        return None
+    if h.state == RELEASED:
+        st_t = dst.owner_state(node)
+        if not st_t.present and not dst.attach_brings_node:
+            return _set(engine, h, at, state=FAILED, error=f"{h.to_platform} does not know node {node!r}")
+        dst.refuse_foreign(st_t, "attach")
+        return _set(engine, h, at, state=ATTACHING, error=None)
+    if h.state == ATTACHING:
+        st_s = src.owner_state(node)
+        if st_s.present and st_s.schedulable:
+            return _set(engine, h, at, state=FAILED,
+                        error=f"{h.from_platform} opened node {node!r} again (hold lifted outside gpupool); not attaching")
+        layout = _arrival_layout(engine, h)
+        for cmd in dst.prepare_commands(node, layout):
+            send_audited(engine, h.id, dst, cmd, dry_run=False)
+        if not dst.is_prepared(node, layout):
+            _set(engine, h, at, error=f"waiting: MIG layout {layout} not applied yet")
+            return None
+        for cmd in dst.attach_commands(node):
+            send_audited(engine, h.id, dst, cmd, dry_run=False)
+        st_t = dst.owner_state(node)
+        if st_t.present and st_t.schedulable:
+            return _set(engine, h, at, state=DONE, error=None)
+        _set(engine, h, at, error=f"waiting: {h.to_platform} does not report node {node!r} schedulable yet")
+        return None
+    return None
+
+
+def _time_out(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetime) -> Handover:
+    """Past the deadline: give the node back to its source, or flag it when it is half attached."""
+    if h.state in _SOURCE_SIDE and not _target_touched(engine, h):
+        _lift_source_hold(engine, h, src)
+        return _set(engine, h, at, state=ROLLED_BACK, error=f"timed out in state {h.state}; returned to {h.from_platform}")
+    return _set(engine, h, at, state=FAILED, error=f"timed out in state {h.state}; needs `gpupool rollback {h.id}`")
+
+
+def _lift_source_hold(engine: Engine, h: Handover, src: Actuator) -> None:
+    """Re-open the node at its source, when (and only when) gpupool's hold is on it."""
+    st = src.owner_state(h.node)
+    if st.held_by_gpupool:
+        for cmd in src.attach_commands(h.node):
+            send_audited(engine, h.id, src, cmd, dry_run=False)
+
+
+def _complete_on_paper(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime) -> Handover:
+    """A dry-run handover: audit every command it would send, send none, end ``done``."""
+    src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
+    reason = moving_reason(h.to_platform)
+    layout = _arrival_layout(engine, h)
+    rows = []
+    rows += _would_send(src, h.from_platform, h.node, "release", lambda a: a.release_commands(h.node, reason), {"reason": reason})
+    rows += _would_send(dst, h.to_platform, h.node, "prepare", lambda a: a.prepare_commands(h.node, layout),
+                        {"mig_layout": layout}, skip_empty=True)
+    rows += _would_send(dst, h.to_platform, h.node, "attach", lambda a: a.attach_commands(h.node), {})
+    notes = []
+    for cmd, note in rows:
+        send_audited(engine, h.id, None, cmd, dry_run=True)
+        if note:
+            notes.append(note)
+    return _set(engine, h, at, state=DONE, error="; ".join(notes) or None)
+
+
+def _would_send(act: Actuator | None, platform: str, node: str, kind: str, build, generic: dict,
+                skip_empty: bool = False) -> list[tuple[Command, str | None]]:
+    if act is None:
+        if skip_empty and not any(generic.values()):
+            return []
+        return [(Command(platform, node, kind, {**generic, "note": "no actuator for this platform: described, not built"}), None)]
+    try:
+        return [(c, None) for c in build(act)]
+    except ForeignHoldError as exc:
+        return [(Command(platform, node, kind, {**generic, "refused": str(exc)}), f"would refuse: {exc}")]
+    except Exception as exc:  # a read failed: a dry run still says what it would have done
+        return [(Command(platform, node, kind, {**generic, "unknown": f"{type(exc).__name__}: {exc}"}),
+                 f"could not read {platform}: {exc}")]
+
+
+# ------------------------------------------------------------------------------------ rollback
+
+
+def rollback(
+    engine: Engine,
+    handover_id: int,
+    actuators: Mapping[str, Actuator],
+    at: datetime | None = None,
+    dry_run: bool = False,
+    timeout: timedelta = DEFAULT_TIMEOUT,
+) -> dict[str, Any]:
+    """Undo a handover safely; returns ``{"id", "state", "action", "reverse_id"?}``.
+
+    * nothing sent to the target yet (``planned``, ``releasing``, ``released``, or ``failed``
+      before attaching): gpupool's hold at the source is lifted and the handover ends
+      ``rolled_back``;
+    * the target was (maybe) attached (``attaching``, ``done``, a ``failed`` attach): the handover
+      ends ``rolled_back`` and a reverse handover target -> source is opened in its place, so the
+      node leaves the target the same safe way it came (drain, wait until empty, attach).
+
+    ``at`` defaults to now (an operator's command). A dry-run handover is just closed.
+    """
+    at = _utc(at) if at is not None else _wall()
+    h = get_handover(engine, handover_id)
+    if h.state == ROLLED_BACK:
+        raise HandoverError(f"handover #{h.id} is already rolled back")
+    if h.dry_run or h.state == PLANNED:
+        _set(engine, h, at, state=ROLLED_BACK, error="rolled back before anything was sent")
+        return {"id": h.id, "state": ROLLED_BACK, "action": "closed"}
+    src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
+    if not _target_touched(engine, h) and h.state in _SOURCE_SIDE + (FAILED,):
+        if src is None:
+            raise HandoverError(f"handover #{h.id}: no actuator for {h.from_platform} to lift the hold")
+        if dry_run:
+            for cmd in src.attach_commands(h.node) if src.owner_state(h.node).held_by_gpupool else []:
+                send_audited(engine, h.id, None, cmd, dry_run=True)
+            return {"id": h.id, "state": h.state, "action": "would return the node to its source"}
+        try:
+            _lift_source_hold(engine, h, src)
+        except ActuationError as exc:
+            _set(engine, h, at, error=f"rollback failed, retry: {exc}")
+            raise
+        _set(engine, h, at, state=ROLLED_BACK, error=f"rolled back from {h.state}")
+        return {"id": h.id, "state": ROLLED_BACK, "action": f"returned to {h.from_platform}"}
+    if dry_run:
+        return {"id": h.id, "state": h.state, "action": f"would open a reverse handover {h.to_platform} -> {h.from_platform}"}
+    with engine.begin() as conn:  # close this one and open its reverse atomically
+        _lock_node(conn, h.node)
+        conn.execute(handover.update().where(handover.c.id == h.id).values(
+            state=ROLLED_BACK, error=f"rolled back from {h.state}: reverse handover opened", updated_at=at))
+        _refuse_blocking(conn, h.node)
+        rid = conn.execute(handover.insert().values(
+            node=h.node, from_platform=h.to_platform, to_platform=h.from_platform, state=PLANNED,
+            plan_id=None, reason=f"rollback of handover #{h.id}", error=None, dry_run=False,
+            created_at=at, updated_at=at, deadline=at + timeout,
+        )).inserted_primary_key[0]
+    if src is not None and dst is not None:
+        advance_one(engine, get_handover(engine, int(rid)), actuators, at)
+    return {"id": h.id, "state": ROLLED_BACK, "action": "reverse handover opened", "reverse_id": int(rid)}
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _utc(ts: Any) -> datetime:
+    t = pd.Timestamp(ts)
+    t = t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
+    return t.to_pydatetime()
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))

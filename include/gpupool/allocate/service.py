@@ -1,0 +1,438 @@
+"""The glue the pipeline and the CLI call: plan from staging, actuate a stored plan, list and
+roll back handovers.
+
+* :func:`plan_from_staging` — the pool inventory of the window's end, each platform's demand
+  (the ARIMA forecast issued at the window's end for ``predictive``; the last hour's demand for
+  ``reactive`` and ``static``), the policy from the configuration -> the planner's answer.
+* :func:`actuate_plan` — opens one handover per move of a stored plan and advances every open
+  handover. A move is sent for real only when all of these say so: the call (``dry_run=False``),
+  the configuration (``dry_run: false``), both platforms (``actuation: true``), and neither is an
+  embedded ``simulator`` platform. Otherwise it is a dry-run handover: audited, never sent.
+  Backfill runs never actuate: they record one ``action_audit`` row saying nothing was sent.
+* :func:`list_handovers`, :func:`rollback_handover` — ``gpupool handovers`` and
+  ``gpupool rollback ID``.
+
+Embedded simulator platforms (config kind ``simulator``) are dry-run only: their world is
+rebuilt from the configuration on every run, so an action on it would not survive to the next
+run. :class:`~gpupool.allocate.actuators.simulator.WorldActuator` acts on a World that a caller
+holds (closed-loop studies, tests).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+import pandas as pd
+import sqlalchemy as sa
+from scipy.special import ndtri
+from sqlalchemy.engine import Engine
+
+from gpupool.allocate import handover as ho
+from gpupool.allocate.actuators.base import Actuator, Command, is_gpupool_reason
+from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
+from gpupool.allocate.policy import Policy
+from gpupool.staging.schema import action_audit, allocation_plan, forecast_run, handover
+
+#: GPU models that can be partitioned with MIG
+MIG_MODELS = ("A100", "A30", "H100", "H200", "H20", "B200", "GB200")
+
+
+class ActuationConfigError(ValueError):
+    """A platform set to actuate whose connection cannot be turned into an actuator."""
+
+
+def _is_mig_capable(model: str | None) -> bool:
+    return any(tag in (model or "").upper() for tag in MIG_MODELS)
+
+
+def _utc(ts: Any) -> pd.Timestamp:
+    t = pd.Timestamp(ts)
+    return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
+
+
+# ------------------------------------------------------------------------------------ policy
+
+
+def policy_from_config(config, kind: str) -> Policy:
+    """The planner's :class:`Policy` from ``platforms[]`` and ``limits`` of the configuration."""
+    lim = config.limits
+    return Policy(
+        kind=kind,
+        min_nodes={p.name: p.min_nodes for p in config.platforms},
+        max_nodes={p.name: p.max_nodes for p in config.platforms if p.max_nodes is not None},
+        priority={p.name: p.priority for p in config.platforms},
+        max_moves_per_decision=lim.max_moves_per_run,
+        cooldown=timedelta(hours=lim.cooldown_hours),
+        move_minutes=lim.move_minutes,
+        headroom_quantile=lim.headroom_quantile,
+        horizon_hours=lim.horizon_hours,
+    )
+
+
+# ------------------------------------------------------------------------------------ planning
+
+
+def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) -> tuple[list[NodeRecord], list[dict]]:
+    """The pool as the planner sees it at ``at``, and the nodes left out (with why).
+
+    A node may appear in several platforms' inventories (gpupool keeps it drained where it is
+    not owned): its owner is the platform where it is not held by gpupool — or, while a
+    handover is open, the handover's target. A node another tool drained at its owner is left
+    out of the pool (it serves nobody and gpupool must not touch it). Nodes outside an explicit
+    ``pool.nodes`` list are fixed capacity (planned as in a handover: they never move).
+    """
+    from gpupool.pipeline import read_inventory
+
+    inv = read_inventory(engine, at, platforms)
+    open_h = {h.node: h for h in ho.list_handovers(engine, ho.BLOCKING_STATES) if not h.dry_run}
+    last_move: dict[str, pd.Timestamp] = {}
+    with engine.connect() as conn:
+        for node, ts in conn.execute(sa.select(handover.c.node, sa.func.max(handover.c.updated_at)).where(
+                handover.c.state == ho.DONE, handover.c.dry_run.is_(False)).group_by(handover.c.node)):
+            last_move[node] = _utc(ts)
+    members = None
+    if config is not None and config.pool.nodes and not config.pool.all_nodes:
+        members = {n.node for n in config.pool.nodes}
+    rows_by_node: dict[str, list[dict]] = {}
+    for r in inv.to_dict("records"):
+        rows_by_node.setdefault(str(r["node"]), []).append(r)
+    nodes, excluded = [], []
+    for name in sorted(rows_by_node):
+        rows = rows_by_node[name]
+        h = open_h.get(name)
+        own = [r for r in rows if bool(r["schedulable"]) or not is_gpupool_reason(r.get("drain_reason"))]
+        if h is not None:
+            owner_row = next((r for r in rows if r["platform"] == h.to_platform), rows[0])
+            owner = h.to_platform
+        elif len(own) == 1:
+            owner_row, owner = own[0], own[0]["platform"]
+        elif not own:  # held by gpupool everywhere: between platforms with no handover record
+            excluded.append({"node": name, "why": "held by gpupool on every platform, no open handover"})
+            continue
+        else:
+            excluded.append({"node": name, "why": f"open for work on several platforms: {[r['platform'] for r in own]}"})
+            continue
+        if not bool(owner_row["schedulable"]) and not is_gpupool_reason(owner_row.get("drain_reason")) and h is None:
+            excluded.append({"node": name, "why": f"drained on {owner} by someone else: {owner_row.get('drain_reason')}"})
+            continue
+        layout = owner_row.get("mig_layout")
+        if isinstance(layout, str) and layout.startswith("{"):
+            layout = json.loads(layout)
+        if isinstance(layout, Mapping):
+            layout = layout.get("config")
+        busy = owner_row.get("busy_gpus")
+        gpus = int(owner_row["gpus"])
+        nodes.append(NodeRecord(
+            name=name, owner=str(owner), gpus=gpus,
+            busy_gpus=0.0 if busy is None or pd.isna(busy) else min(float(busy), float(gpus)),
+            in_handover=h is not None or (members is not None and name not in members),
+            last_moved_at=last_move.get(name),
+            mig_capable=_is_mig_capable(owner_row.get("gpu_model")),
+            mig_layout=layout if isinstance(layout, str) else None,
+        ))
+    return nodes, excluded
+
+
+def platform_demand(engine: Engine, window, platforms: list[str], kind: str, horizon: int,
+                    headroom_quantile: float) -> tuple[dict[str, dict], dict[str, str]]:
+    """Demand per platform for the planner (``{mean, upper}`` per hour) and where it came from.
+
+    ``predictive``: the forecast issued at the window's end, its upper bound rescaled from the
+    forecast's interval level to the policy's headroom quantile (Normal errors). A platform
+    without such a forecast, and the ``reactive``/``static`` policies, use the last hour's mean
+    demand taken as certain.
+    """
+    from gpupool.pipeline import demand_history, read_forecasts
+
+    end = _utc(window.end)
+    demand: dict[str, dict] = {}
+    source: dict[str, str] = {}
+    if kind == "predictive":
+        fc = read_forecasts(engine, end.to_pydatetime(), platforms)
+        levels = _forecast_levels(engine, end, platforms)
+        z_want = float(ndtri(headroom_quantile))
+        for p in platforms:
+            rows = fc[fc["platform"] == p].sort_values("step").head(horizon)
+            if rows.empty:
+                continue
+            mean = rows["yhat"].clip(lower=0).to_numpy(float)
+            z_fc = float(ndtri(0.5 + levels.get(p, 90.0) / 200.0))
+            sigma = (rows["yhat_upper"].to_numpy(float) - mean).clip(min=0) / z_fc
+            demand[p] = {"mean": [round(float(v), 4) for v in mean],
+                         "upper": [round(float(v), 4) for v in (mean + z_want * sigma)], "unit": GPU_UNIT}
+            source[p] = f"forecast issued {end.isoformat()} (level {levels.get(p, 90.0):g})"
+    for p in platforms:
+        if p in demand:
+            continue
+        hist, _ = demand_history(engine, p, (end - pd.Timedelta(hours=1)).to_pydatetime(), end.to_pydatetime())
+        hist = hist.dropna()
+        last = float(hist.iloc[-1]) if len(hist) else 0.0
+        last = max(last, 0.0) if math.isfinite(last) else 0.0
+        demand[p] = {"mean": [round(last, 4)] * horizon, "upper": [round(last, 4)] * horizon, "unit": GPU_UNIT}
+        source[p] = "last hour" + ("" if len(hist) else " (no demand data: zero)")
+        if kind == "predictive":
+            source[p] += "; no forecast issued at the window's end"
+    return demand, source
+
+
+def _forecast_levels(engine: Engine, issued_at: pd.Timestamp, platforms: list[str]) -> dict[str, float]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(forecast_run.c.platform, forecast_run.c.level).where(
+            forecast_run.c.issued_at == issued_at.to_pydatetime(), forecast_run.c.series == "demand",
+            forecast_run.c.platform.in_(platforms)))
+        return {r.platform: float(r.level) for r in rows}
+
+
+def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[str, Any]:
+    """Plan which platform holds each pool node from the window's end.
+
+    Returns ``{"solver", "moves": [{node, from, to, gpus, expected_gain, mig_layout, reason}],
+    "summary": {"platforms": {name: {...}}, ...}}`` — what ``gpupool.pipeline.plan`` stores.
+    """
+    at = _utc(window.end)
+    pol = policy_from_config(ctx.config, policy)
+    nodes, excluded = pool_nodes(ctx.engine, at.to_pydatetime(), platforms, ctx.config)
+    demand, source = platform_demand(ctx.engine, window, platforms, policy, pol.horizon_hours, pol.headroom_quantile)
+    result = plan(nodes, demand, pol, at=at)
+    moves = [{"node": m.node, "from": m.source, "to": m.target, "gpus": m.gpus,
+              "expected_gain": m.expected_gain, "mig_layout": m.mig_layout, "reason": m.reason}
+             for m in result.moves]
+    per: dict[str, dict] = {}
+    for p in platforms:
+        mine = [n for n in nodes if n.owner == p]
+        after = [name for name, tgt in result.targets.items() if tgt == p]
+        per[p] = {
+            "nodes": len(mine),
+            "gpus": sum(n.gpus for n in mine),
+            "busy_gpus": round(sum(n.busy_gpus for n in mine), 1),
+            "nodes_after": len(after),
+            "demand_mean": [round(v, 1) for v in demand[p]["mean"]],
+            "demand_upper": [round(v, 1) for v in demand[p]["upper"]],
+            "demand_from": source[p],
+            "expected_unmet_before": round(result.expected_unmet_before.get(p, 0.0), 2),
+            "expected_unmet_after": round(result.expected_unmet_after.get(p, 0.0), 2),
+        }
+    summary = {
+        "platforms": per,
+        "status": result.status,
+        "objective_before": result.objective_before,
+        "objective_after": result.objective_after,
+        "layout_changes": [{"node": c.node, "platform": c.platform, "from": c.from_layout, "to": c.to_layout,
+                            "expected_gain": c.expected_gain, "reason": c.reason} for c in result.layout_changes],
+        "reasons": list(result.reasons),
+        "excluded": excluded,
+        "horizon_hours": pol.horizon_hours,
+    }
+    return {"solver": result.solver, "moves": moves, "summary": summary}
+
+
+# ------------------------------------------------------------------------------------ actuators
+
+
+def _connection(conn_id: str | None, env: Mapping[str, str]) -> dict[str, Any] | None:
+    """An Airflow connection from ``AIRFLOW_CONN_<ID>`` (JSON form), or None."""
+    if not conn_id:
+        return None
+    raw = env.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+    if not raw:
+        return None
+    try:
+        conn = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ActuationConfigError(
+            f"connection {conn_id}: give AIRFLOW_CONN_{conn_id.upper()} in Airflow's JSON form ({exc})") from exc
+    extra = conn.get("extra") or {}
+    if isinstance(extra, str):
+        extra = json.loads(extra) if extra else {}
+    conn["extra"] = extra
+    return conn
+
+
+def build_actuators(config, platforms: list[str] | None = None, env: Mapping[str, str] | None = None) -> dict[str, Actuator]:
+    """Actuators of the platforms configured with ``actuation: true`` (never simulator ones).
+
+    Connections come from ``AIRFLOW_CONN_<CONN_ID>`` in Airflow's JSON form:
+
+    * slurm: ``extra.slurm_conf`` (else ``$SLURM_CONF``), optional ``extra.bin_dir``;
+    * openstack: ``extra.cloud`` (a clouds.yaml entry) or ``host`` (auth URL), ``login``,
+      ``password``, ``extra.project_name``/``user_domain_name``/``project_domain_name``/
+      ``region_name``; ``extra.manage_compute_service`` (default true);
+    * kubernetes: ``extra.kubeconfig`` (+ ``extra.context``) or ``extra.in_cluster: true``.
+
+    A platform set to actuate whose connection is missing raises :class:`ActuationConfigError`.
+    """
+    env = os.environ if env is None else env
+    out: dict[str, Actuator] = {}
+    for p in config.platforms:
+        if platforms is not None and p.name not in platforms:
+            continue
+        if not p.actuation or p.kind == "simulator":
+            continue
+        conn = _connection(p.conn_id, env)
+        extra = (conn or {}).get("extra", {})
+        if p.kind == "slurm":
+            from gpupool.allocate.actuators.slurm import SlurmActuator
+
+            conf = extra.get("slurm_conf") or env.get("SLURM_CONF")
+            if not conf:
+                raise ActuationConfigError(f"platform {p.name}: no slurm_conf in connection {p.conn_id} and no SLURM_CONF")
+            out[p.name] = SlurmActuator(p.name, slurm_conf=conf, bin_dir=extra.get("bin_dir"))
+        elif p.kind == "openstack":
+            if conn is None:
+                raise ActuationConfigError(f"platform {p.name}: connection {p.conn_id} not found")
+            import openstack
+
+            if extra.get("cloud"):
+                os_conn = openstack.connect(cloud=extra["cloud"])
+            else:
+                os_conn = openstack.connect(
+                    auth_url=conn.get("host"), username=conn.get("login"), password=conn.get("password"),
+                    project_name=extra.get("project_name"), user_domain_name=extra.get("user_domain_name", "Default"),
+                    project_domain_name=extra.get("project_domain_name", "Default"),
+                    region_name=extra.get("region_name"), load_envvars=False, load_yaml_config=False,
+                )
+            from gpupool.allocate.actuators.openstack import OpenStackActuator
+
+            out[p.name] = OpenStackActuator(os_conn, p.name,
+                                            manage_compute_service=bool(extra.get("manage_compute_service", True)))
+        elif p.kind == "kubernetes":
+            from kubernetes import client, config as kconfig
+
+            from gpupool.allocate.actuators.kubernetes import KubernetesActuator
+
+            if extra.get("in_cluster"):
+                kconfig.load_incluster_config()
+                api = client.ApiClient()
+            else:
+                api = kconfig.new_client_from_config(config_file=extra.get("kubeconfig"), context=extra.get("context"))
+            out[p.name] = KubernetesActuator(api, p.name)
+    return out
+
+
+# ------------------------------------------------------------------------------------ actuation
+
+
+def _live_platforms(config) -> set[str]:
+    return {p.name for p in config.platforms if p.actuation and p.kind != "simulator"}
+
+
+def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False,
+                 actuators: Mapping[str, Actuator] | None = None, at: datetime | None = None,
+                 allow_evict: bool = False) -> dict[str, Any]:
+    """Open the handovers of plan ``plan_id`` and advance every open handover.
+
+    ``at`` (default: the plan's decision time) is the logical time of this run. A plan older
+    than ``limits.max_actuation_age_hours`` at ``at`` opens nothing (its inventory is stale);
+    open handovers are still advanced. Moves whose node already has a handover are skipped and
+    reported. Returns ``{"plan_id", "live", "opened": [...], "skipped": [...], "advance": {...}}``.
+    """
+    engine = ctx.engine
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(allocation_plan).where(allocation_plan.c.id == plan_id)).first()
+    if row is None:
+        raise ho.HandoverError(f"no allocation plan #{plan_id}")
+    decided = _utc(row.decided_at).to_pydatetime()
+    at = decided if at is None else _utc(at).to_pydatetime()
+    if backfill:
+        ho.send_audited(engine, None, None, Command(
+            "gpupool", "*", "backfill_skip", {"plan_id": plan_id, "moves": len(row.moves or []),
+                                               "note": "backfill runs never actuate; nothing was sent"}), dry_run=True)
+        return {"plan_id": plan_id, "live": False, "backfill": True, "opened": [], "skipped": [],
+                "note": "backfill run: nothing sent, nothing opened"}
+    live_ok = (not dry_run) and (not ctx.config.dry_run)
+    live_platforms = _live_platforms(ctx.config)
+    if actuators is None:
+        actuators = build_actuators(ctx.config) if live_ok else {}
+    lim = ctx.config.limits
+    timeout = timedelta(hours=lim.max_actuation_age_hours) if lim.max_actuation_age_hours > 0 else ho.DEFAULT_TIMEOUT
+    opened, skipped = [], []
+    stale = lim.max_actuation_age_hours > 0 and at - decided > timedelta(hours=lim.max_actuation_age_hours)
+    with engine.connect() as conn:
+        done_nodes = {r.node for r in conn.execute(sa.select(handover.c.node).where(handover.c.plan_id == plan_id))}
+    for m in row.moves or []:
+        node, src, dst = m["node"], m["from"], m["to"]
+        if stale:
+            skipped.append({"node": node, "why": f"plan decided {decided.isoformat()} is older than "
+                                                 f"{lim.max_actuation_age_hours} h at {at.isoformat()}"})
+            continue
+        if node in done_nodes:
+            skipped.append({"node": node, "why": "this plan already opened a handover for it"})
+            continue
+        live = (live_ok and src in live_platforms and dst in live_platforms
+                and src in actuators and dst in actuators)
+        try:
+            hid = ho.open_handover(engine, node, src, dst, at, plan_id=plan_id, reason=m.get("reason"),
+                                   dry_run=not live, timeout=timeout)
+        except ho.HandoverConflict as exc:
+            skipped.append({"node": node, "why": str(exc)})
+            continue
+        opened.append({"id": hid, "node": node, "from": src, "to": dst, "dry_run": not live})
+    advance = ho.advance_all(engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
+    return {"plan_id": plan_id, "live": live_ok, "opened": opened, "skipped": skipped, "advance": advance}
+
+
+def advance_handovers(ctx, at: datetime, dry_run: bool = True, actuators: Mapping[str, Actuator] | None = None,
+                      allow_evict: bool = False) -> dict[str, Any]:
+    """Advance every open handover (the short-interval handover DAG's one task)."""
+    live_ok = (not dry_run) and (not ctx.config.dry_run)
+    if actuators is None:
+        actuators = build_actuators(ctx.config) if live_ok else {}
+    return ho.advance_all(ctx.engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+def list_handovers(engine: Engine, at: datetime | None = None, open_only: bool = False,
+                   limit: int | None = 100) -> list[dict[str, Any]]:
+    """Handovers newest first, each with its age (from ``at``, default now) and audit counts."""
+    hs = ho.list_handovers(engine, ho.BLOCKING_STATES if open_only else None, limit=limit)
+    ref = _utc(at) if at is not None else pd.Timestamp.now(tz="UTC")
+    counts: dict[int, dict[str, int]] = {}
+    if hs:
+        with engine.connect() as conn:
+            for hid, status, n in conn.execute(
+                    sa.select(action_audit.c.handover_id, action_audit.c.status, sa.func.count())
+                    .where(action_audit.c.handover_id.in_([h.id for h in hs]))
+                    .group_by(action_audit.c.handover_id, action_audit.c.status)):
+                counts.setdefault(int(hid), {})[status] = int(n)
+    out = []
+    for h in hs:
+        d = h.as_dict()
+        d["age_minutes"] = round((ref - _utc(h.created_at)).total_seconds() / 60.0, 1)
+        d["actions"] = counts.get(h.id, {})
+        out.append(d)
+    return out
+
+
+def format_handovers(rows: list[dict[str, Any]]) -> str:
+    """A table for ``gpupool handovers``."""
+    if not rows:
+        return "no handovers"
+    lines = [f"{'ID':>5}  {'NODE':<20} {'FROM':<12} {'TO':<12} {'STATE':<12} {'AGE':>8}  {'MODE':<7} NOTE"]
+    for r in rows:
+        age = r["age_minutes"]
+        age_s = f"{age / 60:.1f}h" if age >= 90 else f"{age:.0f}m"
+        lines.append(f"{r['id']:>5}  {r['node']:<20} {r['from_platform']:<12} {r['to_platform']:<12} "
+                     f"{r['state']:<12} {age_s:>8}  {'dry-run' if r['dry_run'] else 'live':<7} {r['error'] or ''}")
+    return "\n".join(lines)
+
+
+def rollback_handover(ctx, handover_id: int, actuators: Mapping[str, Actuator] | None = None,
+                      at: datetime | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """``gpupool rollback ID``: undo a handover (see :func:`gpupool.allocate.handover.rollback`)."""
+    h = ho.get_handover(ctx.engine, handover_id)
+    if actuators is None:
+        actuators = {} if h.dry_run else build_actuators(ctx.config, [h.from_platform, h.to_platform])
+    return ho.rollback(ctx.engine, handover_id, actuators, at=at, dry_run=dry_run)
+
+
+__all__ = [
+    "plan_from_staging", "actuate_plan", "advance_handovers", "list_handovers", "format_handovers",
+    "rollback_handover", "build_actuators", "policy_from_config", "pool_nodes", "platform_demand",
+    "ActuationConfigError",
+]

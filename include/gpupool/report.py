@@ -1,0 +1,209 @@
+"""`gpupool report`: an HTML report with PNG plots of a staged period and its what-if table.
+
+Plots: demand vs capacity per platform, forecast vs actual with intervals, anomalies marked,
+moves on a timeline. The what-if table replays the period's staged demand through
+`gpupool simulate` under every policy: the staged demand is written as Helios-format traces
+next to the report, with a scenario file in the simulator's format, so the study can be
+rerun or edited by hand.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import sqlalchemy as sa
+import yaml
+from sqlalchemy.engine import Engine
+
+from gpupool.canonical import DEMAND_METRICS
+from gpupool.staging.schema import allocation_plan, clean_sample, forecast, sample
+
+POLICIES = ("static", "reactive", "predictive", "oracle")
+
+
+class ReportError(ValueError):
+    """Nothing to report for the period asked."""
+
+
+def _read_platform_series(engine: Engine, start: datetime, end: datetime) -> pd.DataFrame:
+    q = sa.select(sample.c.platform, sample.c.metric, sample.c.ts, sample.c.value).where(
+        sample.c.entity_kind == "platform", sample.c.ts >= start, sample.c.ts < end
+    )
+    with engine.connect() as conn:
+        frame = pd.read_sql(q, conn)
+    if frame.empty:
+        raise ReportError(f"staging holds no platform samples in [{start.isoformat()}, {end.isoformat()})")
+    frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
+    return frame
+
+
+def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path, step: str = "5min",
+                 whatif: bool = True, progress: Callable[[str], None] | None = None) -> Path:
+    """Write `index.html`, the PNG plots, the what-if traces/scenario and `whatif.json` to `out`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tick = progress or (lambda _label: None)
+    raw = _read_platform_series(engine, start, end)
+    wide = raw.pivot_table(index="ts", columns=["platform", "metric"], values="value", aggfunc="mean").sort_index()
+    platforms = sorted(raw["platform"].unique())
+    with engine.connect() as conn:
+        anomalies = pd.read_sql(
+            sa.select(clean_sample.c.platform, clean_sample.c.metric, clean_sample.c.ts, clean_sample.c.value, clean_sample.c.expected).where(
+                clean_sample.c.is_anomaly.is_(True), clean_sample.c.ts >= start, clean_sample.c.ts < end
+            ),
+            conn,
+        )
+        fc = pd.read_sql(
+            sa.select(forecast).where(forecast.c.issued_at >= start, forecast.c.issued_at <= end, forecast.c.step == 1), conn
+        )
+        plans = conn.execute(
+            sa.select(allocation_plan.c.decided_at, allocation_plan.c.moves, allocation_plan.c.policy).where(
+                allocation_plan.c.decided_at >= start, allocation_plan.c.decided_at <= end
+            ).order_by(allocation_plan.c.decided_at)
+        ).all()
+    for f in (anomalies, fc):
+        for col in ("ts", "issued_at"):
+            if col in f:
+                f[col] = pd.to_datetime(f[col], utc=True)
+
+    figures: list[tuple[str, str]] = []
+    # 1. demand vs capacity
+    fig, axes = plt.subplots(len(platforms), 1, figsize=(11, 2.6 * len(platforms)), sharex=True, squeeze=False)
+    for ax, p in zip(axes[:, 0], platforms):
+        demand = sum(wide[(p, m)] for m in DEMAND_METRICS if (p, m) in wide) if any((p, m) in wide for m in DEMAND_METRICS) else None
+        if demand is not None:
+            ax.plot(demand.index, demand.to_numpy(), lw=1, color="#0969da", label="demand (allocated + pending)")
+        if (p, "gpu_capacity") in wide:
+            ax.plot(wide.index, wide[(p, "gpu_capacity")].to_numpy(), lw=1.2, color="#57606a", label="capacity")
+        a = anomalies[(anomalies["platform"] == p) & anomalies["metric"].isin(DEMAND_METRICS)]
+        if len(a):
+            ax.scatter(a["ts"], a["value"], s=10, color="#cf222e", zorder=3, label="anomaly (raw value)")
+        ax.set_title(p, loc="left", fontsize=10)
+        ax.set_ylabel("GPUs")
+        ax.legend(loc="upper right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "demand_capacity.png", dpi=90)
+    plt.close(fig)
+    figures.append(("demand_capacity.png", "Demand and capacity per platform, anomalies marked"))
+    tick("demand vs capacity")
+
+    # 2. forecast (one hour ahead) vs actual hourly demand, with the interval
+    if len(fc):
+        fig, axes = plt.subplots(len(platforms), 1, figsize=(11, 2.6 * len(platforms)), sharex=True, squeeze=False)
+        for ax, p in zip(axes[:, 0], platforms):
+            f = fc[fc["platform"] == p].sort_values("ts")
+            cols = [(p, m) for m in DEMAND_METRICS if (p, m) in wide]
+            actual = sum(wide[c] for c in cols).resample("1h").mean() if cols else pd.Series(dtype=float)
+            ax.plot(actual.index, actual.to_numpy(), color="#0969da", lw=1.2, label="actual (hourly mean)")
+            if len(f):
+                ax.fill_between(f["ts"], f["yhat_lower"], f["yhat_upper"], color="#bf8700", alpha=0.25, label="interval")
+                ax.plot(f["ts"], f["yhat"], color="#bf8700", lw=1, label="forecast, 1 h ahead")
+            ax.set_title(p, loc="left", fontsize=10)
+            ax.legend(loc="upper right", fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "forecast_actual.png", dpi=90)
+        plt.close(fig)
+        figures.append(("forecast_actual.png", "One-hour-ahead forecasts against actual demand"))
+    tick("forecast vs actual")
+
+    # 3. moves on a timeline
+    moves = [(pd.Timestamp(r.decided_at), m) for r in plans for m in (r.moves or [])]
+    fig, ax = plt.subplots(figsize=(11, 1.8 + 0.25 * len(platforms)))
+    ypos = {p: i for i, p in enumerate(platforms)}
+    for t, m in moves:
+        y0, y1 = ypos.get(m.get("from"), -1), ypos.get(m.get("to"), -1)
+        ax.annotate("", xy=(t, y1), xytext=(t, y0), arrowprops={"arrowstyle": "->", "color": "#8250df"})
+    ax.set_yticks(range(len(platforms)), platforms)
+    ax.set_xlim(pd.Timestamp(start), pd.Timestamp(end))
+    ax.set_title(f"Planned moves ({len(moves)})", loc="left", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "moves.png", dpi=90)
+    plt.close(fig)
+    figures.append(("moves.png", "Planned node moves (source → target)"))
+    tick("moves")
+
+    table = None
+    if whatif:
+        table = what_if(raw, out, step=step, progress=tick)
+        (out / "whatif.json").write_text(json.dumps(table, indent=2))
+    page = _html(start, end, platforms, figures, table, len(anomalies), len(moves))
+    (out / "index.html").write_text(page)
+    return out / "index.html"
+
+
+def what_if(raw: pd.DataFrame, out: Path, step: str = "5min", progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Replay the staged demand under every policy; returns one row per policy."""
+    from gpupool.sim.scenario import load_scenario
+    from gpupool.sim.study import simulate
+
+    traces = out / "traces"
+    traces.mkdir(exist_ok=True)
+    spec: dict[str, Any] = {"step": step, "decision_every": "1h", "node_gpus": 8, "move_minutes": 30,
+                            "max_moves_per_decision": 4, "platforms": {}}
+    for p, g in raw.groupby("platform"):
+        w = g.pivot_table(index="ts", columns="metric", values="value", aggfunc="mean").sort_index()
+        w = w.resample(step).mean().interpolate(limit_direction="both")
+        if "gpu_capacity" not in w or w["gpu_capacity"].isna().all():
+            continue
+        trace = pd.DataFrame({
+            "time": w.index.tz_convert("UTC").tz_localize(None).strftime("%Y-%m-%d %H:%M:%S"),
+            "running_gpu_num": w.get("gpu_allocated", pd.Series(0.0, index=w.index)).fillna(0).round(3).to_numpy(),
+            "pending_gpu_num": w.get("gpu_pending", pd.Series(0.0, index=w.index)).fillna(0).round(3).to_numpy(),
+            "total_gpu_num": w["gpu_capacity"].ffill().bfill().round().astype(int).to_numpy(),
+        })
+        trace.to_csv(traces / f"{p}.csv", index=False)
+        spec["platforms"][p] = {"trace": [f"traces/{p}.csv"]}
+    if not spec["platforms"]:
+        return []
+    path = out / "scenario.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    scenario = load_scenario(path)
+    rows = []
+    for policy in POLICIES:
+        res = simulate(scenario, policy)
+        t = res["total"]
+        rows.append({"policy": policy, **{k: t[k] for k in ("demand_gpu_hours", "served_gpu_hours", "unmet_gpu_hours",
+                                                             "capacity_gpu_hours", "utilization", "moves")}})
+        if progress:
+            progress(f"what-if {policy}")
+    return rows
+
+
+def _html(start, end, platforms, figures, table, n_anomalies, n_moves) -> str:
+    e = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>gpupool report</title>",
+        "<style>body{font-family:system-ui,sans-serif;margin:1.5rem;max-width:1100px}"
+        "table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:.3rem .6rem;text-align:right}"
+        "th:first-child,td:first-child{text-align:left}img{max-width:100%}</style></head><body>",
+        f"<h1>gpupool report</h1><p>{e(start.isoformat())} – {e(end.isoformat())} · platforms: {e(', '.join(platforms))} · "
+        f"{n_anomalies} anomalies cleaned · {n_moves} planned moves</p>",
+    ]
+    for name, caption in figures:
+        parts.append(f"<h2>{e(caption)}</h2><img src='{e(name)}' alt='{e(caption)}'>")
+    if table:
+        parts.append("<h2>What if: the period's demand under each policy</h2>")
+        parts.append("<p>Replayed by <code>gpupool simulate scenario.yaml --policy …</code> on the staged demand "
+                     "(traces in <code>traces/</code>).</p><table><tr><th>policy</th><th>demand GPU-h</th><th>served GPU-h</th>"
+                     "<th>unmet GPU-h</th><th>capacity GPU-h</th><th>utilization</th><th>moves</th></tr>")
+        for r in table:
+            parts.append(
+                f"<tr><td>{e(r['policy'])}</td><td>{r['demand_gpu_hours']:.1f}</td><td>{r['served_gpu_hours']:.1f}</td>"
+                f"<td>{r['unmet_gpu_hours']:.1f}</td><td>{r['capacity_gpu_hours']:.1f}</td><td>{r['utilization']:.3f}</td>"
+                f"<td>{r['moves']}</td></tr>"
+            )
+        parts.append("</table>")
+    parts.append("</body></html>")
+    return "".join(parts)
+
+

@@ -1,0 +1,273 @@
+"""The product through a running Airflow: REST trigger with Params, then the GPU pool page in
+real headless Chromium behind Airflow's auth (screenshot saved to artifacts/pool-page.png),
+then a short backfill that fills staging and sends nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import requests
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts"
+END = datetime(2026, 11, 1, 12, tzinfo=timezone.utc)
+PASSWORD = "gpupool-e2e"
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, make_airflow_env):
+    """`airflow standalone` on loopback with small parallelism, staging seeded with history."""
+    home = tmp_path_factory.mktemp("airflow_stack")
+    port = _free_port()
+    env = {
+        **os.environ,
+        **make_airflow_env(home),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        # only runs the test creates: no scheduled run of "now" competes with them
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "gpupool-e2e-secret",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    (home / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
+    # history before the run's window, as earlier hourly runs or a backfill leave it
+    seed = subprocess.run(
+        [sys.executable, "-m", "gpupool.cli", "run", "--start", (END - timedelta(days=2, hours=1)).isoformat(),
+         "--end", (END - timedelta(hours=1)).isoformat()],
+        env=env, capture_output=True, text=True,
+    )
+    assert seed.returncode == 0, seed.stderr[-3000:]
+    migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    pool = subprocess.run([sys.executable, "-m", "airflow", "pools", "set", "gpupool_actuation", "1", "gpupool"], env=env,
+                          capture_output=True, text=True)
+    assert pool.returncode == 0, pool.stderr[-3000:]
+    log = open(home / "standalone.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "airflow", "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"airflow standalone exited {proc.returncode}:\n{(home / 'standalone.log').read_text()[-4000:]}")
+            try:
+                if requests.get(f"{base}/api/v2/monitor/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.time() > deadline:
+                pytest.fail(f"airflow standalone not healthy in 180 s:\n{(home / 'standalone.log').read_text()[-4000:]}")
+            time.sleep(2)
+        token = requests.post(f"{base}/auth/token", json={"username": "admin", "password": PASSWORD}, timeout=10)
+        assert token.status_code in (200, 201), token.text
+        yield {"base": base, "token": token.json()["access_token"], "env": env, "home": home}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def _api(stack, method, path, **kw):
+    headers = {"Authorization": f"Bearer {stack['token']}"}
+    return requests.request(method, stack["base"] + path, headers=headers, timeout=30, **kw)
+
+
+def _wait_dag_visible(stack, dag_id):
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        r = _api(stack, "GET", f"/api/v2/dags/{dag_id}")
+        if r.status_code == 200:
+            return r.json()
+        time.sleep(2)
+    pytest.fail(f"{dag_id} never appeared: {r.status_code} {r.text[:500]}")
+
+
+def _wait_run(stack, dag_id, run_id, timeout=420):
+    deadline = time.time() + timeout
+    state = None
+    while time.time() < deadline:
+        state = _api(stack, "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}").json().get("state")
+        if state in ("success", "failed"):
+            return state
+        time.sleep(3)
+    return state
+
+
+def _staging(stack):
+    from gpupool.staging import db
+
+    return db.make_engine(stack["env"]["GPUPOOL_STAGING_URL"])
+
+
+def test_trigger_with_params_through_the_rest_api(stack):
+    from gpupool.staging.schema import action_audit, allocation_plan, extract_run, forecast, sample
+
+    _wait_dag_visible(stack, "gpupool_pipeline")
+    start = END - timedelta(hours=1)
+    r = _api(stack, "POST", "/api/v2/dags/gpupool_pipeline/dagRuns", json={
+        "logical_date": None,
+        "conf": {"window_start": start.isoformat(), "window_end": END.isoformat(), "dry_run": True, "policy": "predictive"},
+    })
+    assert r.status_code in (200, 201), r.text
+    run_id = r.json()["dag_run_id"]
+    state = _wait_run(stack, "gpupool_pipeline", run_id)
+    assert state == "success", (state, (stack["home"] / "standalone.log").read_text()[-4000:])
+    engine = _staging(stack)
+    with engine.connect() as conn:
+        runs = conn.execute(sa.select(extract_run).where(extract_run.c.window_start == start, extract_run.c.status == "success")).all()
+        rows = conn.execute(sa.select(sa.func.count()).select_from(sample).where(sample.c.ts >= start, sample.c.ts < END)).scalar()
+        fc = conn.execute(sa.select(sa.func.count()).select_from(forecast).where(forecast.c.issued_at == END)).scalar()
+        plan = conn.execute(sa.select(allocation_plan).where(allocation_plan.c.decided_at == END)).all()
+        live = conn.execute(sa.select(action_audit).where(action_audit.c.dry_run.is_(False))).all()
+    assert {x.platform for x in runs} == {"openstack", "slurm", "kubernetes"}
+    assert rows > 0 and fc > 0 and len(plan) >= 1
+    assert live == []
+
+
+def test_pool_page_requires_auth(stack):
+    r = requests.get(stack["base"] + "/gpupool/api/pool", timeout=10)
+    assert r.status_code in (401, 403)
+    ok = _api(stack, "GET", "/gpupool/api/pool")
+    assert ok.status_code == 200, ok.text
+    body = ok.json()
+    assert set(body["platforms"]) == {"openstack", "slurm", "kubernetes"}
+    assert all(p["gpus"] > 0 and p["demand"] for p in body["platforms"].values())
+
+
+def test_pool_page_in_headless_chromium(stack):
+    """Real Chromium, logged in with Airflow's session cookie; fails on an error or no data."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "chromium is not installed (scripts/install-test-tools.sh installs it)"
+    text, png = _render_with_cookie(chromium, stack["base"] + "/gpupool/", stack["base"], stack["token"])
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "pool-page.png").write_bytes(png)
+    assert "GPU pool" in text
+    for name in ("openstack", "slurm", "kubernetes"):
+        assert name in text
+    assert "GPUs" in text and "Last plan" in text
+    lowered = text.lower()
+    assert "internal server error" not in lowered and "not authenticated" not in lowered and "no data" not in lowered
+    assert len(png) > 20_000  # a rendered page with charts, not a blank or an error stub
+
+
+def test_backfill_fills_staging_and_sends_nothing(stack):
+    from gpupool.staging.schema import action_audit, allocation_plan, extract_run
+
+    start = END - timedelta(hours=3)
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow", "backfill", "create", "--dag-id", "gpupool_pipeline",
+         "--from-date", (start - timedelta(hours=1)).isoformat(), "--to-date", (END - timedelta(hours=2)).isoformat(),
+         "--max-active-runs", "1"],
+        env=stack["env"], capture_output=True, text=True,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    engine = _staging(stack)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        runs = _api(stack, "GET", "/api/v2/dags/gpupool_pipeline/dagRuns", params={"run_type": "backfill"}).json()["dag_runs"]
+        if runs and all(r["state"] in ("success", "failed") for r in runs):
+            break
+        time.sleep(5)
+    assert runs and all(r["state"] == "success" for r in runs), [(r["dag_run_id"], r["state"]) for r in runs]
+    with engine.connect() as conn:
+        ok = conn.execute(sa.select(extract_run.c.window_start).where(extract_run.c.status == "success")).all()
+        plans = conn.execute(sa.select(allocation_plan).where(allocation_plan.c.decided_at > start - timedelta(hours=1),
+                                                               allocation_plan.c.decided_at < END)).all()
+        live = conn.execute(sa.select(action_audit).where(action_audit.c.dry_run.is_(False))).all()
+    assert len(runs) >= 2 and len(plans) >= len(runs)
+    assert all(p.dry_run for p in plans)
+    assert live == []  # a backfill never sends a command
+    assert len({r.window_start for r in ok}) >= len(runs)
+
+
+# --- a minimal DevTools client: cookie, navigate, read text, screenshot -----------------------
+
+
+def _render_with_cookie(chromium: str, url: str, base: str, token: str) -> tuple[str, bytes]:
+    import websocket
+
+    profile = tempfile.mkdtemp(prefix="gpupool-chromium-")
+    proc = subprocess.Popen(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1400,1000", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        port_file = Path(profile) / "DevToolsActivePort"
+        deadline = time.time() + 30
+        while not port_file.exists() or not port_file.read_text().strip():
+            if time.time() > deadline or proc.poll() is not None:
+                raise AssertionError("chromium did not open its DevTools port")
+            time.sleep(0.2)
+        port = int(port_file.read_text().split()[0])
+        pages = requests.get(f"http://127.0.0.1:{port}/json/list", timeout=5).json()
+        page = next(p for p in pages if p.get("type") == "page")
+        ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30)
+        counter = iter(range(1, 10_000))
+
+        def call(method, **params):
+            msg_id = next(counter)
+            ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
+            while True:
+                msg = json.loads(ws.recv())
+                if msg.get("id") == msg_id:
+                    if "error" in msg:
+                        raise AssertionError(f"{method}: {msg['error']}")
+                    return msg.get("result", {})
+
+        call("Network.enable")
+        call("Network.setCookie", name="_token", value=token, url=base, path="/")
+        call("Page.enable")
+        call("Page.navigate", url=url)
+        deadline = time.time() + 30
+        text = ""
+        while time.time() < deadline:
+            res = call("Runtime.evaluate", expression="document.readyState + '|' + document.body.innerText", returnByValue=True)
+            value = res.get("result", {}).get("value", "")
+            ready, _, text = value.partition("|")
+            if ready == "complete" and text:
+                break
+            time.sleep(0.3)
+        shot = call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        ws.close()
+        return text, base64.b64decode(shot["data"])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(profile, ignore_errors=True)

@@ -1,0 +1,159 @@
+"""The allocation service on staging: plan from inventory + forecasts / last hour, actuate a
+stored plan (dry run, live gate, backfill), list and roll back handovers."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from gpupool import pipeline
+from gpupool.allocate import handover as ho
+from gpupool.allocate import service
+from gpupool.config import parse_config
+from gpupool.staging.schema import clean_sample, forecast, forecast_run, inventory_node, sample
+
+END = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
+WINDOW = pipeline.Window(END - timedelta(hours=1), END)
+
+
+def _config(**extra):
+    raw = {"platforms": [{"name": "slurm", "kind": "slurm", "actuation": True},
+                         {"name": "kubernetes", "kind": "kubernetes", "actuation": True}],
+           "limits": {"horizon_hours": 2, "max_moves_per_run": 2, "cooldown_hours": 0}}
+    raw.update(extra)
+    return parse_config(raw)
+
+
+def _stage(engine, busy_slurm=8.0):
+    """slurm: 4 idle nodes of 8 GPUs (one also held by gpupool on kubernetes); kubernetes: 2 busy."""
+    rows = []
+    for i in range(4):
+        rows.append(dict(platform="slurm", node=f"gpu-n{i}", snapshot_at=END, gpus=8, gpu_model="A100",
+                         mig_layout=None, schedulable=True, drain_reason=None, busy_gpus=busy_slurm if i == 0 else 0.0))
+    rows.append(dict(platform="kubernetes", node="gpu-n3", snapshot_at=END, gpus=8, gpu_model="A100", mig_layout=None,
+                     schedulable=False, drain_reason="gpupool: held for the pool", busy_gpus=0.0))
+    for i in range(2):
+        rows.append(dict(platform="kubernetes", node=f"k8s-{i}", snapshot_at=END, gpus=8, gpu_model="H100",
+                         mig_layout=None, schedulable=True, drain_reason=None, busy_gpus=8.0))
+    rows.append(dict(platform="kubernetes", node="k8s-broken", snapshot_at=END, gpus=8, gpu_model="H100",
+                     mig_layout=None, schedulable=False, drain_reason="hardware ticket 12", busy_gpus=0.0))
+    with engine.begin() as conn:
+        conn.execute(inventory_node.insert(), rows)
+        for p, demand in (("slurm", 8.0), ("kubernetes", 40.0)):
+            conn.execute(forecast_run.insert().values(platform=p, series="demand", issued_at=END, model="arima",
+                                                      summary={}, level=90.0))
+            conn.execute(forecast.insert(), [dict(platform=p, series="demand", issued_at=END, step=s,
+                                                  ts=END + timedelta(hours=s), yhat=demand, yhat_lower=demand - 2,
+                                                  yhat_upper=demand + 2) for s in (1, 2)])
+            conn.execute(sample.insert(), [dict(platform=p, cluster="", entity_kind="platform", entity_id="",
+                                                metric="gpu_allocated", ts=END - timedelta(minutes=m), value=demand / 2,
+                                                unit="gpu") for m in (5, 30, 55)])
+            conn.execute(clean_sample.insert(), [dict(platform=p, cluster="", entity_kind="platform", entity_id="",
+                                                      metric="gpu_allocated", ts=END - timedelta(minutes=m),
+                                                      value=demand / 2, expected=demand / 2, score=0.0,
+                                                      is_anomaly=False, filled=False, detector="sr",
+                                                      clean_value=demand / 2) for m in (5, 30, 55)])
+
+
+@pytest.fixture
+def ctx(sqlite_engine):
+    _stage(sqlite_engine)
+    return pipeline.Context(_config(), sqlite_engine)
+
+
+def test_plan_from_staging_predictive_moves_idle_slurm_nodes(ctx):
+    out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")
+    assert out["solver"] == "milp"
+    moves = out["moves"]
+    assert 1 <= len(moves) <= 2
+    assert all(m["from"] == "slurm" and m["to"] == "kubernetes" and m["node"] != "gpu-n0" for m in moves)
+    assert set(moves[0]) >= {"node", "from", "to", "expected_gain", "reason", "mig_layout"}
+    per = out["summary"]["platforms"]
+    assert per["slurm"]["nodes"] == 4 and per["kubernetes"]["nodes"] == 2
+    assert per["kubernetes"]["demand_mean"] == [40.0, 40.0]
+    assert per["kubernetes"]["demand_upper"][0] < 42.0  # level-90 upper rescaled to the 0.9 quantile
+    assert "forecast issued" in per["kubernetes"]["demand_from"]
+    assert any("hardware ticket 12" in e["why"] for e in out["summary"]["excluded"])
+
+
+def test_plan_from_staging_reactive_uses_last_hour(ctx):
+    out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "reactive")
+    per = out["summary"]["platforms"]
+    assert per["kubernetes"]["demand_mean"] == [20.0, 20.0] and per["kubernetes"]["demand_from"] == "last hour"
+
+
+def test_pipeline_plan_then_dry_run_actuation(ctx):
+    stored = pipeline.plan(ctx, WINDOW, policy="predictive", dry_run=True, platforms=["slurm", "kubernetes"])
+    out = service.actuate_plan(ctx, stored["plan_id"], dry_run=True, backfill=False)
+    assert not out["live"] and len(out["opened"]) == len(stored["moves"]) >= 1
+    assert all(o["dry_run"] for o in out["opened"])
+    hs = service.list_handovers(ctx.engine, at=END + timedelta(minutes=30))
+    assert {h["state"] for h in hs} == {ho.DONE} and hs[0]["age_minutes"] == 30.0
+    assert set(hs[0]["actions"]) == {"dry_run"}
+    rows = ho.audit_rows(ctx.engine)
+    # no actuator for a dry run: release, MIG layout (the planner names one for A100s), attach — described
+    assert {r["status"] for r in rows} == {"dry_run"}
+    assert {r["action"] for r in rows} - {"prepare"} == {"release", "attach"}
+    # re-running the same plan opens nothing twice
+    again = service.actuate_plan(ctx, stored["plan_id"], dry_run=True, backfill=False)
+    assert again["opened"] == [] and len(again["skipped"]) == len(stored["moves"])
+    assert "dry-run" in service.format_handovers(hs)
+
+
+def test_backfill_never_actuates(ctx):
+    stored = pipeline.plan(ctx, WINDOW, policy="predictive", dry_run=False, platforms=["slurm", "kubernetes"])
+    out = service.actuate_plan(ctx, stored["plan_id"], dry_run=False, backfill=True)
+    assert out["backfill"] and out["opened"] == []
+    assert ho.list_handovers(ctx.engine) == []
+    rows = ho.audit_rows(ctx.engine)
+    assert [(r["action"], r["status"]) for r in rows] == [("backfill_skip", "dry_run")]
+
+
+def test_live_needs_config_and_platform_consent(ctx):
+    """dry_run=False alone sends nothing while the configuration says dry_run (the default)."""
+    from memplatform import make
+
+    dc, acts = make(("slurm", "kubernetes"), {f"gpu-n{i}": "slurm" for i in range(4)})
+    stored = pipeline.plan(ctx, WINDOW, policy="predictive", dry_run=False, platforms=["slurm", "kubernetes"])
+    out = service.actuate_plan(ctx, stored["plan_id"], dry_run=False, backfill=False, actuators=acts)
+    assert not out["live"] and all(o["dry_run"] for o in out["opened"])
+    assert all(a.sent == [] for a in acts.values())
+
+
+def test_live_actuation_and_rollback(sqlite_engine):
+    from memplatform import make
+
+    _stage(sqlite_engine)
+    ctx = pipeline.Context(_config(dry_run=False), sqlite_engine)
+    stored = pipeline.plan(ctx, WINDOW, policy="predictive", dry_run=False, platforms=["slurm", "kubernetes"])
+    nodes = {f"gpu-n{i}": "slurm" for i in range(4)} | {"k8s-0": "kubernetes", "k8s-1": "kubernetes"}
+    dc, acts = make(("slurm", "kubernetes"), nodes)
+    out = service.actuate_plan(ctx, stored["plan_id"], dry_run=False, backfill=False, actuators=acts)
+    assert out["live"] and out["opened"] and not any(o["dry_run"] for o in out["opened"])
+    moved = [o["node"] for o in out["opened"]]
+    assert all(dc.open_on(n) == ["kubernetes"] for n in moved)
+    # the planner sees those nodes as freshly moved (cool-down)
+    nodes_after, _ = service.pool_nodes(sqlite_engine, END, ["slurm", "kubernetes"])
+    assert all(n.last_moved_at is not None for n in nodes_after if n.name in moved)
+    hid = out["opened"][0]["id"]
+    res = service.rollback_handover(ctx, hid, actuators=acts, at=END + timedelta(hours=1))
+    assert res["state"] == ho.ROLLED_BACK and dc.open_on(moved[0]) == ["slurm"]
+
+
+def test_stale_plan_opens_nothing(ctx):
+    stored = pipeline.plan(ctx, WINDOW, policy="predictive", dry_run=True, platforms=["slurm", "kubernetes"])
+    out = service.actuate_plan(ctx, stored["plan_id"], dry_run=True, backfill=False, at=END + timedelta(hours=5))
+    assert out["opened"] == [] and all("older than" in s["why"] for s in out["skipped"])
+
+
+def test_build_actuators_reads_airflow_json_connections(tmp_path):
+    cfg = parse_config({"platforms": [
+        {"name": "hpc", "kind": "slurm", "conn_id": "slurm_hpc", "actuation": True},
+        {"name": "sim", "kind": "simulator", "actuation": True},
+        {"name": "k8s", "kind": "kubernetes", "actuation": False}]})
+    env = {"AIRFLOW_CONN_SLURM_HPC": '{"conn_type": "generic", "extra": {"slurm_conf": "/etc/slurm/slurm.conf"}}'}
+    acts = service.build_actuators(cfg, env=env)
+    assert list(acts) == ["hpc"] and acts["hpc"].slurm_conf == "/etc/slurm/slurm.conf"
+    with pytest.raises(service.ActuationConfigError, match="slurm_conf"):
+        service.build_actuators(cfg, env={})
