@@ -98,10 +98,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", dest="json_out", help="write the result JSON here")
     p.add_argument("--no-progress", action="store_true")
 
+    p = sub.add_parser("sim", help="the virtual datacenter")
+    simsub = p.add_subparsers(dest="sim_command", required=True, metavar="ACTION")
+    sp = simsub.add_parser("serve", add_help=False,
+                           help="serve a scenario behind Prometheus, Kubernetes, OpenStack and Slurm APIs")
+    sp.add_argument("rest", nargs=argparse.REMAINDER, help="SCENARIO.yaml [options]; see `gpupool sim serve --help`")
+
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["sim", "serve"]:  # its own parser, options and --help included
+        from gpupool.sim.serve import main as serve_main
+
+        return serve_main(argv[2:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
