@@ -71,9 +71,11 @@ def gpupool_pipeline():
 
     @task(outlets=[SAMPLE_ASSET], map_index_template="{{ task.op_kwargs['platform'] }}")
     def extract(platform: str, window: dict) -> dict:
+        from airflow.sdk import BaseHook
+
         from gpupool.airflow_glue import run_stage
 
-        return run_stage("extract", window, platform=platform)
+        return run_stage("extract", window, platform=platform, lookup=BaseHook.get_connection)
 
     @task(map_index_template="{{ task.op_kwargs['platform'] }}")
     def detect(platform: str, window: dict) -> dict:

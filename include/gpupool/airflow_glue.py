@@ -31,11 +31,12 @@ def platforms_from_context(context: Any) -> list[str]:
     return ctx.platforms(_params(context).get("platforms") or None)
 
 
-def run_stage(stage: str, window: dict, platform: str) -> dict:
+def run_stage(stage: str, window: dict, platform: str, lookup=None) -> dict:
+    """One stage for one platform; `lookup` is Airflow's connection lookup (extract only)."""
     ctx = pipeline.Context.load()
     w = pipeline.Window.from_dict(window)
     if stage == "extract":
-        return pipeline.extract(ctx, platform, w)
+        return pipeline.extract(ctx, platform, w, lookup=lookup)
     if stage == "detect":
         return pipeline.detect(ctx, platform, w)
     if stage == "forecast":

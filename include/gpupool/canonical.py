@@ -81,3 +81,41 @@ def normalize_samples(df: pd.DataFrame, where: str) -> pd.DataFrame:
             f"{tuple(first[SERIES_KEY])} ts={first['ts']}"
         )
     return out.reset_index(drop=True)
+
+
+#: platform totals the pipeline needs; derived from finer entities when a source has none
+TOTAL_METRICS = ("gpu_capacity", "gpu_allocated", "gpu_pending")
+_TOTAL_FROM = ("node", "partition", "pod", "job")
+
+
+def add_platform_totals(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add platform-level rows of the demand and capacity metrics a source reported only
+    per node / partition / pod: their sum at each timestamp.
+
+    A timestamp where fewer entities reported than usually do in the window gets no total
+    (a gap), because a partial sum would look like a drop in demand. Existing platform-level
+    rows are never replaced. Returns a new frame.
+    """
+    if frame.empty:
+        return frame
+    extra = []
+    for (platform, cluster), part in frame.groupby(["platform", "cluster"], sort=False):
+        for metric in TOTAL_METRICS:
+            rows = part[part["metric"] == metric]
+            if rows.empty or (rows["entity_kind"] == "platform").any():
+                continue
+            kind = next((k for k in _TOTAL_FROM if (rows["entity_kind"] == k).any()), None)
+            if kind is None:
+                continue
+            rows = rows[rows["entity_kind"] == kind]
+            per_ts = rows.groupby("ts")["value"].agg(["sum", "count"])
+            usual = per_ts["count"].median()
+            per_ts = per_ts[per_ts["count"] >= usual]
+            extra.append(pd.DataFrame({
+                "platform": platform, "cluster": cluster, "entity_kind": "platform", "entity_id": "",
+                "metric": metric, "ts": per_ts.index, "value": per_ts["sum"].to_numpy(),
+                "unit": rows["unit"].iloc[0],
+            }))
+    if not extra:
+        return frame
+    return pd.concat([frame, *extra], ignore_index=True)[SAMPLE_COLUMNS]

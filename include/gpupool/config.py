@@ -15,17 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
 
-#: Default PromQL per canonical metric for a Slurm cluster scraped by the Slurm exporter
-#: (cluster-level GPU gauges) and the DCGM exporter (per-GPU, with the `hpc_job` label).
-DEFAULT_SLURM_PROMQL: dict[str, str] = {
-    "gpu_capacity": "slurm_gpus_total",
-    "gpu_allocated": "slurm_gpus_alloc",
-    "gpu_pending": "slurm_gpus_pending",
-    "gpu_util": "DCGM_FI_DEV_GPU_UTIL",
-    "gpu_mem_used": "DCGM_FI_DEV_FB_USED",
-}
-
-
 class ConfigError(ValueError):
     """A configuration file that cannot be used; the message names file, key and reason."""
 
@@ -41,17 +30,18 @@ class PlatformConfig(_Strict):
     kind: PlatformKind
     conn_id: str | None = None
     cluster: str = ""
-    #: canonical metric -> query (PromQL for Slurm/Kubernetes-with-Prometheus, meter for Gnocchi)
-    metrics: dict[str, str] = Field(default_factory=dict)
+    #: canonical metric -> query, overriding the source's defaults (for Slurm: the Slurm and
+    #: DCGM exporters, see `gpupool.sources.slurm.DEFAULT_SLURM_QUERIES`). A PromQL string is a
+    #: platform-wide series; a mapping {expr, entity_kind, entity, unit} names its entities.
+    #: For OpenStack the value is the Gnocchi metric (Ceilometer meter) name.
+    metrics: dict[str, str | dict[str, str]] = Field(default_factory=dict)
     actuation: bool = False
     min_nodes: int = Field(default=0, ge=0)
     max_nodes: int | None = Field(default=None, ge=0)
     priority: float = Field(default=1.0, gt=0)
 
     @model_validator(mode="after")
-    def _defaults(self) -> "PlatformConfig":
-        if self.kind == "slurm":
-            self.metrics = {**DEFAULT_SLURM_PROMQL, **self.metrics}
+    def _limits(self) -> "PlatformConfig":
         if self.max_nodes is not None and self.max_nodes < self.min_nodes:
             raise ValueError(f"max_nodes ({self.max_nodes}) < min_nodes ({self.min_nodes})")
         return self

@@ -19,7 +19,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from gpupool.canonical import DEMAND_METRICS, SERIES_KEY, normalize_samples
+from gpupool.canonical import DEMAND_METRICS, SERIES_KEY, add_platform_totals, normalize_samples
 from gpupool.config import GpupoolConfig, default_config, load_config
 from gpupool.staging import db, loader
 from gpupool.staging.schema import (
@@ -122,7 +122,7 @@ class Context:
 # --- extract ---------------------------------------------------------------------------
 
 
-def extract(ctx: Context, platform: str, window: Window) -> dict:
+def extract(ctx: Context, platform: str, window: Window, lookup=None) -> dict:
     """Extract one platform's usage and inventory for the window into staging.
 
     The window's `extract_run` row says running, then success or failed; a failure
@@ -134,23 +134,36 @@ def extract(ctx: Context, platform: str, window: Window) -> dict:
     pcfg = ctx.config.platform(platform)
     run_id = _start_extract_run(ctx.engine, platform, "usage", window)
     try:
-        source = build_source(pcfg, ctx.config)
+        source = build_source(pcfg, ctx.config, lookup)
         raw = source.usage(window.start, window.end, step=ctx.config.step)
         frame = normalize_samples(raw, where=f"platform {platform} window {window}")
+        frame = add_platform_totals(frame)
         rows = loader.replace_slice(ctx.engine, loader.Slice("sample", {"platform": platform}, window.start, window.end), frame)
-        nodes = source.inventory(window.end)
-        inv = _inventory_frame(platform, nodes, window.end)
-        loader.replace_slice(
-            ctx.engine,
-            loader.Slice("inventory_node", {"platform": platform}, window.end, window.end + timedelta(microseconds=1), "snapshot_at"),
-            inv,
-        )
+        inventory_note = None
+        try:
+            nodes = source.inventory(window.end)
+        except Exception as exc:
+            # node state is live-only on most platforms: a past window keeps its usage rows
+            # and says that the inventory could not be recovered
+            if not getattr(exc, "unrecoverable", False):
+                raise
+            nodes, inventory_note = None, str(exc)
+        inv = _inventory_frame(platform, nodes or [], window.end)
+        if nodes is not None:
+            loader.replace_slice(
+                ctx.engine,
+                loader.Slice("inventory_node", {"platform": platform}, window.end, window.end + timedelta(microseconds=1), "snapshot_at"),
+                inv,
+            )
     except Exception as exc:
         status = "unrecoverable" if getattr(exc, "unrecoverable", False) else "failed"
         _finish_extract_run(ctx.engine, run_id, status, None, f"{type(exc).__name__}: {exc}")
         raise
-    _finish_extract_run(ctx.engine, run_id, "success", rows, None)
-    return {"platform": platform, "rows": rows, "nodes": len(inv), "window": window.as_dict()}
+    _finish_extract_run(ctx.engine, run_id, "success", rows, inventory_note)
+    out = {"platform": platform, "rows": rows, "nodes": len(inv), "window": window.as_dict()}
+    if inventory_note:
+        out["inventory"] = inventory_note
+    return out
 
 
 def _inventory_frame(platform: str, nodes: list[dict], at: datetime) -> pd.DataFrame:

@@ -71,10 +71,11 @@ def _embedded_world(start: str, end: str, seed: int):
     return default_world(start, end, seed=seed)
 
 
-def build_source(pcfg: PlatformConfig, cfg: GpupoolConfig):
-    """The source object for one configured platform."""
+def build_source(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None):
+    """The source object for one configured platform; `lookup(conn_id)` is Airflow's
+    connection lookup inside a task, else connections come from the environment."""
     if pcfg.kind == "simulator":
         return EmbeddedWorldSource(pcfg.name, seed=cfg.simulator.seed)
     from gpupool.sources.factory import source_for
 
-    return source_for(pcfg, os.environ)
+    return source_for(pcfg, os.environ, lookup)

@@ -1,0 +1,240 @@
+"""What every platform source shares: the error it raises, retries, windows and records.
+
+A source reads one platform through its own API and returns either inventory records
+(`inventory(at)`) or a canonical long frame (`usage(start, end, step)`). Whatever goes
+wrong on the way — the service is down, refuses the credentials, answers 4xx/5xx,
+times out or returns something that does not parse — ends in exactly one
+`SourceError` that names the platform, the endpoint and the window, and never a
+credential.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterable, Protocol, TypeVar, runtime_checkable
+
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: keys of one inventory record, in order
+INVENTORY_KEYS = (
+    "node",
+    "platform",
+    "gpus",
+    "gpu_model",
+    "mig_layout",
+    "schedulable",
+    "drain_reason",
+    "busy_gpus",
+)
+
+
+class SourceError(RuntimeError):
+    """One failed extraction: which platform, which endpoint, which window, and why.
+
+    The message is built only from these four fields; callers pass an endpoint without
+    user info (see `redact_url`) and a reason that never quotes a credential.
+    `retryable` tells whether trying the same call again later may succeed
+    (timeouts, 5xx, refused connections) or not (auth failure, 4xx, bad payload).
+    `unrecoverable` says the data asked for no longer exists anywhere (live-only state
+    asked for a past window): the window is recorded as such, never as an empty success.
+    """
+
+    def __init__(self, platform: str, endpoint: str, window: str, reason: str, *, retryable: bool = False,
+                 unrecoverable: bool = False):
+        self.platform = platform
+        self.endpoint = redact_url(endpoint)
+        self.window = window
+        self.reason = reason
+        self.retryable = retryable
+        self.unrecoverable = unrecoverable
+        super().__init__(f"{platform}: {self.endpoint} [{window}]: {reason}")
+
+
+class TransientError(Exception):
+    """A failure worth retrying (timeout, connection refused, 5xx, 429)."""
+
+
+class PermanentError(Exception):
+    """A failure that retrying cannot fix (auth, 4xx, malformed payload)."""
+
+
+@runtime_checkable
+class Source(Protocol):
+    """The interface every platform source implements."""
+
+    platform: str
+
+    def inventory(self, at: datetime) -> list[dict[str, Any]]:
+        """GPU nodes as records with the keys in `INVENTORY_KEYS`, as seen at `at`."""
+
+    def usage(self, start: datetime, end: datetime, step: str = "5min") -> pd.DataFrame:
+        """Canonical samples (see `gpupool.canonical`) for the window `[start, end)`."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries with exponential backoff and jitter.
+
+    `attempts` counts every try (1 = no retry). The wait before try n+1 is
+    `min(max_delay, base_delay * 2**(n-1))` scaled by a random factor in [0.5, 1].
+    """
+
+    attempts: int = 3
+    base_delay: float = 0.5
+    max_delay: float = 8.0
+
+    def delays(self) -> list[float]:
+        """The waits between tries, before jitter."""
+        return [min(self.max_delay, self.base_delay * 2**i) for i in range(max(0, self.attempts - 1))]
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+def call_with_retry(
+    fn: Callable[[], T],
+    *,
+    policy: RetryPolicy,
+    describe: Callable[[BaseException], SourceError],
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Call `fn` until it succeeds, retrying `TransientError` under `policy`.
+
+    `PermanentError` (and anything the caller did not classify) is not retried.
+    Every failure ends in the `SourceError` that `describe(last_exception)` builds,
+    so the caller decides the wording once. The exception's text is logged only
+    through that SourceError, which carries no credential.
+    """
+    delays = policy.delays()
+    for attempt in range(policy.attempts):
+        try:
+            return fn()
+        except TransientError as exc:
+            if attempt >= len(delays):
+                err = describe(exc)
+                err.retryable = True
+                raise err from exc
+            wait = delays[attempt] * (0.5 + random.random() / 2)
+            log.warning("%s; retry %d/%d in %.2fs", describe(exc), attempt + 1, len(delays), wait)
+            sleep(wait)
+        except PermanentError as exc:
+            raise describe(exc) from exc
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+_SECRET_QUERY = re.compile(r"(?i)([?&](?:token|password|passwd|secret|api_key|apikey|access_token)=)[^&\s]*")
+
+
+def redact_url(url: str) -> str:
+    """`url` without user info (`user:pass@`) or secret-looking query parameters."""
+    return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub("", str(url)))
+
+
+def as_utc(ts: datetime | str | pd.Timestamp, name: str = "timestamp") -> datetime:
+    """A tz-aware UTC datetime; naive inputs are refused (their zone is a guess)."""
+    t = pd.Timestamp(ts)
+    if t.tzinfo is None:
+        raise ValueError(f"{name} {ts!r} has no time zone; pass a tz-aware UTC timestamp")
+    return t.tz_convert("UTC").to_pydatetime()
+
+
+def format_window(start: datetime, end: datetime | None = None) -> str:
+    """`start/end` in ISO 8601 UTC, the way every SourceError names its window."""
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    s = as_utc(start).strftime(fmt)
+    return s if end is None else f"{s}/{as_utc(end).strftime(fmt)}"
+
+
+def step_seconds(step: str | int | float | timedelta) -> int:
+    """A step as whole seconds: accepts "5min", "30s", "1h", 300, timedelta(minutes=5)."""
+    if isinstance(step, timedelta):
+        seconds = step.total_seconds()
+    elif isinstance(step, (int, float)):
+        seconds = float(step)
+    else:
+        text = str(step).strip()
+        if re.fullmatch(r"\d+", text):
+            seconds = float(text)
+        else:
+            # Prometheus spells minutes "m"; pandas reads "m" as minutes too but warns.
+            text = re.sub(r"(?<=\d)m$", "min", text)
+            seconds = pd.Timedelta(text).total_seconds()
+    if seconds <= 0 or seconds != int(seconds):
+        raise ValueError(f"step {step!r} must be a positive whole number of seconds")
+    return int(seconds)
+
+
+def aligned_points(start: datetime, end: datetime, step_s: int) -> tuple[datetime, datetime] | None:
+    """First and last evaluation instants of `[start, end)` on the epoch grid of `step_s`.
+
+    Aligning to the epoch (not to `start`) makes two overlapping windows evaluate at the
+    same instants, so a re-run or an adjacent window yields the same timestamps.
+    Returns None when no grid point falls inside the window.
+    """
+    s = as_utc(start, "start").timestamp()
+    e = as_utc(end, "end").timestamp()
+    if e <= s:
+        raise ValueError(f"empty window {format_window(start, end)}")
+    first = math.ceil(s / step_s) * step_s
+    last = math.ceil(e / step_s) * step_s - step_s  # strictly before end
+    if last < first:
+        return None
+    return (datetime.fromtimestamp(first, timezone.utc), datetime.fromtimestamp(last, timezone.utc))
+
+
+def chunk_range(first: datetime, last: datetime, step_s: int, max_points: int) -> list[tuple[datetime, datetime]]:
+    """Split the grid `first, first+step, ..., last` into inclusive ranges of at most `max_points`."""
+    if max_points < 1:
+        raise ValueError("max_points must be >= 1")
+    out = []
+    span = timedelta(seconds=step_s * (max_points - 1))
+    cur = first
+    while cur <= last:
+        stop = min(last, cur + span)
+        out.append((cur, stop))
+        cur = stop + timedelta(seconds=step_s)
+    return out
+
+
+def inventory_record(
+    *,
+    node: str,
+    platform: str,
+    gpus: int,
+    gpu_model: str | None,
+    mig_layout: dict[str, int] | None,
+    schedulable: bool,
+    drain_reason: str | None,
+    busy_gpus: int,
+) -> dict[str, Any]:
+    """One inventory record with every key of `INVENTORY_KEYS`, values checked."""
+    if gpus < 0 or busy_gpus < 0:
+        raise ValueError(f"{platform}/{node}: negative GPU count")
+    return {
+        "node": str(node),
+        "platform": str(platform),
+        "gpus": int(gpus),
+        "gpu_model": gpu_model or None,
+        "mig_layout": dict(mig_layout) if mig_layout else None,
+        "schedulable": bool(schedulable),
+        "drain_reason": drain_reason or None,
+        "busy_gpus": int(busy_gpus),
+    }
+
+
+def records_to_samples(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """A frame with the canonical columns from dict rows (not yet normalized)."""
+    from gpupool.canonical import SAMPLE_COLUMNS
+
+    return pd.DataFrame(list(rows), columns=SAMPLE_COLUMNS)

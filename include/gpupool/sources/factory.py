@@ -1,0 +1,156 @@
+"""Configuration + connection -> a source object.
+
+A platform's `conn_id` names an Airflow connection. Inside a DAG task the connection is
+looked up by Airflow (the task passes its lookup in); outside Airflow it is read from
+`AIRFLOW_CONN_<CONN_ID>` in the environment, as an Airflow URI or JSON. Connection fields:
+
+    slurm       host/port/schema = Prometheus URL; password = bearer token (login+password =
+                basic auth); extra: slurm_conf, restd_url, restd_token, cluster, verify
+    openstack   host/port/schema = Keystone auth URL; login/password; extra: project_name,
+                user_domain_name, project_domain_name, region_name, interface, verify,
+                gnocchi_meters {metric: {metric, aggregation, ...}}
+    kubernetes  host/port = API server; password = bearer token; extra: kubeconfig, context,
+                in_cluster, ca_cert, verify, prometheus_url, prometheus_token
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from gpupool.config import GpupoolConfig, PlatformConfig
+
+
+class ConnectionError_(ValueError):
+    """A connection that is missing or cannot be parsed (never shows its secrets)."""
+
+
+@dataclass
+class Conn:
+    """The fields of an Airflow connection that the sources use."""
+
+    conn_type: str = ""
+    host: str = ""
+    port: int | None = None
+    login: str | None = None
+    password: str | None = None
+    schema: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def url(self, default_scheme: str = "http") -> str:
+        host = self.host or ""
+        if "://" not in host:
+            scheme = self.extra.get("scheme") or ("https" if self.conn_type in ("https",) else default_scheme)
+            host = f"{scheme}://{host}"
+        if self.port:
+            host = f"{host}:{self.port}"
+        if self.schema:
+            host = f"{host}/{self.schema.lstrip('/')}"
+        return host
+
+    @classmethod
+    def from_airflow(cls, c: Any) -> "Conn":
+        """From an Airflow Connection object (read duck-typed)."""
+        extra = getattr(c, "extra_dejson", None)
+        if extra is None:
+            raw = getattr(c, "extra", None) or "{}"
+            extra = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        return cls(getattr(c, "conn_type", "") or "", getattr(c, "host", "") or "", getattr(c, "port", None),
+                   getattr(c, "login", None), getattr(c, "password", None), getattr(c, "schema", "") or "", dict(extra))
+
+
+def parse_connection(conn_id: str, value: str) -> Conn:
+    """An `AIRFLOW_CONN_*` value: Airflow's URI form or its JSON form."""
+    value = value.strip()
+    if value.startswith("{"):
+        try:
+            d = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConnectionError_(f"connection {conn_id!r}: not valid JSON ({exc.msg} at {exc.pos})") from None
+        extra = d.get("extra") or {}
+        if isinstance(extra, str):
+            extra = json.loads(extra)
+        return Conn(d.get("conn_type", ""), d.get("host", "") or "", d.get("port"), d.get("login"), d.get("password"),
+                    d.get("schema", "") or "", dict(extra))
+    parts = urlsplit(value)
+    if not parts.scheme:
+        raise ConnectionError_(f"connection {conn_id!r}: expected a URI like type://login:password@host:port/schema")
+    extra = dict(parse_qsl(parts.query))
+    if "__extra__" in extra:
+        extra = json.loads(extra.pop("__extra__"))
+    host = unquote(parts.hostname or "")
+    # Airflow URIs may carry a scheme for the host itself: http://... is encoded as the type
+    return Conn(parts.scheme.replace("-", "_"), host, parts.port, unquote(parts.username) if parts.username else None,
+                unquote(parts.password) if parts.password else None, unquote(parts.path.lstrip("/")), extra)
+
+
+def env_connection(conn_id: str, env: Mapping[str, str]) -> Conn:
+    key = "AIRFLOW_CONN_" + conn_id.upper()
+    if key not in env:
+        raise ConnectionError_(f"connection {conn_id!r} not found: set Airflow connection {conn_id!r} or {key}")
+    return parse_connection(conn_id, env[key])
+
+
+def source_for(pcfg: PlatformConfig, env: Mapping[str, str], lookup: Callable[[str], Any] | None = None):
+    """The configured platform's source, with its connection resolved."""
+    from gpupool.sources import source_class
+
+    if not pcfg.conn_id:
+        raise ConnectionError_(f"platform {pcfg.name!r} ({pcfg.kind}) has no conn_id")
+    conn = Conn.from_airflow(lookup(pcfg.conn_id)) if lookup else env_connection(pcfg.conn_id, env)
+    cls = source_class(pcfg.kind)
+    x = conn.extra
+    verify = str(x.get("verify", "true")).lower() not in ("false", "0", "no")
+    if pcfg.kind == "slurm":
+        token = conn.password if not conn.login else None
+        basic = (conn.login, conn.password) if conn.login and conn.password else None
+        return cls(pcfg.name, prometheus_url=conn.url(), prometheus_token=token, prometheus_basic_auth=basic,
+                   queries=queries_for(pcfg), cluster=pcfg.cluster or x.get("cluster", ""), slurm_conf=x.get("slurm_conf"),
+                   restd_url=x.get("restd_url"), restd_token=x.get("restd_token"), verify=verify)
+    if pcfg.kind == "openstack":
+        from gpupool.sources.openstack import GnocchiMeter
+
+        meters = {m: GnocchiMeter(**spec) for m, spec in (x.get("gnocchi_meters") or {}).items()}
+        for metric, name in pcfg.metrics.items():
+            if isinstance(name, str):
+                meters.setdefault(metric, GnocchiMeter(metric=name))
+        return cls(pcfg.name, auth_url=conn.url(), username=conn.login, password=conn.password,
+                   project_name=x.get("project_name", "admin"), user_domain_name=x.get("user_domain_name", "Default"),
+                   project_domain_name=x.get("project_domain_name", "Default"), region_name=x.get("region_name"),
+                   interface=x.get("interface", "public"), cluster=pcfg.cluster, gnocchi_meters=meters or None, verify=verify)
+    if pcfg.kind == "kubernetes":
+        kwargs: dict[str, Any] = {"cluster": pcfg.cluster, "queries": queries_for(pcfg)}
+        if x.get("in_cluster"):
+            kwargs["in_cluster"] = True
+        elif x.get("kubeconfig"):
+            kwargs.update(kubeconfig=x["kubeconfig"], context=x.get("context"))
+        else:
+            kwargs.update(host=conn.url("https"), token=conn.password, ca_cert=x.get("ca_cert"), verify=verify)
+        if x.get("prometheus_url"):
+            kwargs.update(prometheus_url=x["prometheus_url"], prometheus_token=x.get("prometheus_token"))
+        return cls(pcfg.name, **kwargs)
+    raise ValueError(f"platform {pcfg.name!r}: no source for kind {pcfg.kind!r}")
+
+
+def queries_for(pcfg: PlatformConfig) -> dict | None:
+    """The source's default PromQL per canonical metric, overlaid with the configured ones.
+
+    A configured value is either a PromQL string (a platform-wide series) or a mapping with
+    `expr`, `entity_kind`, `entity` (label template), `unit`."""
+    from gpupool.sources.prometheus import MetricQuery
+
+    if pcfg.kind == "slurm":
+        from gpupool.sources.slurm import DEFAULT_SLURM_QUERIES as defaults
+    elif pcfg.kind == "kubernetes":
+        from gpupool.sources.kubernetes import DEFAULT_K8S_QUERIES as defaults
+    else:
+        return None
+    out = dict(defaults)
+    for metric, spec in pcfg.metrics.items():
+        if isinstance(spec, str):
+            out[metric] = MetricQuery(spec, "platform", "")
+        else:
+            out[metric] = MetricQuery(**spec)
+    return out

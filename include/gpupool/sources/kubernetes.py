@@ -1,0 +1,365 @@
+"""Kubernetes: GPU nodes and pods from the API server, history from Prometheus.
+
+Inventory comes from nodes (`nvidia.com/gpu` and `nvidia.com/mig-*` allocatable, GPU
+product label, cordon and taints) and pods (GPU requests of pods bound to each node),
+both listed page by page with `limit`/`continue`. The API server keeps no history, and
+neither does the resource metrics API: `usage` for a window reads kube-state-metrics and
+DCGM exporter series from Prometheus when one is configured and otherwise says the
+window cannot be recovered. `snapshot(at)` records what the API shows now, including GPU
+utilisation per pod from the custom metrics API.
+
+Least privilege for the reading identity (the actuator needs `patch` on nodes separately):
+
+    apiVersion: rbac.authorization.k8s.io/v1
+    kind: ClusterRole
+    metadata: {name: gpupool-reader}
+    rules:
+    - apiGroups: [""]
+      resources: [nodes, pods]
+      verbs: [list]
+    - apiGroups: [custom.metrics.k8s.io]
+      resources: ["pods/*"]        # pods/<metric>: a wildcard pod name is authorised as list
+      verbs: [get, list]
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import pandas as pd
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from gpupool.canonical import empty_samples, normalize_samples
+from gpupool.sources.base import (
+    PermanentError,
+    RetryPolicy,
+    SourceError,
+    TransientError,
+    as_utc,
+    call_with_retry,
+    format_window,
+    inventory_record,
+    redact_url,
+)
+from gpupool.sources.prometheus import DEFAULT_CHUNK_POINTS, MetricQuery, PrometheusReader
+
+_GPU_REQ = 'kube_pod_container_resource_requests{resource="nvidia_com_gpu"}'
+
+#: PromQL per canonical metric for kube-state-metrics + the DCGM exporter (in-cluster
+#: labels `Hostname`, `gpu`). Pending GPUs count only pods the scheduler could not place.
+DEFAULT_K8S_QUERIES: dict[str, MetricQuery] = {
+    "gpu_capacity": MetricQuery(
+        'sum by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"})', "node", "{node}"
+    ),
+    "gpu_allocated": MetricQuery(
+        f'sum by (node) ({_GPU_REQ} * on (namespace, pod) group_left () (kube_pod_status_phase{{phase="Running"}} == 1))',
+        "node", "{node}",
+    ),
+    "gpu_pending": MetricQuery(
+        f"sum({_GPU_REQ} * on (namespace, pod) group_left () (kube_pod_status_unschedulable == 1))", "platform", ""
+    ),
+    "gpu_util": MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)", "gpu", "{Hostname}/{gpu}"),
+    "gpu_mem_used": MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_FB_USED) * 1048576", "gpu", "{Hostname}/{gpu}"),
+}
+
+#: annotation the pool's actuator writes when it cordons a node (Kubernetes has no cordon reason)
+DRAIN_REASON_ANNOTATION = "gpupool.io/drain-reason"
+
+
+class KubernetesSource:
+    """A Kubernetes cluster read with the official client and explicit connection parameters.
+
+    Connection: `host` + `token` (+ `ca_cert`, `verify`), or `kubeconfig` (+ `context`),
+    or `in_cluster=True`, or a ready `api_client`. Nothing is read from the environment
+    unless asked for by one of these.
+
+    gpu_resource: extended resource of whole GPUs; mig_prefix: prefix of MIG slice resources
+    model_label: node label naming the GPU model (GPU feature discovery)
+    count_label: node label with the physical GPU count (used when only MIG slices are allocatable)
+    page_size: `limit` of every list call
+    custom_metric: custom metrics API metric with per-pod GPU utilisation (None: skip)
+    prometheus_*: where past windows are read; queries: canonical metric -> MetricQuery
+    """
+
+    def __init__(
+        self,
+        platform: str,
+        *,
+        host: str | None = None,
+        token: str | None = None,
+        ca_cert: str | None = None,
+        verify: bool = True,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        in_cluster: bool = False,
+        api_client: k8s.ApiClient | None = None,
+        cluster: str = "",
+        gpu_resource: str = "nvidia.com/gpu",
+        mig_prefix: str = "nvidia.com/mig-",
+        model_label: str = "nvidia.com/gpu.product",
+        count_label: str = "nvidia.com/gpu.count",
+        page_size: int = 500,
+        custom_metric: str | None = "DCGM_FI_DEV_GPU_UTIL",
+        prometheus_url: str | None = None,
+        prometheus_token: str | None = None,
+        queries: Mapping[str, MetricQuery | Sequence[MetricQuery]] | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy = RetryPolicy(),
+        chunk_points: int = DEFAULT_CHUNK_POINTS,
+    ):
+        self.platform = platform
+        self.cluster = cluster
+        self.gpu_resource = gpu_resource
+        self.mig_prefix = mig_prefix
+        self.model_label = model_label
+        self.count_label = count_label
+        self.page_size = page_size
+        self.custom_metric = custom_metric
+        self.timeout = timeout
+        self.retry = retry
+        self.queries = dict(DEFAULT_K8S_QUERIES if queries is None else queries)
+        if api_client is None:
+            cfg = k8s.Configuration()
+            if host:
+                cfg.host = host
+                if token:
+                    cfg.api_key = {"authorization": token}
+                    cfg.api_key_prefix = {"authorization": "Bearer"}
+                cfg.ssl_ca_cert = ca_cert
+                cfg.verify_ssl = verify
+            elif kubeconfig:
+                k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+            elif in_cluster:
+                k8s_config.load_incluster_config(client_configuration=cfg)
+            else:
+                raise ValueError(f"{platform}: pass host (+token), kubeconfig, in_cluster=True or api_client")
+            cfg.retries = False  # our retry policy decides, not urllib3's
+            api_client = k8s.ApiClient(cfg)
+        self._api = api_client
+        self._core = k8s.CoreV1Api(api_client)
+        self.host = redact_url(api_client.configuration.host)
+        self._prom = (
+            PrometheusReader(prometheus_url, platform=platform, bearer_token=prometheus_token, timeout=timeout,
+                             retry=retry, chunk_points=chunk_points)
+            if prometheus_url else None
+        )
+
+    # ------------------------------------------------------------ plumbing
+    def _call(self, what: str, window: str, fn: Callable[[], Any]) -> Any:
+        endpoint = f"{self.host} {what}"
+
+        def describe(exc: BaseException) -> SourceError:
+            return SourceError(self.platform, endpoint, window, str(exc))
+
+        return call_with_retry(lambda: _classified(fn, self.timeout), policy=self.retry, describe=describe)
+
+    def _list_all(self, lister: Callable[..., Any], what: str, window: str) -> Iterator[Any]:
+        """Every item of a list call, page by page (`limit`/`continue`)."""
+        token = None
+        seen_tokens = set()
+        while True:
+            kwargs = {"limit": self.page_size, "_request_timeout": self.timeout}
+            if token:
+                kwargs["_continue"] = token
+            page = self._call(what, window, lambda: lister(**kwargs))
+            try:
+                items, token = page.items, page.metadata._continue
+            except AttributeError as exc:
+                raise SourceError(self.platform, f"{self.host} {what}", window, "malformed payload") from exc
+            yield from items or []
+            if not token:
+                return
+            if token in seen_tokens:
+                raise SourceError(self.platform, f"{self.host} {what}", window, "the server repeats a continue token")
+            seen_tokens.add(token)
+
+    # ------------------------------------------------------------ inventory
+    def inventory(self, at: datetime) -> list[dict[str, Any]]:
+        """GPU nodes as the API server shows them when called (`at` names the snapshot)."""
+        window = format_window(as_utc(at, "at"))
+        nodes = list(self._list_all(self._core.list_node, "GET /api/v1/nodes", window))
+        pods = list(self._list_all(self._core.list_pod_for_all_namespaces, "GET /api/v1/pods", window))
+        busy: dict[str, float] = {}
+        for pod in pods:
+            node = pod.spec.node_name if pod.spec else None
+            phase = pod.status.phase if pod.status else None
+            if node and phase not in ("Succeeded", "Failed"):
+                busy[node] = busy.get(node, 0) + self._pod_gpus(pod)
+        out = []
+        for node in nodes:
+            try:
+                rec = self._node_record(node, busy.get(node.metadata.name, 0))
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise SourceError(self.platform, f"{self.host} GET /api/v1/nodes", window,
+                                  f"malformed node object ({type(exc).__name__})") from exc
+            if rec:
+                out.append(rec)
+        return sorted(out, key=lambda r: r["node"])
+
+    def _node_record(self, node: Any, busy: float) -> dict[str, Any] | None:
+        alloc = (node.status.allocatable if node.status else None) or {}
+        labels = node.metadata.labels or {}
+        whole = _quantity(alloc.get(self.gpu_resource, "0"))
+        slices = {k[len(self.mig_prefix):]: int(_quantity(v)) for k, v in alloc.items()
+                  if k.startswith(self.mig_prefix) and _quantity(v) > 0}
+        gpus = int(whole)
+        if slices and self.count_label in labels:
+            gpus = int(labels[self.count_label])
+        if gpus == 0 and not slices:
+            return None
+        reason = None
+        if node.spec and node.spec.unschedulable:
+            reason = (node.metadata.annotations or {}).get(DRAIN_REASON_ANNOTATION) or "cordoned"
+        else:
+            for taint in (node.spec.taints if node.spec else None) or []:
+                if taint.effect in ("NoSchedule", "NoExecute"):
+                    reason = f"taint {taint.key}={taint.value or ''}:{taint.effect}"
+                    break
+        if reason is None:
+            ready = next((c for c in (node.status.conditions or []) if c.type == "Ready"), None) if node.status else None
+            if ready is not None and ready.status != "True":
+                reason = f"not ready ({ready.reason or ready.status})"
+        return inventory_record(
+            node=node.metadata.name,
+            platform=self.platform,
+            gpus=gpus,
+            gpu_model=labels.get(self.model_label),
+            mig_layout=slices or None,
+            schedulable=reason is None,
+            drain_reason=reason,
+            busy_gpus=min(int(busy), gpus) if gpus else int(busy),
+        )
+
+    def _pod_gpus(self, pod: Any) -> float:
+        """GPUs a pod holds or wants: max(sum over containers, largest init container)."""
+        def req(container: Any) -> float:
+            res = container.resources
+            if res is None:
+                return 0.0
+            value = (res.requests or {}).get(self.gpu_resource) or (res.limits or {}).get(self.gpu_resource)
+            return _quantity(value or "0")
+
+        spec = pod.spec
+        if spec is None:
+            return 0.0
+        main = sum(req(c) for c in spec.containers or [])
+        init = max((req(c) for c in spec.init_containers or []), default=0.0)
+        return max(main, init)
+
+    @staticmethod
+    def _unschedulable(pod: Any) -> bool:
+        if not pod.status or pod.status.phase != "Pending":
+            return False
+        return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+                   for c in pod.status.conditions or [])
+
+    # ------------------------------------------------------------- snapshot
+    def snapshot(self, at: datetime) -> pd.DataFrame:
+        """What the API shows now, stamped `at`: capacity/allocated per node, pending GPUs of
+        unschedulable pods for the platform, and GPU utilisation per pod (custom metrics API).
+        """
+        at = as_utc(at, "at")
+        window = format_window(at)
+        records = self.inventory(at)
+        pods = list(self._list_all(self._core.list_pod_for_all_namespaces, "GET /api/v1/pods", window))
+        pending = sum(self._pod_gpus(p) for p in pods if self._unschedulable(p))
+        rows = []
+        for r in records:
+            rows.append(("node", r["node"], "gpu_capacity", float(r["gpus"]), "gpus"))
+            rows.append(("node", r["node"], "gpu_allocated", float(r["busy_gpus"]), "gpus"))
+        rows.append(("platform", "", "gpu_pending", float(pending), "gpus"))
+        if self.custom_metric:
+            for pod_id, value in self._custom_pod_metric(window).items():
+                rows.append(("pod", pod_id, "gpu_util", value, "percent"))
+        frame = pd.DataFrame(
+            [(self.platform, self.cluster, k, e, m, at, v, u) for k, e, m, v, u in rows],
+            columns=["platform", "cluster", "entity_kind", "entity_id", "metric", "ts", "value", "unit"],
+        )
+        return normalize_samples(frame, where=f"{self.platform} kubernetes snapshot [{window}]")
+
+    def _custom_pod_metric(self, window: str) -> dict[str, float]:
+        path = f"/apis/custom.metrics.k8s.io/v1beta1/namespaces/*/pods/*/{self.custom_metric}"
+
+        def get() -> Any:
+            # The generated client has no method for the custom metrics API: build the
+            # request the way its generated methods do (auth header, timeout, JSON decode).
+            params = self._api.param_serialize("GET", path, header_params={"Accept": "application/json"},
+                                               auth_settings=["BearerToken"])
+            resp = self._api.call_api(*params, _request_timeout=self.timeout)
+            resp.read()
+            return self._api.response_deserialize(resp, {"200": "object"}).data
+
+        payload = self._call(f"GET {path}", window, get)
+        out = {}
+        try:
+            for item in payload["items"]:
+                ref = item["describedObject"]
+                out[f"{ref['namespace']}/{ref['name']}"] = float(_quantity(item["value"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SourceError(self.platform, f"{self.host} GET {path}", window,
+                              f"malformed payload ({type(exc).__name__})") from exc
+        return out
+
+    # ---------------------------------------------------------------- usage
+    def usage(self, start: datetime, end: datetime, step: str = "5min") -> pd.DataFrame:
+        """Canonical samples for `[start, end)` from Prometheus.
+
+        The API server and the resource metrics API only know the present; without a
+        Prometheus the window cannot be recovered, and this raises instead of returning
+        an empty frame.
+        """
+        window = format_window(start, end)
+        if self._prom is None:
+            raise SourceError(
+                self.platform, f"{self.host} metrics.k8s.io", window,
+                "the window cannot be recovered: the resource metrics API keeps no history "
+                "and no Prometheus is configured for this cluster",
+                unrecoverable=True,
+            )
+        if not self.queries:
+            return empty_samples()
+        return self._prom.read(self.queries, start, end, step, cluster=self.cluster)
+
+
+_SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def _quantity(value: Any) -> float:
+    """A Kubernetes quantity ("2", "500m", "1Gi") as a float."""
+    text = str(value).strip()
+    for suffix in sorted(_SUFFIX, key=len, reverse=True):
+        if suffix and text.endswith(suffix):
+            return float(text[: -len(suffix)]) * _SUFFIX[suffix]
+    return float(text)
+
+
+def _classified(fn: Callable[[], Any], timeout: float) -> Any:
+    """Run one client call, classifying failures without quoting the server's or client's text."""
+    try:
+        return fn()
+    except ApiException as exc:
+        status = exc.status or 0
+        if status in (401, 403):
+            raise PermanentError(f"authentication refused (HTTP {status})") from exc
+        if status in (408, 429) or status >= 500:
+            raise TransientError(f"HTTP {status}") from exc
+        if status == 0:
+            raise TransientError("no HTTP answer") from exc
+        raise PermanentError(f"HTTP {status}") from exc
+    except urllib3.exceptions.MaxRetryError as exc:
+        if isinstance(exc.reason, urllib3.exceptions.NewConnectionError):
+            raise TransientError("connection failed (refused or unreachable)") from exc
+        raise TransientError(f"no answer within {timeout}s") from exc
+    except urllib3.exceptions.NewConnectionError as exc:  # a ConnectTimeoutError subclass: test first
+        raise TransientError("connection failed (refused or unreachable)") from exc
+    except (urllib3.exceptions.TimeoutError, TimeoutError) as exc:
+        raise TransientError(f"no answer within {timeout}s") from exc
+    except (urllib3.exceptions.HTTPError, ConnectionError) as exc:
+        raise TransientError(f"connection failed ({type(exc).__name__})") from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PermanentError(f"malformed payload ({type(exc).__name__})") from exc

@@ -1,0 +1,163 @@
+"""NVML: node-local GPUs of a pool node that no platform manages yet.
+
+Reads the GPUs, their MIG slices, running compute processes, utilisation and memory
+through `nvidia-ml-py` (`pynvml`). NVML only knows the present: `snapshot(at)` records
+it; `usage` for a window raises, because no history exists to recover.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from types import ModuleType
+from typing import Any
+
+import pandas as pd
+
+from gpupool.canonical import normalize_samples
+from gpupool.sources.base import SourceError, as_utc, format_window, inventory_record
+
+_ENDPOINT = "libnvidia-ml (NVML)"
+
+
+class NvmlSource:
+    """The GPUs of this host as NVML reports them.
+
+    platform: configured platform instance name (e.g. "pool-bare")
+    node: the host's name in the pool
+    nvml: the NVML binding module; None imports `pynvml` (nvidia-ml-py)
+    """
+
+    def __init__(self, platform: str, *, node: str, cluster: str = "", nvml: ModuleType | Any = None):
+        if nvml is None:
+            import pynvml as nvml  # noqa: PLC0415 - only needed on a host with a GPU
+        self.platform = platform
+        self.node = node
+        self.cluster = cluster
+        self._nvml = nvml
+
+    def _read(self, window: str) -> list[dict[str, Any]]:
+        """One dict per physical GPU: index, name, uuid, lost, mig slices, busy, util, mem_used."""
+        nv = self._nvml
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as exc:
+            raise SourceError(self.platform, _ENDPOINT, window, f"nvmlInit failed: {exc}",
+                              retryable=exc.value in (nv.NVML_ERROR_TIMEOUT, nv.NVML_ERROR_UNKNOWN)) from exc
+        try:
+            gpus = []
+            for i in range(nv.nvmlDeviceGetCount()):
+                gpus.append(self._read_gpu(i, window))
+            return gpus
+        except nv.NVMLError as exc:
+            raise SourceError(self.platform, _ENDPOINT, window, f"NVML error: {exc}") from exc
+        finally:
+            try:
+                nv.nvmlShutdown()
+            except nv.NVMLError:
+                pass  # nothing more to release
+
+    def _read_gpu(self, i: int, window: str) -> dict[str, Any]:
+        nv = self._nvml
+        gpu: dict[str, Any] = {"index": i, "lost": None, "mig": {}, "busy": False, "util": None, "mem_used": None,
+                               "name": None, "uuid": None}
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(i)
+            gpu["name"] = _text(nv.nvmlDeviceGetName(handle))
+            gpu["uuid"] = _text(nv.nvmlDeviceGetUUID(handle))
+        except (nv.NVMLError_GpuIsLost, nv.NVMLError_ResetRequired) as exc:
+            gpu["lost"] = str(exc)
+            return gpu
+        mig_on = False
+        try:
+            current, _pending = nv.nvmlDeviceGetMigMode(handle)
+            mig_on = current == nv.NVML_DEVICE_MIG_ENABLE
+        except nv.NVMLError_NotSupported:
+            pass  # not a MIG-capable GPU
+        except nv.NVMLError_GpuIsLost as exc:
+            gpu["lost"] = str(exc)
+            return gpu
+        try:
+            gpu["busy"] = len(nv.nvmlDeviceGetComputeRunningProcesses(handle)) > 0
+            gpu["mem_used"] = float(nv.nvmlDeviceGetMemoryInfo(handle).used)
+            if mig_on:
+                gpu["mig"] = self._mig_slices(handle)
+            else:
+                gpu["util"] = float(nv.nvmlDeviceGetUtilizationRates(handle).gpu)
+        except nv.NVMLError_GpuIsLost as exc:
+            gpu["lost"] = str(exc)
+        return gpu
+
+    def _mig_slices(self, handle: Any) -> dict[str, int]:
+        """MIG profile -> count of instances, e.g. {"1g.10gb": 7}, from the MIG device names."""
+        nv = self._nvml
+        slices: dict[str, int] = {}
+        for j in range(nv.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
+            except nv.NVMLError_NotFound:
+                continue  # an empty slot
+            m = re.search(r"(\d+g\.\d+gb)", _text(nv.nvmlDeviceGetName(mig)))
+            profile = m.group(1) if m else "unknown"
+            slices[profile] = slices.get(profile, 0) + 1
+        return slices
+
+    def inventory(self, at: datetime) -> list[dict[str, Any]]:
+        """One record for this node; a lost GPU makes it unschedulable with the reason."""
+        window = format_window(as_utc(at, "at"))
+        gpus = self._read(window)
+        if not gpus:
+            return []
+        lost = [f"GPU {g['index']}: {g['lost']}" for g in gpus if g["lost"]]
+        slices: dict[str, int] = {}
+        for g in gpus:
+            for k, v in g["mig"].items():
+                slices[k] = slices.get(k, 0) + v
+        names = [g["name"] for g in gpus if g["name"]]
+        return [
+            inventory_record(
+                node=self.node,
+                platform=self.platform,
+                gpus=len(gpus),
+                gpu_model=names[0] if names else None,
+                mig_layout=slices or None,
+                schedulable=not lost,
+                drain_reason="; ".join(lost) or None,
+                busy_gpus=sum(1 for g in gpus if g["busy"]),
+            )
+        ]
+
+    def snapshot(self, at: datetime) -> pd.DataFrame:
+        """Capacity and busy GPUs of the node, utilisation and memory per GPU, stamped `at`.
+
+        A lost GPU counts in capacity but has no per-GPU rows; a MIG-enabled GPU has no
+        utilisation row (NVML does not report whole-GPU utilisation in MIG mode).
+        """
+        at = as_utc(at, "at")
+        window = format_window(at)
+        gpus = self._read(window)
+        rows = [
+            ("node", self.node, "gpu_capacity", float(len(gpus)), "gpus"),
+            ("node", self.node, "gpu_allocated", float(sum(1 for g in gpus if g["busy"])), "gpus"),
+        ]
+        for g in gpus:
+            gid = f"{self.node}/{g['index']}"
+            if g["util"] is not None and not g["lost"]:
+                rows.append(("gpu", gid, "gpu_util", g["util"], "percent"))
+            if g["mem_used"] is not None and not g["lost"]:
+                rows.append(("gpu", gid, "gpu_mem_used", g["mem_used"], "bytes"))
+        frame = pd.DataFrame(
+            [(self.platform, self.cluster, k, e, m, at, v, u) for k, e, m, v, u in rows],
+            columns=["platform", "cluster", "entity_kind", "entity_id", "metric", "ts", "value", "unit"],
+        )
+        return normalize_samples(frame, where=f"{self.platform} nvml snapshot [{window}]")
+
+    def usage(self, start: datetime, end: datetime, step: str = "5min") -> pd.DataFrame:
+        """NVML keeps no history: always raises SourceError naming the window."""
+        raise SourceError(self.platform, _ENDPOINT, format_window(start, end),
+                          "the window cannot be recovered: NVML reports only the present; "
+                          "record snapshot(at) every run instead", unrecoverable=True)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,427 @@
+"""OpenStack: GPU inventory from Placement (+ Nova), usage history from Gnocchi.
+
+Placement knows every compute node as a root resource provider and, with Nova's vGPU
+support, each physical GPU as a child provider holding a `VGPU` inventory; PCI
+passthrough GPUs appear as `PGPU` or `CUSTOM_PCI_*` inventories. Nova marks the root
+provider of a disabled compute service with the `COMPUTE_STATUS_DISABLED` trait, so
+Placement alone says whether a node is schedulable; when Nova is reachable its service
+status and disabled reason are used instead. History comes from Ceilometer's storage,
+Gnocchi, for the configured meters.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Mapping
+
+import keystoneauth1.exceptions as ksa_exc
+import openstack
+import openstack.exceptions as sdk_exc
+import pandas as pd
+
+from gpupool.canonical import CANONICAL_METRICS, CanonicalFrameError, empty_samples, normalize_samples
+from gpupool.sources.base import (
+    PermanentError,
+    RetryPolicy,
+    SourceError,
+    TransientError,
+    aligned_points,
+    as_utc,
+    call_with_retry,
+    format_window,
+    inventory_record,
+    step_seconds,
+)
+
+log = logging.getLogger(__name__)
+
+#: resource classes whose inventory counts whole physical GPUs
+DEFAULT_PGPU_CLASSES = ("PGPU",)
+#: resource class prefixes that count whole GPUs (PCI passthrough aliases)
+DEFAULT_PGPU_PREFIXES = ("CUSTOM_PCI_",)
+#: resource classes of GPU slices: each provider holding one is one physical GPU
+DEFAULT_VGPU_CLASSES = ("VGPU",)
+#: Nova sets this trait on the root provider of a disabled nova-compute service
+DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
+
+
+@dataclass(frozen=True)
+class GnocchiMeter:
+    """How one canonical metric is read from Gnocchi.
+
+    metric:        Gnocchi metric name (the Ceilometer meter), e.g. "gpu.util"
+    aggregation:   Gnocchi aggregation method stored in the archive policy ("mean", "max")
+    resource_type: Gnocchi resource type searched ("generic", "instance", ...)
+    group_by:      resource attribute naming the entity ("host", "id", ...)
+    entity_kind:   canonical entity kind of the groups
+    scale:         factor applied to values (e.g. MiB -> bytes)
+    unit:          canonical unit; None takes the canonical metric's
+    """
+
+    metric: str
+    aggregation: str = "mean"
+    resource_type: str = "generic"
+    group_by: str = "host"
+    entity_kind: str = "node"
+    scale: float = 1.0
+    unit: str | None = None
+
+
+class OpenStackSource:
+    """An OpenStack cloud read through openstacksdk with explicit credentials.
+
+    Parameters
+    ----------
+    platform: configured platform instance name
+    auth_url, username, password, project_name, user_domain_name, project_domain_name,
+    region_name, interface: Keystone password authentication and catalog selection
+    endpoint_overrides: service type -> URL used instead of the catalog's (e.g. a proxy)
+    connection: an already built `openstack.connection.Connection` (e.g. from clouds.yaml)
+        used instead of the password parameters
+    cluster: value of the cluster column (e.g. the region)
+    vgpu_classes, pgpu_classes, pgpu_prefixes: which resource classes are GPUs
+    model_trait_prefix: a provider trait `<prefix><MODEL>` names the GPU model
+    with_nova: read compute services for schedulability (raises if Nova is absent)
+    gnocchi_meters: canonical metric -> GnocchiMeter for `usage`
+    timeout: seconds per API call; retry: RetryPolicy for every call
+    """
+
+    def __init__(
+        self,
+        platform: str,
+        *,
+        auth_url: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        project_name: str | None = None,
+        user_domain_name: str = "Default",
+        project_domain_name: str = "Default",
+        region_name: str | None = None,
+        interface: str = "public",
+        endpoint_overrides: Mapping[str, str] | None = None,
+        connection: Any = None,
+        cluster: str = "",
+        vgpu_classes: tuple[str, ...] = DEFAULT_VGPU_CLASSES,
+        pgpu_classes: tuple[str, ...] = DEFAULT_PGPU_CLASSES,
+        pgpu_prefixes: tuple[str, ...] = DEFAULT_PGPU_PREFIXES,
+        model_trait_prefix: str = "CUSTOM_GPU_MODEL_",
+        with_nova: bool = True,
+        gnocchi_meters: Mapping[str, GnocchiMeter] | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy = RetryPolicy(),
+        verify: bool = True,
+    ):
+        if connection is None and not (auth_url and username and password and project_name):
+            raise ValueError(f"{platform}: pass auth_url, username, password, project_name or a connection")
+        self.platform = platform
+        self.auth_url = auth_url
+        self.region_name = region_name
+        self.interface = interface
+        self.cluster = cluster
+        self.vgpu_classes = tuple(vgpu_classes)
+        self.pgpu_classes = tuple(pgpu_classes)
+        self.pgpu_prefixes = tuple(pgpu_prefixes)
+        self.model_trait_prefix = model_trait_prefix
+        self.with_nova = with_nova
+        self.gnocchi_meters = dict(gnocchi_meters or {})
+        self.timeout = timeout
+        self.retry = retry
+        if connection is not None:
+            self._conn = connection
+        else:
+            # No clouds.yaml, no OS_* variables: exactly the parameters given.
+            self._conn = openstack.connect(
+                auth_url=auth_url,
+                username=username,
+                password=password,
+                project_name=project_name,
+                user_domain_name=user_domain_name,
+                project_domain_name=project_domain_name,
+                region_name=region_name,
+                interface=interface,
+                verify=verify,
+                api_timeout=timeout,
+                load_envvars=False,
+                load_yaml_config=False,
+                **{f"{svc}_endpoint_override": url for svc, url in (endpoint_overrides or {}).items()},
+            )
+
+    # ------------------------------------------------------------ helpers
+    def _call(self, endpoint: str, window: str, fn: Callable[[], Any]) -> Any:
+        where = f"{endpoint} via {self.auth_url}" if self.auth_url else endpoint
+
+        def describe(exc: BaseException) -> SourceError:
+            return SourceError(self.platform, where, window, str(exc))
+
+        return call_with_retry(lambda: _classified(fn, self.timeout), policy=self.retry, describe=describe)
+
+    def _placement_json(self, path: str, window: str, microversion: str = "1.14") -> Any:
+        endpoint = f"placement {path}"
+
+        def get() -> Any:
+            resp = self._conn.placement.get(path, microversion=microversion, raise_exc=False)
+            _raise_for_status(resp.status_code)
+            try:
+                return resp.json()
+            except ValueError as exc:
+                raise PermanentError("malformed payload: not JSON") from exc
+
+        return self._call(endpoint, window, get)
+
+    def _is_gpu_class(self, rc: str) -> bool:
+        return rc in self.vgpu_classes or rc in self.pgpu_classes or rc.startswith(self.pgpu_prefixes)
+
+    # ---------------------------------------------------------- inventory
+    def inventory(self, at: datetime) -> list[dict[str, Any]]:
+        """GPU nodes from Placement (and Nova when `with_nova`), as they are when called.
+
+        One record per root provider (compute node) whose tree holds GPU inventory.
+        """
+        window = format_window(as_utc(at, "at"))
+        trees = self._gpu_trees(window)
+        nova = self._nova_state(window) if self.with_nova else {}
+        out = []
+        for root_id, tree in trees.items():
+            root = tree["root"]
+            gpus = busy = 0
+            slices: dict[str, int] = {}
+            model = None
+            fully_reserved = True
+            for prov in tree["gpu_providers"]:
+                for rc, inv in prov["inventories"].items():
+                    if not self._is_gpu_class(rc):
+                        continue
+                    total = int(inv["total"])
+                    used = int(prov["usages"].get(rc, 0))
+                    fully_reserved &= int(inv.get("reserved", 0)) >= total
+                    if rc in self.vgpu_classes:
+                        gpus += 1
+                        busy += 1 if used > 0 else 0
+                        slices[rc] = slices.get(rc, 0) + total
+                    else:
+                        gpus += total
+                        busy += used
+                for trait in prov["traits"]:
+                    if trait.startswith(self.model_trait_prefix) and model is None:
+                        model = trait[len(self.model_trait_prefix):].lower()
+            name = root["name"]
+            drain_reason = None
+            if name in nova:
+                schedulable, drain_reason = nova[name]
+            elif DISABLED_TRAIT in tree["root_traits"]:
+                schedulable, drain_reason = False, DISABLED_TRAIT
+            else:
+                schedulable = True
+            if schedulable and fully_reserved:
+                schedulable, drain_reason = False, "all GPU inventory reserved"
+            out.append(
+                inventory_record(
+                    node=name,
+                    platform=self.platform,
+                    gpus=gpus,
+                    gpu_model=model,
+                    mig_layout=slices or None,
+                    schedulable=schedulable,
+                    drain_reason=drain_reason,
+                    busy_gpus=min(busy, gpus),
+                )
+            )
+        return sorted(out, key=lambda r: r["node"])
+
+    def _gpu_trees(self, window: str) -> dict[str, dict[str, Any]]:
+        """Root provider id -> root, its traits and its providers holding GPU inventory."""
+        listing = self._placement_json("/resource_providers", window)
+        try:
+            providers = {p["uuid"]: p for p in listing["resource_providers"]}
+        except (KeyError, TypeError) as exc:
+            raise SourceError(self.platform, "placement /resource_providers", window, "malformed payload") from exc
+        trees: dict[str, dict[str, Any]] = {}
+        for uuid, prov in providers.items():
+            invs = self._placement_json(f"/resource_providers/{uuid}/inventories", window)
+            try:
+                inventories = dict(invs["inventories"])
+            except (KeyError, TypeError) as exc:
+                raise SourceError(self.platform, f"placement /resource_providers/{uuid}/inventories", window,
+                                  "malformed payload") from exc
+            if not any(self._is_gpu_class(rc) for rc in inventories):
+                continue
+            usages = self._placement_json(f"/resource_providers/{uuid}/usages", window).get("usages", {})
+            traits = self._placement_json(f"/resource_providers/{uuid}/traits", window).get("traits", [])
+            root_id = prov.get("root_provider_uuid") or uuid
+            if root_id not in providers:
+                raise SourceError(self.platform, "placement /resource_providers", window,
+                                  f"provider {uuid} has unknown root {root_id}")
+            tree = trees.setdefault(root_id, {"root": providers[root_id], "gpu_providers": [], "root_traits": None})
+            tree["gpu_providers"].append({"uuid": uuid, "inventories": inventories, "usages": usages, "traits": traits})
+        for root_id, tree in trees.items():
+            own = next((p for p in tree["gpu_providers"] if p["uuid"] == root_id), None)
+            tree["root_traits"] = set(
+                own["traits"] if own else
+                self._placement_json(f"/resource_providers/{root_id}/traits", window).get("traits", [])
+            )
+        return trees
+
+    def _nova_state(self, window: str) -> dict[str, tuple[bool, str | None]]:
+        """Hypervisor hostname -> (schedulable, reason) from Nova's services and hypervisors."""
+        services = self._call("compute os-services", window, lambda: list(self._conn.compute.services()))
+        hypers = self._call("compute os-hypervisors", window,
+                            lambda: list(self._conn.compute.hypervisors(details=True)))
+        by_host = {}
+        for svc in services:
+            if svc.binary != "nova-compute":
+                continue
+            up = svc.state == "up"
+            enabled = svc.status == "enabled"
+            reason = None if (up and enabled) else (svc.disabled_reason or ("down" if not up else "disabled"))
+            by_host[svc.host] = (up and enabled, reason)
+        out = {}
+        for hv in hypers:
+            host = (hv.service_details or {}).get("host") if hasattr(hv, "service_details") else None
+            if host in by_host:
+                out[hv.name] = by_host[host]
+        return out
+
+    def snapshot(self, at: datetime) -> pd.DataFrame:
+        """Current `gpu_capacity` and `gpu_allocated` per node from Placement, stamped `at`.
+
+        Placement has no history; this is what the hourly run records for "now".
+        """
+        rows = []
+        for rec in self.inventory(at):
+            for metric, value in (("gpu_capacity", rec["gpus"]), ("gpu_allocated", rec["busy_gpus"])):
+                rows.append((self.platform, self.cluster, "node", rec["node"], metric, at, float(value), "gpus"))
+        if not rows:
+            return empty_samples()
+        frame = pd.DataFrame(rows, columns=["platform", "cluster", "entity_kind", "entity_id", "metric", "ts",
+                                            "value", "unit"])
+        return normalize_samples(frame, where=f"{self.platform} placement snapshot [{format_window(at)}]")
+
+    # -------------------------------------------------------------- usage
+    def usage(self, start: datetime, end: datetime, step: str = "5min") -> pd.DataFrame:
+        """History of the configured meters from Gnocchi for `[start, end)`, one point per step.
+
+        `step` must be a granularity of the meters' archive policy. Raises SourceError when
+        no meter is configured or the cloud has no metric service (no history to read).
+        """
+        window = format_window(start, end)
+        if not self.gnocchi_meters:
+            raise SourceError(self.platform, "metric (gnocchi)", window,
+                              "no Gnocchi meters configured: Placement keeps no usage history")
+        step_s = step_seconds(step)
+        grid = aligned_points(start, end, step_s)
+        if grid is None:
+            return empty_samples()
+        parts = []
+        for metric, meter in self.gnocchi_meters.items():
+            payload = self._gnocchi_aggregates(meter, grid[0], as_utc(end), step_s, window)
+            parts.append(gnocchi_groups_to_frame(payload, self.platform, self.cluster, metric, meter, window))
+        frame = pd.concat(parts, ignore_index=True)
+        if frame.empty:
+            return empty_samples()
+        frame = frame[(frame["ts"] >= grid[0]) & (frame["ts"] <= grid[1])]
+        try:
+            return normalize_samples(frame, where=f"{self.platform} gnocchi [{window}]")
+        except CanonicalFrameError as exc:
+            raise SourceError(self.platform, "metric /v1/aggregates", window, str(exc)) from exc
+
+    def _gnocchi_aggregates(self, meter: GnocchiMeter, first: datetime, end: datetime, step_s: int,
+                            window: str) -> Any:
+        params = {
+            "start": first.isoformat(),
+            "stop": end.isoformat(),
+            "granularity": step_s,
+            "groupby": meter.group_by,
+            "resource_type": meter.resource_type,
+            "fill": "null",
+        }
+        body = {"operations": f"(metric {meter.metric} {meter.aggregation})", "search": {}}
+
+        def post() -> Any:
+            resp = self._conn.session.post(
+                "/v1/aggregates",
+                endpoint_filter={"service_type": "metric", "interface": self.interface,
+                                 "region_name": self.region_name},
+                params=params, json=body, raise_exc=False,
+            )
+            _raise_for_status(resp.status_code)
+            try:
+                return resp.json()
+            except ValueError as exc:
+                raise PermanentError("malformed payload: not JSON") from exc
+
+        return self._call("metric /v1/aggregates", window, post)
+
+
+def gnocchi_groups_to_frame(
+    payload: Any, platform: str, cluster: str, metric: str, meter: GnocchiMeter, window: str
+) -> pd.DataFrame:
+    """Canonical rows from a grouped `/v1/aggregates` answer.
+
+    The answer is a list of `{"group": {attr: value}, "measures": {"measures":
+    {"aggregated": [[iso_ts, granularity, value], ...]}}}`; null values (gaps) are dropped.
+    """
+    unit = meter.unit or CANONICAL_METRICS.get(metric, "")
+    rows = []
+    try:
+        for group in payload:
+            entity = str(group["group"][meter.group_by])
+            measures = group["measures"]["measures"]
+            points = measures.get("aggregated") if isinstance(measures, dict) else None
+            if points is None:
+                raise KeyError("aggregated")
+            for ts, _gran, value in points:
+                if value is None:
+                    continue
+                rows.append((platform, cluster, meter.entity_kind, entity, metric, ts, float(value) * meter.scale, unit))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SourceError(platform, "metric /v1/aggregates", window,
+                          f"malformed payload for {meter.metric} ({type(exc).__name__}: {exc})") from exc
+    frame = pd.DataFrame(rows, columns=["platform", "cluster", "entity_kind", "entity_id", "metric", "ts", "value",
+                                        "unit"])
+    frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
+    return frame
+
+
+def _raise_for_status(status: int) -> None:
+    if status < 400:
+        return
+    if status in (401, 403):
+        raise PermanentError(f"authentication refused (HTTP {status})")
+    if status in (408, 429) or status >= 500:
+        raise TransientError(f"HTTP {status}")
+    raise PermanentError(f"HTTP {status}")
+
+
+def _classified(fn: Callable[[], Any], timeout: float) -> Any:
+    """Run one SDK call, turning its exceptions into Transient/PermanentError without their text.
+
+    SDK and keystoneauth messages can carry request URLs and response bodies; the
+    reason built here names only the kind of failure and the status code.
+    """
+    try:
+        return fn()
+    except (TransientError, PermanentError):
+        raise
+    except ksa_exc.Unauthorized as exc:
+        raise PermanentError("authentication refused (HTTP 401)") from exc
+    except ksa_exc.Forbidden as exc:
+        raise PermanentError("authentication refused (HTTP 403)") from exc
+    except (ksa_exc.EndpointNotFound, sdk_exc.ServiceDisabledException, sdk_exc.EndpointNotFound) as exc:
+        raise PermanentError("service not in the service catalog") from exc
+    except (ksa_exc.ConnectTimeout, ksa_exc.RequestTimeout, ksa_exc.GatewayTimeout) as exc:
+        raise TransientError(f"no answer within {timeout}s") from exc
+    except ksa_exc.ConnectFailure as exc:
+        raise TransientError("connection refused") from exc
+    except ksa_exc.HttpError as exc:
+        _raise_for_status(exc.http_status or 500)
+        raise PermanentError(f"HTTP {exc.http_status}") from exc
+    except sdk_exc.HttpException as exc:
+        code = exc.status_code or 500
+        _raise_for_status(code)
+        raise PermanentError(f"HTTP {code}") from exc
+    except (ksa_exc.ClientException, sdk_exc.SDKException) as exc:
+        raise PermanentError(f"{type(exc).__name__}") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PermanentError(f"malformed payload ({type(exc).__name__})") from exc

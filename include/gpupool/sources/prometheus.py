@@ -1,0 +1,276 @@
+"""Reading canonical series from Prometheus with `query_range`, chunked and step-aligned.
+
+Used by the Slurm source (Slurm exporter + DCGM exporter) and by the Kubernetes source
+for past windows (kube-state-metrics + DCGM exporter). Each canonical metric maps to
+one `MetricQuery`: a PromQL expression plus how to name the entity of each returned
+series from its labels.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
+
+from gpupool.canonical import CANONICAL_METRICS, CanonicalFrameError, empty_samples, normalize_samples
+from gpupool.sources.base import (
+    PermanentError,
+    RetryPolicy,
+    SourceError,
+    TransientError,
+    aligned_points,
+    call_with_retry,
+    chunk_range,
+    format_window,
+    redact_url,
+    step_seconds,
+)
+
+log = logging.getLogger(__name__)
+
+#: Prometheus refuses a query_range with more than 11,000 points per series.
+PROMETHEUS_MAX_POINTS = 11_000
+#: points per chunk we ask for, with a margin under the hard limit
+DEFAULT_CHUNK_POINTS = 10_000
+
+_LABEL_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class MetricQuery:
+    """How one canonical metric is read from Prometheus.
+
+    expr:        PromQL, evaluated with query_range; its result labels name the entity
+    entity_kind: canonical entity kind of every returned series ("node", "gpu", ...)
+    entity:      template over result labels, e.g. "{Hostname}/gpu{gpu}"; "" for a
+                 platform-wide series
+    unit:        canonical unit; None takes the unit of the canonical metric
+    cluster:     template over result labels for the cluster column ("" = source's cluster)
+    """
+
+    expr: str
+    entity_kind: str
+    entity: str = ""
+    unit: str | None = None
+    cluster: str = ""
+
+    def labels_needed(self) -> set[str]:
+        """The result labels the templates refer to."""
+        return set(_LABEL_FIELD.findall(self.entity)) | set(_LABEL_FIELD.findall(self.cluster))
+
+
+class PrometheusReader:
+    """Run `MetricQuery`s over a window and return canonical samples.
+
+    Connection parameters are explicit: `url`, optional `bearer_token` or
+    `basic_auth=(user, password)`, `timeout` seconds per HTTP request, `retry` policy,
+    `verify` (TLS). Credentials live only in the HTTP session, never in messages.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        platform: str,
+        bearer_token: str | None = None,
+        basic_auth: tuple[str, str] | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy = RetryPolicy(),
+        verify: bool = True,
+        chunk_points: int = DEFAULT_CHUNK_POINTS,
+    ):
+        if not 1 <= chunk_points <= PROMETHEUS_MAX_POINTS:
+            raise ValueError(f"chunk_points must be in 1..{PROMETHEUS_MAX_POINTS}")
+        self.url = url.rstrip("/")
+        self.platform = platform
+        self.timeout = timeout
+        self.retry = retry
+        self.chunk_points = chunk_points
+        headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
+        # Retries are ours (bounded, logged, classified); the client's adapter must not add its own.
+        self._client = PrometheusConnect(
+            url=self.url,
+            headers=headers,
+            auth=basic_auth,
+            disable_ssl=not verify,
+            retry=Retry(total=0, raise_on_status=False, redirect=0),
+            timeout=timeout,
+        )
+
+    @property
+    def endpoint(self) -> str:
+        """The query_range endpoint, without credentials."""
+        return redact_url(f"{self.url}/api/v1/query_range")
+
+    def close(self) -> None:
+        """Release the HTTP session."""
+        self._client.close()
+
+    def read(
+        self,
+        queries: Mapping[str, MetricQuery | Sequence[MetricQuery]],
+        start: datetime,
+        end: datetime,
+        step: str | int = "5min",
+        cluster: str = "",
+    ) -> pd.DataFrame:
+        """Canonical samples of every query in `queries` for `[start, end)`.
+
+        `queries` maps a canonical metric to one MetricQuery or several (e.g. the same
+        metric per GPU and per job).
+
+        The evaluation grid is aligned to the epoch on `step`, so re-runs and adjacent
+        windows see the same instants; long windows are split into chunks of at most
+        `chunk_points` points. Any failure raises one SourceError for the window.
+        """
+        window = format_window(start, end)
+        step_s = step_seconds(step)
+        grid = aligned_points(start, end, step_s)
+        if grid is None:
+            return empty_samples()
+        chunks = chunk_range(grid[0], grid[1], step_s, self.chunk_points)
+        parts = []
+        for metric, qs in queries.items():
+            found = 0
+            for query in as_query_tuple(qs):
+                for lo, hi in chunks:
+                    part = self._read_one(metric, query, lo, hi, step_s, cluster, window)
+                    found += len(part)
+                    parts.append(part)
+            if not found:
+                # Not an error (a quiet cluster has no jobs), but a missing exporter looks the same.
+                log.warning("%s %s [%s]: no series for %s", self.platform, self.endpoint, window, metric)
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return empty_samples()
+        frame = pd.concat(parts, ignore_index=True)
+        try:
+            return normalize_samples(frame, where=f"{self.platform} {self.endpoint} [{window}]")
+        except CanonicalFrameError as exc:
+            raise SourceError(self.platform, self.endpoint, window, f"result is not canonical: {exc}") from exc
+
+    def _fetch(self, expr: str, lo: datetime, hi: datetime, step_s: int) -> list[dict[str, Any]]:
+        try:
+            return self._client.custom_query_range(expr, start_time=lo, end_time=hi, step=str(step_s))
+        except (requests.Timeout, requests.ConnectionError) as exc:
+            raise TransientError(f"{type(exc).__name__}: no answer within {self.timeout}s") from exc
+        except PrometheusApiClientException as exc:
+            status, detail = _status_of(str(exc))
+            if status in (408, 429) or status >= 500:
+                raise TransientError(f"HTTP {status}{detail}") from exc
+            if status in (401, 403):
+                raise PermanentError(f"authentication refused (HTTP {status})") from exc
+            raise PermanentError(f"HTTP {status}{detail}") from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PermanentError(f"malformed payload ({type(exc).__name__})") from exc
+
+    def _read_one(
+        self,
+        metric: str,
+        query: MetricQuery,
+        lo: datetime,
+        hi: datetime,
+        step_s: int,
+        cluster: str,
+        window: str,
+    ) -> pd.DataFrame:
+        chunk = format_window(lo, hi)
+
+        def describe(exc: BaseException) -> SourceError:
+            return SourceError(self.platform, self.endpoint, window, f"{metric} (chunk {chunk}): {exc}")
+
+        result = call_with_retry(lambda: self._fetch(query.expr, lo, hi, step_s), policy=self.retry, describe=describe)
+        try:
+            return _result_to_frame(result, self.platform, cluster, metric, query)
+        except PermanentError as exc:
+            raise describe(exc) from exc
+
+
+def as_query_tuple(q: MetricQuery | Sequence[MetricQuery]) -> tuple[MetricQuery, ...]:
+    """One query or several, as a tuple."""
+    return (q,) if isinstance(q, MetricQuery) else tuple(q)
+
+
+def _status_of(message: str) -> tuple[int, str]:
+    """Status code and a short detail from a prometheus-api-client error message."""
+    m = re.search(r"HTTP Status Code (\d+)", message)
+    status = int(m.group(1)) if m else 0
+    detail = ""
+    e = re.search(r'"error"\s*:\s*"((?:[^"\\]|\\.){0,300})', message)
+    if e:
+        detail = ": " + re.sub(r"\\+(.)", r"\1", e.group(1))
+    return status, detail
+
+
+def _result_to_frame(
+    result: Any, platform: str, cluster: str, metric: str, query: MetricQuery
+) -> pd.DataFrame:
+    """Canonical rows (not yet normalized) from a query_range `result` list.
+
+    Raises PermanentError on a payload that is not a matrix of [ts, "value"] pairs or
+    whose series lack a label the entity template needs. NaN/Inf points (PromQL's
+    "no value", e.g. 0/0) are dropped: a missing point is an absent row.
+    """
+    if not isinstance(result, list):
+        raise PermanentError(f"malformed payload: result is {type(result).__name__}, not a matrix")
+    unit = query.unit or CANONICAL_METRICS.get(metric, "")
+    need = query.labels_needed()
+    ts_all: list[Any] = []
+    val_all: list[Any] = []
+    ent_all: list[str] = []
+    clu_all: list[str] = []
+    for series in result:
+        try:
+            labels = series["metric"]
+            values = series["values"]
+            if not isinstance(labels, dict) or not isinstance(values, list):
+                raise TypeError
+        except (KeyError, TypeError) as exc:
+            raise PermanentError("malformed payload: a series without metric/values") from exc
+        missing = need - labels.keys()
+        if missing:
+            raise PermanentError(f"series {labels} lacks label(s) {sorted(missing)} for entity {query.entity!r}")
+        entity = query.entity.format_map(labels)
+        clu = query.cluster.format_map(labels) if query.cluster else cluster
+        n = len(values)
+        try:
+            ts_all.extend(v[0] for v in values)
+            val_all.extend(v[1] for v in values)
+        except (IndexError, TypeError) as exc:
+            raise PermanentError("malformed payload: a point is not [ts, value]") from exc
+        ent_all.extend([entity] * n)
+        clu_all.extend([clu] * n)
+    if not ts_all:
+        return pd.DataFrame()
+    try:
+        ts = np.asarray(ts_all, dtype="float64")
+        vals = np.asarray(val_all).astype("float64")
+    except (TypeError, ValueError) as exc:
+        raise PermanentError("malformed payload: non-numeric timestamp or value") from exc
+    keep = np.isfinite(vals) & np.isfinite(ts)
+    dropped = int((~keep).sum())
+    if dropped:
+        log.info("%s %s: dropped %d non-finite points", platform, metric, dropped)
+    n = int(keep.sum())
+    return pd.DataFrame(
+        {
+            "platform": platform,
+            "cluster": np.asarray(clu_all, dtype=object)[keep],
+            "entity_kind": query.entity_kind,
+            "entity_id": np.asarray(ent_all, dtype=object)[keep],
+            "metric": metric,
+            "ts": pd.to_datetime((ts[keep] * 1_000_000).round().astype("int64"), unit="us", utc=True),
+            "value": vals[keep],
+            "unit": unit,
+        },
+        index=pd.RangeIndex(n),
+    )

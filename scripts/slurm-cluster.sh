@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# A one-node Slurm cluster with fake GPUs, on loopback, entirely inside DIR.
+#
+#   scripts/slurm-cluster.sh start DIR [CTLD_PORT SLURMD_PORT GPUS]
+#   scripts/slurm-cluster.sh stop DIR
+#
+# start writes DIR/env (SLURM_CONF=..., NODE=...) to source before running Slurm clients,
+# and waits until the node is idle. The GPUs are character devices made with mknod
+# (major 195 like /dev/nvidia*) so slurmd accepts them without a driver; no cgroups.
+set -euo pipefail
+
+cmd="${1:?start|stop}"; DIR="$(realpath -m "${2:?DIR}")"
+CTLD_PORT="${3:-6817}"; SLURMD_PORT="${4:-6818}"; GPUS="${5:-4}"
+NODE="$(hostname -s)"
+
+stop() {
+  # Cancel every job first, so no slurmstepd outlives its slurmd.
+  if [ -f "$DIR/slurm.conf" ] && [ -f "$DIR/slurmctld.pid" ] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/null; then
+    export SLURM_CONF="$DIR/slurm.conf"
+    jobs="$(timeout 5 squeue -h -o %i 2>/dev/null || true)"
+    if [ -n "$jobs" ]; then
+      # shellcheck disable=SC2086
+      timeout 5 scancel --full $jobs 2>/dev/null || true
+      for _ in $(seq 50); do [ -z "$(timeout 5 squeue -h -t R,CG -o %i 2>/dev/null)" ] && break; sleep 0.1; done
+    fi
+  fi
+  # TERM all daemons at once, then wait: each takes 1-2 s to wind down.
+  pids=()
+  for pidf in "$DIR"/slurmd.pid "$DIR"/slurmctld.pid "$DIR"/munged.pid; do
+    [ -f "$pidf" ] || continue
+    pid="$(cat "$pidf")"; rm -f "$pidf"
+    kill "$pid" 2>/dev/null && pids+=("$pid")
+  done
+  for _ in $(seq 100); do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && return 0
+    sleep 0.05
+  done
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+}
+
+fail() {
+  echo "slurm-cluster: $*" >&2
+  for log in "$DIR"/munged.log "$DIR"/slurmctld.log "$DIR"/slurmd.log; do
+    [ -f "$log" ] && { echo "--- $log (tail)" >&2; tail -n 15 "$log" >&2; }
+  done
+  stop
+  exit 1
+}
+
+if [ "$cmd" = stop ]; then stop; exit 0; fi
+[ "$cmd" = start ] || { echo "usage: $0 start|stop DIR [CTLD_PORT SLURMD_PORT GPUS]" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "slurm-cluster: must run as root (slurmd, mknod)" >&2; exit 1; }
+
+mkdir -p "$DIR"/{munge,spool/ctld,spool/d,dev}
+chmod 755 "$DIR" "$DIR/munge"
+chown munge:munge "$DIR/munge"
+
+# munge: a private key and socket so this cluster never talks to another one's daemon.
+if [ ! -f "$DIR/munge/munge.key" ]; then
+  dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
+  chown munge:munge "$DIR/munge/munge.key"; chmod 400 "$DIR/munge/munge.key"
+fi
+runuser -u munge -- munged --key-file="$DIR/munge/munge.key" --socket="$DIR/munge/munge.socket" \
+  --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/munged.log" \
+  --seed-file="$DIR/munge/munged.seed" --force || fail "munged did not start"
+cp "$DIR/munge/munged.pid" "$DIR/munged.pid"
+
+for i in $(seq 0 $((GPUS - 1))); do
+  [ -e "$DIR/dev/nvidia$i" ] || mknod "$DIR/dev/nvidia$i" c 195 "$i"
+done
+
+cat > "$DIR/slurm.conf" <<CONF
+ClusterName=gpupool-test
+SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$DIR/munge/munge.socket
+StateSaveLocation=$DIR/spool/ctld
+SlurmdSpoolDir=$DIR/spool/d
+SlurmctldPidFile=$DIR/slurmctld.pid
+SlurmdPidFile=$DIR/slurmd.pid
+SlurmctldLogFile=$DIR/slurmctld.log
+SlurmdLogFile=$DIR/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+ReturnToService=2
+MpiDefault=none
+SlurmctldTimeout=30
+SlurmdTimeout=30
+MinJobAge=30
+NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=1000 Gres=gpu:tesla:$GPUS State=UNKNOWN
+PartitionName=gpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+CONF
+last=$((GPUS - 1))
+files="$DIR/dev/nvidia[0-$last]"; [ "$last" = 0 ] && files="$DIR/dev/nvidia0"
+cat > "$DIR/gres.conf" <<CONF
+AutoDetect=off
+Name=gpu Type=tesla File=$files
+CONF
+
+export SLURM_CONF="$DIR/slurm.conf"
+cat > "$DIR/env" <<ENV
+SLURM_CONF=$DIR/slurm.conf
+NODE=$NODE
+ENV
+
+slurmctld -i -f "$SLURM_CONF" || fail "slurmctld did not start"
+slurmd -f "$SLURM_CONF" -N "$NODE" || fail "slurmd did not start"
+for _ in $(seq 100); do
+  state="$(sinfo -h -n "$NODE" -o %T 2>/dev/null || true)"
+  [ "$state" = idle ] && { echo "slurm-cluster: node $NODE idle (ctld :$CTLD_PORT)"; exit 0; }
+  sleep 0.1
+done
+fail "node $NODE not idle after 10s (state: ${state:-none})"

@@ -1,0 +1,225 @@
+"""Start, use and stop the real services of the integration tests (scripts/*.sh).
+
+Every service runs on loopback ports picked free at start, with all its state in its
+own directory under `.services/runs/`, so two test runs on one machine never share a
+daemon. A service that cannot start raises `ServiceStartError` with the script's own
+account of why; fixtures turn that into a test failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "scripts"
+RUNS = ROOT / ".services" / "runs"
+
+
+class ServiceStartError(RuntimeError):
+    """A service that did not come up; the message carries the script's stderr."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_script(*args: str | Path, timeout: float = 120) -> str:
+    """Run a script under scripts/ and return its stdout; raise ServiceStartError on failure."""
+    cmd = ["bash", str(SCRIPTS / str(args[0])), *map(str, args[1:])]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise ServiceStartError(f"{' '.join(cmd)} ran over {timeout}s") from exc
+    if proc.returncode != 0:
+        raise ServiceStartError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
+    return proc.stdout
+
+
+def new_run_dir(name: str) -> Path:
+    """A fresh private directory for one service instance."""
+    path = RUNS / f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+    path.mkdir(parents=True)
+    return path
+
+
+@dataclass
+class PrometheusServer:
+    """A backfilled Prometheus on loopback."""
+
+    dir: Path
+    port: int
+
+    @property
+    def url(self) -> str:
+        """Base URL of the HTTP API."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, openmetrics_files: list[Path], dir: Path | None = None) -> "PrometheusServer":
+        """Backfill `openmetrics_files` into a new TSDB and start Prometheus on it."""
+        dir = dir or new_run_dir("prometheus")
+        run_script("prometheus.sh", "backfill", dir, *openmetrics_files, timeout=300)
+        port = free_port()
+        run_script("prometheus.sh", "start", dir, port)
+        return cls(dir, port)
+
+    def stop(self, keep: bool = False) -> None:
+        """Stop the server; remove its directory unless `keep`."""
+        run_script("prometheus.sh", "stop", self.dir)
+        if not keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@dataclass
+class SlurmCluster:
+    """A one-node Slurm cluster with fake GPUs; `env` makes Slurm clients talk to it."""
+
+    dir: Path
+    node: str
+    gpus: int
+    ctld_port: int
+    env: dict[str, str] = field(repr=False, default_factory=dict)
+
+    @property
+    def slurm_conf(self) -> str:
+        """Path of this cluster's slurm.conf."""
+        return str(self.dir / "slurm.conf")
+
+    @classmethod
+    def start(cls, gpus: int = 4, dir: Path | None = None) -> "SlurmCluster":
+        """Start munged, slurmctld and slurmd; return when the node is idle."""
+        dir = dir or new_run_dir("slurm")
+        ctld, slurmd = free_port(), free_port()
+        while slurmd == ctld:
+            slurmd = free_port()
+        run_script("slurm-cluster.sh", "start", dir, ctld, slurmd, gpus)
+        values = dict(line.split("=", 1) for line in (dir / "env").read_text().split())
+        env = dict(os.environ, SLURM_CONF=values["SLURM_CONF"])
+        return cls(dir, values["NODE"], gpus, ctld, env)
+
+    def run(self, *cmd: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+        """Run a Slurm client command (sbatch, scontrol, ...) against this cluster."""
+        proc = subprocess.run(list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr.strip()}")
+        return proc
+
+    def sbatch(self, gpus: int, seconds: int = 300, *extra: str) -> int:
+        """Submit a job holding `gpus` GPUs for `seconds`; returns its id."""
+        out = self.run("sbatch", "--parsable", f"--gres=gpu:{gpus}", *extra, "--output=/dev/null",
+                       "--wrap", f"sleep {seconds}").stdout
+        return int(out.strip().split(";")[0])
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """squeue --json jobs."""
+        return json.loads(self.run("squeue", "--json").stdout)["jobs"]
+
+    def wait_job_state(self, job_id: int, state: str, timeout: float = 15) -> None:
+        """Wait until job `job_id` reaches `state` (e.g. "RUNNING")."""
+        deadline = time.monotonic() + timeout
+        seen = None
+        while time.monotonic() < deadline:
+            seen = next((j["job_state"] for j in self.jobs() if j["job_id"] == job_id), None)
+            if seen == state:
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"job {job_id} is {seen}, not {state}, after {timeout}s")
+
+    def cancel_all(self) -> None:
+        """Cancel every job and wait until none holds a GPU."""
+        ids = [str(j["job_id"]) for j in self.jobs()]
+        if ids:
+            self.run("scancel", *ids)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if not [j for j in self.jobs() if j["job_state"] in ("RUNNING", "PENDING", "COMPLETING")]:
+                return
+            time.sleep(0.1)
+        raise TimeoutError("jobs still running 15s after scancel")
+
+    def drain(self, reason: str) -> None:
+        """Drain the node with `reason`."""
+        self.run("scontrol", "update", f"NodeName={self.node}", "State=DRAIN", f"Reason={reason}")
+
+    def node_state(self) -> str:
+        """sinfo's compact state of the node ("idle", "mixed", "drained", "idle*", ...)."""
+        return self.run("sinfo", "-h", "-n", self.node, "-o", "%T").stdout.strip()
+
+    def resume(self, timeout: float = 15) -> None:
+        """Resume the node and wait until slurmctld hears from slurmd again.
+
+        Right after RESUME the node is NOT_RESPONDING ("idle*") until the next ping.
+        """
+        self.run("scontrol", "update", f"NodeName={self.node}", "State=RESUME")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.node_state()
+            if "*" not in state and "drain" not in state:
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"node {self.node} is {state} {timeout}s after RESUME")
+
+    def stop(self, keep: bool = False) -> None:
+        """Cancel jobs and stop the daemons; remove the directory unless `keep`."""
+        run_script("slurm-cluster.sh", "stop", self.dir)
+        if not keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@dataclass
+class OpenStackServices:
+    """Keystone + Placement on loopback; `credentials` holds the generated passwords."""
+
+    dir: Path
+    keystone_url: str
+    placement_url: str
+    credentials: dict[str, str] = field(repr=False, default_factory=dict)
+
+    @staticmethod
+    def launch(dir: Path | None = None) -> tuple[subprocess.Popen, Path]:
+        """Start the start script in the background (it takes ~10 s); finish with `wait`."""
+        dir = dir or new_run_dir("openstack")
+        cmd = ["bash", str(SCRIPTS / "openstack-services.sh"), "start", str(dir), str(free_port()), str(free_port())]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return proc, dir
+
+    @classmethod
+    def wait(cls, proc: subprocess.Popen, dir: Path, timeout: float = 240) -> "OpenStackServices":
+        """Wait for a `launch`ed start and return the running services."""
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            raise ServiceStartError(f"openstack-services.sh start ran over {timeout}s") from exc
+        if proc.returncode != 0:
+            raise ServiceStartError(f"openstack-services.sh start failed (exit {proc.returncode}):\n{err.strip()}")
+        values = dict(line.split("=", 1) for line in (dir / "env").read_text().split())
+        creds = json.loads((dir / "credentials.json").read_text())
+        return cls(dir, values["KEYSTONE_URL"], values["PLACEMENT_URL"], creds)
+
+    def connect(self, user: str = "gpupool", project: str = "gpupool"):
+        """An openstacksdk connection as `user` (password auth through Keystone)."""
+        import openstack
+
+        return openstack.connect(
+            auth_url=self.keystone_url, username=user, password=self.credentials[user], project_name=project,
+            user_domain_name="Default", project_domain_name="Default", region_name="RegionOne",
+            load_envvars=False, load_yaml_config=False, api_timeout=30,
+        )
+
+    def stop(self, keep: bool = False) -> None:
+        """Stop both servers; remove the directory unless `keep`."""
+        run_script("openstack-services.sh", "stop", self.dir)
+        if not keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
