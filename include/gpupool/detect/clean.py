@@ -1,0 +1,280 @@
+"""From a series to flags and a cleaned series: profile, route, fit, score, threshold, clean.
+
+Two shapes of the same steps:
+
+- `detect_and_clean(y)` for one series in one go (the CLI): the first part of the series
+  (or everything before `score_from`) is history only; every later point is judged on the
+  points before it.
+- `fit_series_model(history)` once a day, then `score_window(model, y, start, end)` every
+  hour: the fitted model (profile, detector, thresholds) is picklable and reused, and each
+  run scores only its window, with the history it needs as context.
+
+Flagging: for SVR and Prophet a point is anomalous when |x_t - x̂_t| > τ, τ =
+`tau_multiplier` x the robust spread (1.4826 MAD) of the history's residuals; for SR when
+its score, normalised by the median and robust spread of the history's SR scores, exceeds
+`sr_threshold` (and the point is also `sr_min_residual` spreads from x̂_t, so that a shape
+blip of no size is not "cleaned"). The frame's `score` is always that normalised score,
+comparable across series: the point is flagged when score > the model's `threshold_`.
+
+Cleaning: a flagged point's clean value is x̂_t. Runs of missing points no longer than
+`max_fill_gap_points` are filled with x̂_t (or, where there is none, the last value seen)
+and marked `filled`; longer gaps stay missing. Missing never becomes zero and a zero is a
+value like any other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from gpupool.detect._robust import ffill_array, robust_sigma
+from gpupool.detect.base import _aligned, prepare
+from gpupool.detect.features import profile_series
+from gpupool.detect.prophet import ProphetDetector
+from gpupool.detect.router import DETECTORS, RouterConfig, route
+from gpupool.detect.sr import SpectralResidualDetector
+from gpupool.detect.svr import SVRDetector
+
+OUTPUT_COLUMNS = ["value", "expected", "score", "is_anomaly", "detector", "clean_value", "filled"]
+RESIDUAL_DETECTORS = ("svr", "prophet")
+#: share of nonzero steps from which a series' typical step floors its residual spread
+MIN_STEP_SHARE = 0.02
+
+
+@dataclass
+class FittedSeriesModel:
+    """Everything an hourly run needs to score one series without refitting (picklable)."""
+
+    profile: dict
+    detector_name: str
+    reason: str
+    detector: object
+    config: RouterConfig
+    metric: str | None = None
+    fitted_through: pd.Timestamp | None = None
+    score_center_: float = 0.0
+    score_scale_: float = 1.0
+    residual_scale_: float = float("nan")
+    threshold_: float = float("nan")
+    tau_: float = float("nan")
+    extra: dict = field(default_factory=dict)
+
+
+def make_detector(name: str, profile: dict, config: RouterConfig | None = None):
+    """An unfitted detector of kind `name`, parametrised from the profile and config."""
+    cfg = config or RouterConfig()
+    if name == "sr":
+        return SpectralResidualDetector(window=cfg.sr_window)
+    if name == "svr":
+        period = profile.get("period")
+        acf_p = profile.get("acf_period")
+        n_valid = profile.get("n_valid") or 0
+        # a seasonal lag only helps when the season is real and the history covers it twice
+        use = period if (period and acf_p is not None and acf_p >= 0.3 and n_valid >= 2 * period + 20) else None
+        return SVRDetector(n_lags=cfg.svr_lags, period=use, max_train=cfg.svr_max_train)
+    if name == "prophet":
+        return ProphetDetector.from_profile(profile, max_train=cfg.prophet_max_train)
+    raise ValueError(f"unknown detector {name!r}; expected one of {DETECTORS}")
+
+
+def fit_series_model(
+    y: pd.Series,
+    config: RouterConfig | None = None,
+    profile: dict | None = None,
+    detector: str = "auto",
+    metric: str | None = None,
+) -> FittedSeriesModel:
+    """Profile `y` (the history), route it, fit the chosen detector and its threshold.
+
+    `detector` other than "auto" forces one; `metric` applies the config's per-metric
+    overrides. Never raises on short, constant or gappy history.
+    """
+    cfg = (config or RouterConfig()).for_metric(metric)
+    history = prepare(y)
+    prof = profile if profile is not None else profile_series(history)
+    if detector != "auto":
+        name, reason = detector, f"forced by caller ({detector})"
+    else:
+        name, reason = route(prof, cfg)
+    det = make_detector(name, prof, cfg).fit(history)
+    model = FittedSeriesModel(
+        profile=prof,
+        detector_name=name,
+        reason=reason,
+        detector=det,
+        config=cfg,
+        metric=metric,
+        fitted_through=history.index[-1] if len(history) else None,
+    )
+    _calibrate(model, history)
+    return model
+
+
+def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
+    """Per-series score normalisation and thresholds from the history's residuals and scores."""
+    cfg = model.config
+    det = model.detector
+    values = history.to_numpy(dtype="float64")
+    finite = values[np.isfinite(values)]
+    magnitude = max(float(np.median(np.abs(finite))), float(np.ptp(finite))) if finite.size else 0.0
+    # a constant or perfectly predicted history has no residual spread at all: a change then
+    # counts, but one below `min_relative_deviation` of the series' magnitude never does
+    floor = max(1e-12, cfg.min_relative_deviation * magnitude)
+    # counts (GPUs allocated, pending) move in whole steps and are mostly flat, so their
+    # residuals are mostly exactly zero; without a floor at the series' resolution every
+    # ordinary one-GPU step would be an anomaly. Only a series that steps often has a
+    # resolution to speak of: in a flat series the rare steps are the anomalies themselves.
+    diffs = np.abs(np.diff(finite))
+    steps = diffs[diffs > 0]
+    if diffs.size and steps.size >= MIN_STEP_SHARE * diffs.size:
+        floor = max(floor, cfg.resolution_floor * float(np.median(steps)))
+    resid = np.asarray(getattr(det, "history_residuals_", np.array([])), dtype="float64")
+    model.residual_scale_ = robust_sigma(resid, floor=floor)
+    if model.detector_name in RESIDUAL_DETECTORS:
+        model.score_center_ = 0.0
+        model.score_scale_ = model.residual_scale_
+        model.threshold_ = cfg.tau_multiplier
+        model.tau_ = cfg.tau_multiplier * model.residual_scale_
+    else:
+        scores = np.asarray(getattr(det, "history_scores_", np.array([])), dtype="float64")
+        scores = scores[np.isfinite(scores)]
+        model.score_center_ = float(np.median(scores)) if scores.size else 0.0
+        model.score_scale_ = robust_sigma(scores, floor=1e-6) if scores.size else 1.0
+        model.threshold_ = cfg.sr_threshold
+        model.tau_ = cfg.sr_min_residual * model.residual_scale_
+
+
+def score_window(
+    model: FittedSeriesModel,
+    y_with_history: pd.Series,
+    start: pd.Timestamp | None,
+    end: pd.Timestamp | None,
+) -> pd.DataFrame:
+    """Flags and clean values for the rows of `y_with_history` in [start, end).
+
+    Points before `start` are context only (the detector's past); points at or after `end`
+    are ignored, so a run never sees beyond its window. Returns the frame described in
+    `detect_and_clean`, for the window's rows only.
+    """
+    idx = pd.DatetimeIndex(y_with_history.index)
+    keep = np.ones(len(idx), dtype=bool)
+    if end is not None:
+        keep &= idx < _aligned(end, idx)
+    y = y_with_history[keep]
+    frame = _judge(model, y, start)
+    if start is not None:
+        frame = frame[pd.DatetimeIndex(frame.index) >= _aligned(start, pd.DatetimeIndex(frame.index))]
+    return frame
+
+
+def detect_and_clean(
+    y: pd.Series,
+    detector: str = "auto",
+    config: RouterConfig | None = None,
+    profile: dict | None = None,
+    score_from: pd.Timestamp | None = None,
+    metric: str | None = None,
+) -> pd.DataFrame:
+    """Detect and clean one series; one output row per input row, in input order.
+
+    Points before `score_from` are history only (the model is profiled and fitted on them);
+    without it, the first `warmup_share` of the points (at least `min_warmup_points`) are.
+    Returns a DataFrame indexed like `y` with columns value, expected, score, is_anomaly,
+    detector, clean_value, filled. History-only rows have no expected value or score and
+    are never flagged; their short gaps are still filled from the last value seen.
+    """
+    cfg = config or RouterConfig()
+    work = prepare(y)
+    if score_from is None:
+        n = len(work)
+        n_warm = min(n, max(int(round(cfg.warmup_share * n)), cfg.min_warmup_points))
+        score_from = work.index[n_warm] if n_warm < n else None
+    if score_from is None:
+        history = work
+    else:
+        history = work[work.index < _aligned(score_from, work.index)]
+    model = fit_series_model(history, cfg, profile=profile, detector=detector, metric=metric)
+    start = score_from if score_from is not None else (work.index[-1] + pd.Timedelta(1, "ns") if len(work) else None)
+    frame = _judge(model, y, start)
+    frame.attrs["reason"] = model.reason
+    frame.attrs["profile"] = model.profile
+    return frame
+
+
+def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -> pd.DataFrame:
+    """Score, flag and clean every row of `y` (rows before `start` are context only)."""
+    cfg = model.config
+    work = prepare(y)
+    raw = work.to_numpy(dtype="float64")
+    if len(work) and (start is None or _aligned(start, work.index) <= work.index[-1]):
+        det = model.detector.score(work, start=start)
+        expected = det["expected"].to_numpy()
+        raw_score = det["score"].to_numpy()
+    else:
+        expected = np.full(len(work), np.nan)
+        raw_score = np.full(len(work), np.nan)
+    norm = (raw_score - model.score_center_) / model.score_scale_
+    resid = np.abs(raw - expected)
+    with np.errstate(invalid="ignore"):
+        flag = np.isfinite(norm) & np.isfinite(expected) & np.isfinite(raw) & (norm > model.threshold_)
+        if model.detector_name not in RESIDUAL_DETECTORS:
+            flag &= resid > model.tau_
+    clean = np.where(flag, expected, raw)
+    filled = np.zeros(len(work), dtype=bool)
+    gaps = _short_gaps(raw, cfg.max_fill_gap_points)
+    if gaps.any():
+        carried = ffill_array(np.where(np.isfinite(clean), clean, np.nan))
+        # a leading gap has no past to carry: ffill_array would back-fill it, so it stays missing
+        has_past = np.maximum.accumulate(np.isfinite(raw))
+        fill_value = np.where(np.isfinite(expected), expected, np.where(has_past, carried, np.nan))
+        fill_at = gaps & np.isfinite(fill_value)
+        clean = np.where(fill_at, fill_value, clean)
+        filled = fill_at
+    ts_frame = pd.DataFrame(
+        {"expected": expected, "score": norm, "is_anomaly": flag, "clean_value": clean, "filled": filled},
+        index=work.index,
+    )
+    pos = ts_frame.index.get_indexer(pd.DatetimeIndex(y.index))
+    values = pd.to_numeric(pd.Series(y), errors="coerce").to_numpy(dtype="float64")
+    ok = pos >= 0
+
+    def take(col: str, default):
+        arr = ts_frame[col].to_numpy()
+        if arr.size == 0:  # no usable timestamp at all
+            return np.full(len(pos), default)
+        return np.where(ok, arr[np.where(ok, pos, 0)], default)
+
+    is_anom = take("is_anomaly", False).astype(bool)
+    filled_rows = take("filled", False).astype(bool) & ~np.isfinite(values)
+    clean_rows = np.where(is_anom, take("expected", np.nan), values)
+    clean_rows = np.where(filled_rows, take("clean_value", np.nan), clean_rows)
+    out = pd.DataFrame(
+        {
+            "value": values,
+            "expected": take("expected", np.nan).astype("float64"),
+            "score": take("score", np.nan).astype("float64"),
+            "is_anomaly": is_anom,
+            "detector": model.detector_name,
+            "clean_value": clean_rows.astype("float64"),
+            "filled": filled_rows,
+        },
+        index=y.index,
+    )
+    return out[OUTPUT_COLUMNS]
+
+
+def _short_gaps(raw: np.ndarray, max_len: int) -> np.ndarray:
+    """Mask of missing points in runs of at most `max_len` (runs touching the end included)."""
+    miss = ~np.isfinite(raw)
+    if max_len <= 0 or not miss.any():
+        return np.zeros(raw.size, dtype=bool)
+    edges = np.diff(np.concatenate([[0], miss.astype(np.int8), [0]]))
+    starts = np.flatnonzero(edges == 1)
+    stops = np.flatnonzero(edges == -1)
+    mask = np.zeros(raw.size, dtype=bool)
+    for a, b in zip(starts, stops):
+        if b - a <= max_len:
+            mask[a:b] = True
+    return mask

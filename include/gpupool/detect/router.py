@@ -1,0 +1,129 @@
+"""Choosing a detector per series from its profile, by rules whose thresholds are configuration.
+
+The rules, in order (the first that applies wins, and its reason is recorded):
+
+1. a forced detector (`RouterConfig.detector`, or a per-metric override of it);
+2. too little history to train a model (`min_model_points`) -> Spectral Residual, which needs
+   only a window of context;
+3. a constant history -> SVR, whose local-level prediction makes any change stand out;
+4. a strong, regular season with enough cycles of history (autocorrelation at the period
+   >= `prophet_min_acf`, STL seasonal strength >= `prophet_min_seasonal_strength`, at least
+   `prophet_min_cycles` periods, at most `prophet_max_missing_share` missing) -> Prophet;
+5. point-to-point noise as large as the series' whole spread (`noise_ratio` >=
+   `sr_min_noise_ratio`): nothing for a regression to predict, spikes are what matter ->
+   Spectral Residual;
+6. otherwise (structure that the recent past predicts: trends, level shifts, smooth
+   cycles) -> SVR.
+
+Thresholds for flagging live here too, because they travel with the routing decision:
+residual detectors flag |x_t - x̂_t| > τ with τ = `tau_multiplier` x the robust spread of
+the history's residuals; SR flags its per-series normalised score above `sr_threshold`.
+
+Per-metric overrides: `RouterConfig(overrides={"gpu_capacity": {"detector": "svr",
+"tau_multiplier": 8}})`; `config.for_metric("gpu_capacity")` gives the merged config.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DetectorName = Literal["sr", "svr", "prophet"]
+DETECTORS: tuple[str, ...] = ("sr", "svr", "prophet")
+
+
+class RouterConfig(BaseModel):
+    """Routing rules, flagging thresholds, gap filling and warm-up; every number is configurable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    detector: Literal["auto", "sr", "svr", "prophet"] = Field("auto", description="force one detector for every series")
+    min_model_points: int = Field(96, ge=0, description="history points below which only SR is used")
+    prophet_enabled: bool = Field(True, description="allow routing to Prophet (the slowest detector to fit)")
+    prophet_min_acf: float = Field(0.6, description="autocorrelation at the profiled period needed for Prophet")
+    prophet_min_seasonal_strength: float = Field(0.6, description="STL seasonal strength needed for Prophet")
+    prophet_min_cycles: float = Field(3.0, ge=1.0, description="periods of history Prophet needs")
+    prophet_max_missing_share: float = Field(0.2, ge=0.0, le=1.0, description="most missing share Prophet accepts")
+    sr_min_noise_ratio: float = Field(0.5, description="noise/spread ratio from which SR is chosen over SVR")
+
+    tau_multiplier: float = Field(4.0, gt=0, description="τ = multiplier x robust residual spread (SVR, Prophet)")
+    sr_threshold: float = Field(4.0, gt=0, description="flag when the normalised SR score exceeds this")
+    sr_min_residual: float = Field(
+        2.0, ge=0, description="SR also needs |x - x̂| above this many robust residual spreads"
+    )
+
+    resolution_floor: float = Field(
+        0.5, ge=0, description="residual spread is at least this x the typical nonzero step of the history"
+    )
+    min_relative_deviation: float = Field(
+        1e-3, ge=0, description="residual spread is at least this x the history's magnitude (median |x| or range)"
+    )
+    max_fill_gap_points: int = Field(3, ge=0, description="longest run of missing points that is filled")
+    warmup_share: float = Field(0.15, ge=0.0, lt=1.0, description="share of a series used as history only")
+    min_warmup_points: int = Field(48, ge=0, description="fewest history-only points when none is given")
+
+    sr_window: int = Field(123, ge=23, description="SR sliding window (points)")
+    svr_lags: int = Field(12, ge=1, description="lagged values the SVR sees")
+    svr_max_train: int = Field(1500, ge=20, description="newest history points the SVR trains on")
+    prophet_max_train: int = Field(1000, ge=20, description="most points Prophet trains on (history averaged down to it)")
+
+    overrides: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="metric name -> fields to override for that metric"
+    )
+
+    def for_metric(self, metric: str | None) -> "RouterConfig":
+        """This config with the overrides for `metric` applied (validated like the rest)."""
+        if not metric or metric not in self.overrides:
+            return self
+        data = self.model_dump()
+        data.update(self.overrides[metric])
+        data["overrides"] = {}
+        return RouterConfig.model_validate(data)
+
+
+def route(profile: dict, config: RouterConfig | None = None, metric: str | None = None) -> tuple[str, str]:
+    """The detector for a profiled series and the reason, as (name, reason).
+
+    `metric` selects per-metric overrides from the config.
+    """
+    cfg = (config or RouterConfig()).for_metric(metric)
+    if cfg.detector != "auto":
+        return cfg.detector, f"forced by configuration ({cfg.detector})"
+    n_valid = int(profile.get("n_valid") or 0)
+    if n_valid < cfg.min_model_points:
+        return "sr", f"history too short for a model ({n_valid} < {cfg.min_model_points} points)"
+    if profile.get("constant"):
+        return "svr", "constant history: local-level prediction makes any change stand out"
+
+    period = profile.get("period")
+    acf_p = profile.get("acf_period")
+    seas = profile.get("stl_seasonal_strength")
+    missing = profile.get("missing_share") or 0.0
+    cycles = (n_valid / period) if period else 0.0
+    if (
+        cfg.prophet_enabled
+        and period
+        and acf_p is not None
+        and acf_p >= cfg.prophet_min_acf
+        and seas is not None
+        and seas >= cfg.prophet_min_seasonal_strength
+        and cycles >= cfg.prophet_min_cycles
+        and missing <= cfg.prophet_max_missing_share
+    ):
+        return "prophet", (
+            f"regular season: period {period} points ({profile.get('period_source')}), "
+            f"acf {acf_p:.2f} >= {cfg.prophet_min_acf}, STL strength {seas:.2f} >= "
+            f"{cfg.prophet_min_seasonal_strength}, {cycles:.1f} cycles"
+        )
+    noise = profile.get("noise_ratio")
+    if noise is not None and noise >= cfg.sr_min_noise_ratio:
+        return "sr", f"noise dominates (noise ratio {noise:.2f} >= {cfg.sr_min_noise_ratio}): spikes, not shape"
+    return "svr", (
+        f"structured, not regularly seasonal (noise ratio {_fmt(noise)}, acf at period {_fmt(acf_p)}, "
+        f"{profile.get('level_shifts')} level shifts): predicted from lags and calendar"
+    )
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"

@@ -1,0 +1,143 @@
+"""detect_and_clean, fit_series_model and score_window: flags, cleaning, gaps, shapes."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpupool.detect.clean import OUTPUT_COLUMNS, detect_and_clean, fit_series_model, score_window
+from gpupool.detect.router import RouterConfig
+
+
+@pytest.mark.parametrize("detector", ["auto", "sr", "svr"])
+def test_injected_spikes_are_flagged_and_cleaned(detector, spiky):
+    y, where = spiky
+    out = detect_and_clean(y, detector=detector)
+    assert list(out.columns) == OUTPUT_COLUMNS
+    assert out.index.equals(y.index)
+    flagged = set(np.flatnonzero(out["is_anomaly"].to_numpy()))
+    assert set(where) <= flagged
+    assert len(flagged) < 0.01 * len(y)  # ordinary noise is not an anomaly
+    for i in where:
+        assert out["clean_value"].iloc[i] == pytest.approx(out["expected"].iloc[i])
+        assert abs(out["clean_value"].iloc[i] - y.iloc[i]) > 5
+    ok = ~out["is_anomaly"] & y.notna()
+    assert (out.loc[ok, "clean_value"] == y[ok]).all()
+    assert out["detector"].nunique() == 1
+
+
+def test_auto_routes_a_daily_cycle_to_prophet_and_flags_spikes(spiky):
+    y, where = spiky
+    out = detect_and_clean(y, score_from=y.index[1000])  # 3.5 days of history: enough cycles
+    assert out["detector"].iloc[0] == "prophet"
+    assert "period 288" in out.attrs["reason"]
+    judged = [i for i in where if i >= 1000]
+    assert judged and set(judged) <= set(np.flatnonzero(out["is_anomaly"].to_numpy()))
+
+
+def test_history_rows_are_never_judged(spiky):
+    y, _ = spiky
+    out = detect_and_clean(y, detector="sr", score_from=y.index[1000])
+    head = out.iloc[:1000]
+    assert head["score"].isna().all() and head["expected"].isna().all() and not head["is_anomaly"].any()
+    assert out["score"].iloc[1000:].notna().all()
+
+
+def test_no_look_ahead_through_detect_and_clean(spiky):
+    y, _ = spiky
+    a = detect_and_clean(y, detector="svr", score_from=y.index[600])
+    changed = y.copy()
+    changed.iloc[1500:] = 1e6
+    b = detect_and_clean(changed, detector="svr", score_from=y.index[600])
+    pd.testing.assert_frame_equal(a.iloc[:1500], b.iloc[:1500])
+
+
+def test_short_gaps_filled_long_gaps_kept_missing_never_zero(make_seasonal):
+    y = make_seasonal(n=1200)
+    y.iloc[800:802] = np.nan  # short: filled
+    y.iloc[900:950] = np.nan  # long: stays missing
+    y.iloc[100] = np.nan  # short gap in the history-only part: carried forward
+    out = detect_and_clean(y, detector="svr", config=RouterConfig(max_fill_gap_points=3))
+    assert out["filled"].iloc[800:802].all() and out["clean_value"].iloc[800:802].notna().all()
+    assert out["clean_value"].iloc[800:802].between(10, 30).all()
+    assert out["clean_value"].iloc[900:950].isna().all() and not out["filled"].iloc[900:950].any()
+    assert out["filled"].iloc[100] and out["clean_value"].iloc[100] == y.iloc[99]
+    assert out["filled"].sum() == 3
+    assert out["value"].iloc[800:802].isna().all()  # the raw value stays missing
+
+
+def test_zeros_stay_values(make_seasonal):
+    # utilisation that is legitimately zero every night (idle GPUs)
+    rng = np.random.default_rng(7)
+    y = make_seasonal(n=2016, noise=0.0)
+    t = np.arange(len(y))
+    y[:] = np.maximum(0.0, 10 * np.sin(2 * np.pi * t / 288) + rng.normal(0, 0.3, len(y))).round(1)
+    y.iloc[1500] = np.nan
+    out = detect_and_clean(y, score_from=y.index[1000])
+    zeros = (y == 0).to_numpy()
+    assert zeros.sum() > 500
+    assert out["clean_value"][zeros].notna().all()  # a zero never becomes missing
+    kept = zeros & ~out["is_anomaly"].to_numpy()
+    assert (out["clean_value"][kept] == 0).all()
+    assert out["is_anomaly"].mean() < 0.02
+    assert out["filled"].iloc[1500] and np.isfinite(out["clean_value"].iloc[1500])
+
+
+def test_leading_gap_stays_missing(make_seasonal):
+    y = make_seasonal(n=600)
+    y.iloc[:2] = np.nan
+    out = detect_and_clean(y, detector="sr")
+    assert out["clean_value"].iloc[:2].isna().all()
+
+
+def test_constant_short_empty_and_all_nan_never_raise(make_seasonal):
+    idx = pd.date_range("2025-01-01", periods=400, freq="5min", tz="UTC")
+    const = pd.Series(4.0, index=idx)
+    const.iloc[300] = 9.0
+    out = detect_and_clean(const)
+    assert out["is_anomaly"].iloc[300] and out["clean_value"].iloc[300] == 4.0
+    for y in (const.iloc[:3], const.iloc[:0], pd.Series(np.nan, index=idx)):
+        out = detect_and_clean(y)
+        assert len(out) == len(y) and list(out.columns) == OUTPUT_COLUMNS
+        assert not out["is_anomaly"].any()
+
+
+def test_rows_keep_input_order_duplicates_and_input_is_not_mutated(spiky):
+    y, _ = spiky
+    messy = pd.concat([y.iloc[:1000].sample(frac=1.0, random_state=1), y.iloc[[10, 20]], y.iloc[1000:]])
+    before = messy.copy()
+    out = detect_and_clean(messy, detector="sr")
+    pd.testing.assert_series_equal(messy, before)
+    assert out.index.equals(messy.index)
+    assert (out["value"].to_numpy() == messy.to_numpy()).all()
+    sorted_out = detect_and_clean(y, detector="sr")
+    pd.testing.assert_frame_equal(out.iloc[-(len(y) - 1000) :], sorted_out.iloc[1000:], check_freq=False)
+
+
+def test_hourly_shape_matches_one_go_and_pickles(spiky):
+    y, where = spiky
+    cut = y.index[1400]
+    model = fit_series_model(y[y.index < cut], detector="svr")
+    model = pickle.loads(pickle.dumps(model))
+    assert model.detector_name == "svr" and model.reason and model.tau_ > 0
+    one_go = detect_and_clean(y, detector="svr", score_from=cut)
+    start, end = y.index[1500], y.index[1512]
+    window = score_window(model, y, start, end)
+    assert window.index.equals(y.index[1500:1512])
+    pd.testing.assert_frame_equal(window, one_go.iloc[1500:1512])
+    # points at or after `end` are never seen
+    changed = y.copy()
+    changed.iloc[1512:] = -1e6
+    pd.testing.assert_frame_equal(score_window(model, changed, start, end), window)
+    hour = score_window(model, y, y.index[1800], y.index[1812])
+    assert hour["is_anomaly"].iloc[0]  # the exporter zero at 1800
+
+
+def test_threshold_multiplier_is_configuration(spiky):
+    y, _ = spiky
+    loose = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=2.0))
+    strict = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=8.0))
+    assert loose["is_anomaly"].sum() > strict["is_anomaly"].sum()
