@@ -1,0 +1,177 @@
+"""Record responses of the REAL services into tests/fixtures/recorded/ for the contract tests.
+
+    .venv/bin/python -m tests.contract.record_real [prometheus] [openstack] [slurm]
+
+Starts each real service on loopback with the project's scripts (tests/integration/realservices.py:
+Debian's Prometheus backfilled with a few DCGM/Slurm-exporter-shaped series, Keystone +
+Placement from PyPI, a one-node Slurm), sends the requests the facades answer, and writes
+``{"request": ..., "status": ..., "headers": {...}, "body": ...}`` per call. Tokens are never
+written (only the bodies and a few non-secret headers). Re-run it when a real service's
+version changes; the contract tests compare the facades' shapes against these files.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "tests" / "fixtures" / "recorded"
+KEEP_HEADERS = ("content-type", "openstack-api-version", "vary")
+
+
+def save(name: str, resp: requests.Response, request: str) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    try:
+        body = resp.json()
+    except ValueError:
+        body = resp.text
+    doc = {"request": request, "status": resp.status_code,
+           "headers": {k: v for k, v in resp.headers.items() if k.lower() in KEEP_HEADERS}, "body": body}
+    (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(f"recorded {name}: HTTP {resp.status_code}")
+
+
+def record_prometheus() -> None:
+    from tests.integration.realservices import PrometheusServer
+
+    t0 = 1704067200  # 2024-01-01T00:00:00Z
+    lines = ["# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
+    for k in range(2):
+        for i in range(24):
+            lines.append(f'DCGM_FI_DEV_GPU_UTIL{{gpu="{k}",UUID="GPU-0000000{k}",device="nvidia{k}",'
+                         f'modelName="NVIDIA A100-SXM4-80GB",Hostname="gpu-n001",hpc_job="101",'
+                         f'instance="gpu-n001:9400",job="dcgm-exporter"}} {50 + i} {t0 + 300 * i}')
+    lines.append("# TYPE slurm_gpus_alloc gauge")
+    for i in range(24):
+        lines.append(f'slurm_gpus_alloc{{node="gpu-n001",partition="gpu",instance="slurmctld:8080",'
+                     f'job="slurm-exporter"}} {i % 8} {t0 + 300 * i}')
+    lines.append("# EOF")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "series.om"
+        path.write_text("\n".join(lines) + "\n")
+        server = PrometheusServer.start([path])
+        try:
+            url = server.url
+            at = t0 + 300 * 10
+            get = lambda p, **q: requests.get(url + p, params=q, timeout=30)  # noqa: E731
+            save("prometheus_query_vector", get("/api/v1/query", query="DCGM_FI_DEV_GPU_UTIL", time=at),
+                 "GET /api/v1/query?query=DCGM_FI_DEV_GPU_UTIL")
+            save("prometheus_query_aggregate", get("/api/v1/query", query="sum by (node) (slurm_gpus_alloc)",
+                                                   time=at), "GET /api/v1/query?query=sum by (node) (...)")
+            save("prometheus_query_scalar", get("/api/v1/query", query="1", time=at), "GET /api/v1/query?query=1")
+            save("prometheus_query_range_matrix",
+                 get("/api/v1/query_range", query='slurm_gpus_alloc{node="gpu-n001"}', start=t0,
+                     end=t0 + 3600, step=300), "GET /api/v1/query_range")
+            save("prometheus_query_range_too_many_points",
+                 get("/api/v1/query_range", query="slurm_gpus_alloc", start=t0, end=t0 + 11001, step=1),
+                 "GET /api/v1/query_range 11,001 points")
+            save("prometheus_query_bad", get("/api/v1/query", query="sum(", time=at), "GET /api/v1/query?query=sum(")
+            save("prometheus_query_range_bad_step",
+                 get("/api/v1/query_range", query="up", start=t0, end=t0 + 60, step=0), "step=0")
+            save("prometheus_series", get("/api/v1/series", **{"match[]": "slurm_gpus_alloc", "start": t0,
+                                                               "end": t0 + 7200}), "GET /api/v1/series")
+            save("prometheus_series_no_match", get("/api/v1/series"), "GET /api/v1/series without match[]")
+            save("prometheus_labels", get("/api/v1/labels", start=t0, end=t0 + 7200), "GET /api/v1/labels")
+            save("prometheus_label_values", get("/api/v1/label/Hostname/values", start=t0, end=t0 + 7200),
+                 "GET /api/v1/label/Hostname/values")
+            save("prometheus_buildinfo", get("/api/v1/status/buildinfo"), "GET /api/v1/status/buildinfo")
+        finally:
+            server.stop()
+
+
+def record_openstack() -> None:
+    from tests.integration.realservices import OpenStackServices
+
+    proc, dir = OpenStackServices.launch()
+    svc = OpenStackServices.wait(proc, dir)
+    try:
+        auth = {"auth": {"identity": {"methods": ["password"], "password": {"user": {
+            "name": "gpupool", "domain": {"name": "Default"}, "password": svc.credentials["gpupool"]}}},
+            "scope": {"project": {"name": "gpupool", "domain": {"name": "Default"}}}}}
+        resp = requests.post(svc.keystone_url + "/auth/tokens", json=auth, timeout=30)
+        token = resp.headers["X-Subject-Token"]
+        save("keystone_token", resp, "POST /v3/auth/tokens (password, project scope)")
+        bad = json.loads(json.dumps(auth))
+        bad["auth"]["identity"]["password"]["user"]["password"] = "wrong"
+        save("keystone_token_unauthorized", requests.post(svc.keystone_url + "/auth/tokens", json=bad, timeout=30),
+             "POST /v3/auth/tokens wrong password")
+        save("keystone_token_bad_body", requests.post(svc.keystone_url + "/auth/tokens", json={"auth": {}},
+                                                      timeout=30), "POST /v3/auth/tokens {auth: {}}")
+        save("keystone_version", requests.get(svc.keystone_url, timeout=30), "GET /v3")
+        purl = svc.placement_url
+        h = {"X-Auth-Token": token, "OpenStack-API-Version": "placement 1.14"}
+        uid = "9b2a1d2e-5b2c-4f8e-8c8e-3f9d0a1b2c3d"
+        requests.post(purl + "/resource_providers", json={"name": "compute-gpu001", "uuid": uid},
+                      headers=h, timeout=30).raise_for_status()
+        inv = {"resource_provider_generation": 0, "inventories": {
+            "VCPU": {"total": 64}, "MEMORY_MB": {"total": 524288, "reserved": 4096},
+            "PGPU": {"total": 8, "reserved": 0, "max_unit": 8}}}
+        save("placement_put_inventories", requests.put(f"{purl}/resource_providers/{uid}/inventories", json=inv,
+                                                       headers=h, timeout=30), "PUT inventories")
+        save("placement_put_inventories_conflict", requests.put(f"{purl}/resource_providers/{uid}/inventories",
+                                                                json=inv, headers=h, timeout=30),
+             "PUT inventories with a stale generation")
+        save("placement_put_inventories_bad", requests.put(f"{purl}/resource_providers/{uid}/inventories",
+                                                           json={"inventories": {}}, headers=h, timeout=30),
+             "PUT inventories without generation")
+        save("placement_resource_providers", requests.get(purl + "/resource_providers", headers=h, timeout=30),
+             "GET /resource_providers (1.14)")
+        save("placement_resource_provider", requests.get(f"{purl}/resource_providers/{uid}", headers=h,
+                                                         timeout=30), "GET /resource_providers/{uuid} (1.14)")
+        save("placement_inventories", requests.get(f"{purl}/resource_providers/{uid}/inventories", headers=h,
+                                                   timeout=30), "GET inventories")
+        save("placement_usages", requests.get(f"{purl}/resource_providers/{uid}/usages", headers=h, timeout=30),
+             "GET usages")
+        save("placement_traits", requests.get(f"{purl}/resource_providers/{uid}/traits", headers=h, timeout=30),
+             "GET traits")
+        h19 = {**h, "OpenStack-API-Version": "placement 1.19"}
+        save("placement_aggregates", requests.get(f"{purl}/resource_providers/{uid}/aggregates", headers=h19,
+                                                  timeout=30), "GET aggregates (1.19)")
+        save("placement_not_found", requests.get(f"{purl}/resource_providers/00000000-0000-0000-0000-000000000000",
+                                                 headers=h, timeout=30), "GET unknown provider")
+        save("placement_root", requests.get(purl + "/", timeout=30), "GET /")
+    finally:
+        svc.stop()
+
+
+def record_slurm() -> None:
+    from tests.integration.realservices import SlurmCluster
+
+    cluster = SlurmCluster.start(gpus=4)
+    try:
+        cluster.sbatch(2, 300)
+        time.sleep(1.0)
+        cluster.drain("gpupool: contract recording")
+        # this Slurm's scontrol has no --json; sinfo --json prints the same v0.0.38 node objects
+        out = cluster.run("sinfo", "--json").stdout
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / "slurm_sinfo_json.json").write_text(json.dumps(
+            {"request": "sinfo --json", "status": 0, "headers": {}, "body": json.loads(out)},
+            indent=1, sort_keys=True) + "\n")
+        print("recorded slurm_sinfo_json")
+        text = cluster.run("scontrol", "show", "node").stdout
+        (OUT / "slurm_scontrol_show_node.txt").write_text(text)
+    finally:
+        try:
+            cluster.cancel_all()
+        except (RuntimeError, TimeoutError, subprocess.SubprocessError):
+            pass
+        cluster.stop()
+
+
+def main(argv: list[str]) -> int:
+    which = argv or ["prometheus", "openstack", "slurm"]
+    for name in which:
+        {"prometheus": record_prometheus, "openstack": record_openstack, "slurm": record_slurm}[name]()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

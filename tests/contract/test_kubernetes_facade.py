@@ -1,0 +1,138 @@
+"""The simulated Kubernetes API against the official python client, unchanged."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+
+def apis(sim):
+    cfg = client.Configuration()
+    cfg.host = sim.urls["kubernetes"]
+    api = client.ApiClient(cfg)
+    return client.CoreV1Api(api), client.CustomObjectsApi(api), api
+
+
+def test_discovery_and_paginated_node_list(sim):
+    core, _, api = apis(sim)
+    assert client.VersionApi(api).get_code().git_version.startswith("v1.")
+    assert "v1" in client.CoreApi(api).get_api_versions().versions
+    groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
+    assert {"metrics.k8s.io", "custom.metrics.k8s.io", "policy"} <= groups
+    names, token = [], None
+    while True:
+        page = core.list_node(limit=4, _continue=token) if token else core.list_node(limit=4)
+        names += [n.metadata.name for n in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+    assert names == [n["name"] for n in sim.state.nodes("kubernetes")]
+    node = core.read_node(names[0])
+    assert node.status.capacity["nvidia.com/gpu"] == "8" and node.metadata.resource_version
+
+
+def test_pods_running_and_pending_with_gpu_requests(sim):
+    core, _, _ = apis(sim)
+    pods = core.list_pod_for_all_namespaces().items
+    running = [p for p in pods if p.status.phase == "Running"]
+    assert len(running) == sum(n["busy_gpus"] for n in sim.state.nodes("kubernetes"))
+    assert all(p.spec.containers[0].resources.requests["nvidia.com/gpu"] == "1" for p in pods)
+    with sim.state.lock:  # squeeze the platform so demand waits
+        for n in sim.state.nodes("kubernetes")[:6]:
+            sim.state.cordon("kubernetes", n["name"], "gpupool: test", via="kubernetes")
+        sim.state.advance("2h")
+    pending = core.list_namespaced_pod("ml-jobs", field_selector="status.phase=Pending").items
+    assert pending and all(p.status.conditions[0].reason == "Unschedulable" for p in pending)
+    assert all(p.spec.node_name is None for p in pending)
+
+
+def test_cordon_drain_evict_then_move(sim):
+    core, _, _ = apis(sim)
+    name = "k8s-gpu001"
+    node = core.patch_node(name, {"spec": {"unschedulable": True},
+                                  "metadata": {"annotations": {"gpupool.io/drain-reason": "gpupool: to slurm"}}})
+    assert node.spec.unschedulable and any(t.key == "node.kubernetes.io/unschedulable" for t in node.spec.taints)
+    assert sim.state.node("kubernetes", name)["drain_reason"] == "gpupool: to slurm"
+    on_node = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
+    assert on_node  # running work stays until it ends or is evicted
+    with sim.state.lock:
+        with pytest.raises(Exception, match="still runs"):
+            sim.state.move(name, "slurm")
+    for pod in on_node:
+        core.create_namespaced_pod_eviction(pod.metadata.name, "ml-jobs", client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace="ml-jobs")))
+    assert core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items == []
+    with sim.state.lock:
+        sim.state.advance("5min")
+    assert core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items == []
+    with sim.state.lock:
+        arrive = sim.state.move(name, "slurm")
+        sim.state.advance(arrive - sim.state.now)
+    with pytest.raises(ApiException) as err:
+        core.read_node(name)
+    assert err.value.status == 404
+    assert name in [n["name"] for n in sim.state.nodes("slurm")]
+
+
+def test_conflict_not_found_and_invalid_are_status_objects(sim):
+    import json
+
+    core, _, _ = apis(sim)
+    node = core.read_node("k8s-gpu002")
+    with pytest.raises(ApiException) as err:
+        core.patch_node("k8s-gpu002", {"metadata": {"resourceVersion": str(int(node.metadata.resource_version) - 1),
+                                                    "labels": {"a": "b"}}})
+    assert err.value.status == 409
+    body = json.loads(err.value.body)
+    assert body["kind"] == "Status" and body["reason"] == "Conflict" and body["code"] == 409
+    with pytest.raises(ApiException) as err:
+        core.read_node("no-such-node")
+    body = json.loads(err.value.body)
+    assert err.value.status == 404 and body["reason"] == "NotFound" and body["details"]["kind"] == "nodes"
+    with pytest.raises(ApiException) as err:
+        core.patch_node("k8s-gpu002", {"spec": {"taints": [{"key": "x", "effect": "Sometimes"}]}})
+    body = json.loads(err.value.body)
+    assert err.value.status == 422 and body["reason"] == "Invalid" and body["details"]["causes"]
+    with pytest.raises(ApiException) as err:
+        core.read_namespaced_pod("gpu-job-1", "ml-jobs")
+    assert err.value.status == 404
+    merged = core.patch_node("k8s-gpu002", [{"op": "add", "path": "/metadata/labels/pool", "value": "gpupool"}])
+    assert merged.metadata.labels["pool"] == "gpupool"
+
+
+def test_mig_change_needs_an_empty_node_and_takes_time(sim):
+    core, _, _ = apis(sim)
+    busy = next(n["name"] for n in sim.state.nodes("kubernetes") if n["busy_gpus"] > 0)
+    node = core.patch_node(busy, {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}})
+    assert node.metadata.labels["nvidia.com/mig.config.state"] == "failed"
+    with sim.state.lock:
+        sim.state.cordon("kubernetes", busy, "gpupool: mig", via="kubernetes")
+        sim.state.advance("2h")
+    node = core.patch_node(busy, {"metadata": {"labels": {"nvidia.com/mig.config": "all-2g.20gb"}}})
+    assert node.metadata.labels["nvidia.com/mig.config.state"] == "pending"
+    assert sim.state.world.mig_layout_[busy] == "all-disabled"
+    with sim.state.lock:
+        sim.state.advance("15min")
+    node = core.read_node(busy)
+    assert node.metadata.labels["nvidia.com/mig.config.state"] == "success"
+    assert sim.state.world.mig_layout_[busy] == "all-2g.20gb"
+
+
+def test_resource_and_custom_metrics(sim):
+    core, custom, _ = apis(sim)
+    nodes = custom.list_cluster_custom_object("metrics.k8s.io", "v1beta1", "nodes")
+    assert nodes["kind"] == "NodeMetricsList" and nodes["items"][0]["usage"]["cpu"].endswith("m")
+    pods = custom.list_namespaced_custom_object("metrics.k8s.io", "v1beta1", "ml-jobs", "pods")
+    assert pods["items"] and pods["items"][0]["containers"][0]["name"] == "main"
+    util = custom.get_cluster_custom_object("custom.metrics.k8s.io", "v1beta2", "nodes",
+                                            "*/DCGM_FI_DEV_GPU_UTIL")
+    assert util["kind"] == "MetricValueList"
+    assert {i["describedObject"]["name"] for i in util["items"]} == {n["name"] for n in sim.state.nodes("kubernetes")}
+    assert all(i["value"].endswith("m") for i in util["items"])
+    pod_util = custom.get_namespaced_custom_object("custom.metrics.k8s.io", "v1beta2", "ml-jobs", "pods",
+                                                   "*/DCGM_FI_DEV_GPU_UTIL")
+    assert pod_util["items"] and pod_util["items"][0]["describedObject"]["kind"] == "Pod"
+    with pytest.raises(ApiException) as err:
+        custom.get_cluster_custom_object("custom.metrics.k8s.io", "v1beta2", "nodes", "*/no_such_metric")
+    assert err.value.status == 404
