@@ -33,8 +33,9 @@ class PlatformConfig(_Strict):
     #: canonical metric -> query, overriding the source's defaults (for Slurm: the Slurm and
     #: DCGM exporters, see `gpupool.sources.slurm.DEFAULT_SLURM_QUERIES`). A PromQL string is a
     #: platform-wide series; a mapping {expr, entity_kind, entity, unit} names its entities.
-    #: For OpenStack the value is the Gnocchi metric (Ceilometer meter) name.
-    metrics: dict[str, str | dict[str, str]] = Field(default_factory=dict)
+    #: null drops a metric the deployment does not export. For OpenStack the value is the
+    #: Gnocchi metric (Ceilometer meter) name or {metric, aggregation, group_by, entity_kind}.
+    metrics: dict[str, str | dict[str, str] | None] = Field(default_factory=dict)
     actuation: bool = False
     min_nodes: int = Field(default=0, ge=0)
     max_nodes: int | None = Field(default=None, ge=0)

@@ -5,7 +5,8 @@ looked up by Airflow (the task passes its lookup in); outside Airflow it is read
 `AIRFLOW_CONN_<CONN_ID>` in the environment, as an Airflow URI or JSON. Connection fields:
 
     slurm       host/port/schema = Prometheus URL; password = bearer token (login+password =
-                basic auth); extra: slurm_conf, restd_url, restd_token, cluster, verify
+                basic auth); extra: slurm_conf, restd_url, restd_token, cluster, verify,
+                live_tolerance_minutes (how far from now node state may be read; null: no check)
     openstack   host/port/schema = Keystone auth URL; login/password; extra: project_name,
                 user_domain_name, project_domain_name, region_name, interface, verify,
                 gnocchi_meters {metric: {metric, aggregation, ...}}
@@ -108,14 +109,14 @@ def source_for(pcfg: PlatformConfig, env: Mapping[str, str], lookup: Callable[[s
         basic = (conn.login, conn.password) if conn.login and conn.password else None
         return cls(pcfg.name, prometheus_url=conn.url(), prometheus_token=token, prometheus_basic_auth=basic,
                    queries=queries_for(pcfg), cluster=pcfg.cluster or x.get("cluster", ""), slurm_conf=x.get("slurm_conf"),
-                   restd_url=x.get("restd_url"), restd_token=x.get("restd_token"), verify=verify)
+                   restd_url=x.get("restd_url"), restd_token=x.get("restd_token"), verify=verify,
+                   live_tolerance=_minutes(x.get("live_tolerance_minutes", 60)))
     if pcfg.kind == "openstack":
         from gpupool.sources.openstack import GnocchiMeter
 
         meters = {m: GnocchiMeter(**spec) for m, spec in (x.get("gnocchi_meters") or {}).items()}
-        for metric, name in pcfg.metrics.items():
-            if isinstance(name, str):
-                meters.setdefault(metric, GnocchiMeter(metric=name))
+        for metric, spec in pcfg.metrics.items():
+            meters[metric] = GnocchiMeter(metric=spec) if isinstance(spec, str) else GnocchiMeter(**spec)
         return cls(pcfg.name, auth_url=conn.url(), username=conn.login, password=conn.password,
                    project_name=x.get("project_name", "admin"), user_domain_name=x.get("user_domain_name", "Default"),
                    project_domain_name=x.get("project_domain_name", "Default"), region_name=x.get("region_name"),
@@ -134,11 +135,20 @@ def source_for(pcfg: PlatformConfig, env: Mapping[str, str], lookup: Callable[[s
     raise ValueError(f"platform {pcfg.name!r}: no source for kind {pcfg.kind!r}")
 
 
+def _minutes(value):
+    """`null`/"none" turns the live-only check off (a simulated clock is not the wall clock)."""
+    from datetime import timedelta
+
+    if value is None or str(value).lower() in ("none", "null", "off"):
+        return None
+    return timedelta(minutes=float(value))
+
+
 def queries_for(pcfg: PlatformConfig) -> dict | None:
     """The source's default PromQL per canonical metric, overlaid with the configured ones.
 
     A configured value is either a PromQL string (a platform-wide series) or a mapping with
-    `expr`, `entity_kind`, `entity` (label template), `unit`."""
+    `expr`, `entity_kind`, `entity` (label template), `unit`; null drops the metric."""
     from gpupool.sources.prometheus import MetricQuery
 
     if pcfg.kind == "slurm":
@@ -149,7 +159,9 @@ def queries_for(pcfg: PlatformConfig) -> dict | None:
         return None
     out = dict(defaults)
     for metric, spec in pcfg.metrics.items():
-        if isinstance(spec, str):
+        if spec is None or spec == "":  # this deployment has no such series: don't ask for it
+            out.pop(metric, None)
+        elif isinstance(spec, str):
             out[metric] = MetricQuery(spec, "platform", "")
         else:
             out[metric] = MetricQuery(**spec)

@@ -336,7 +336,10 @@ class OpenStackSource:
             "resource_type": meter.resource_type,
             "fill": "null",
         }
-        body = {"operations": f"(metric {meter.metric} {meter.aggregation})", "search": {}}
+        # `(aggregate ...)` is what makes Gnocchi answer one "aggregated" series per group;
+        # a bare `(metric ...)` answers per resource id instead
+        agg = meter.aggregation
+        body = {"operations": f"(aggregate {agg} (metric {meter.metric} {agg}))", "search": {}}
 
         def post() -> Any:
             resp = self._conn.session.post(

@@ -782,13 +782,15 @@ def make_app(state: SimState, password: str = "gpupool-sim") -> Starlette:
             ops = body["operations"]
         except (ValueError, KeyError, TypeError):
             raise OsError(400, {"cause": "Invalid input", "reason": "'operations' is a required property"}) from None
-        m = re.fullmatch(r"\s*\(\s*(?:aggregate\s+(\w+)\s+)?\(\s*metric\s+([\w.]+)\s+(\w+)\s*\)\s*\)?\s*", ops
-                         if isinstance(ops, str) else "")
+        text = ops if isinstance(ops, str) else ""
+        m = (re.fullmatch(r"\s*\(\s*aggregate\s+(\w+)\s+\(\s*metric\s+([\w.]+)\s+(\w+)\s*\)\s*\)\s*", text)
+             or re.fullmatch(r"\s*()\(\s*metric\s+([\w.]+)\s+(\w+)\s*\)\s*", text))
         if not m:
             raise OsError(400, {"cause": "Invalid operations", "reason": "only (metric NAME AGG) and (aggregate AGG "
                                                                         "(metric NAME AGG)) are served here",
                                 "detail": ops})
         outer, metric, agg = m.groups()
+        outer = outer or None
         gran = float(q["granularity"]) if q.get("granularity") else None
         groupby = q.getlist("groupby")
         resources = [r for r in gnocchi_resources() if metric in r["metrics"]]
