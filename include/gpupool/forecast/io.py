@@ -1,0 +1,87 @@
+"""File and frame entry points of the forecaster: the ``gpupool forecast`` CSV contract and the
+long-frame form for many series at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpupool.forecast.arima import ArimaForecaster, jsonable
+from gpupool.tsio import read_series_csv
+
+OUTPUT_COLUMNS = ["step", "timestamp", "yhat", "yhat_lower", "yhat_upper"]
+
+
+def forecast_csv(
+    input: str | Path,
+    horizon: int,
+    out: str | Path,
+    level: float = 90,
+    season: int | None = None,
+    summary_json: str | Path | None = None,
+) -> dict[str, Any]:
+    """Forecast the series in ``input`` and write ``out``; the CLI's ``gpupool forecast``.
+
+    ``input`` has a time column and a value column (read as :func:`gpupool.tsio.read_series_csv`
+    reads them). ``out`` gets the columns ``step,timestamp,yhat,yhat_lower,yhat_upper`` with
+    ``step`` = 1..horizon. ``season`` is a period hint in steps; without it the period is detected.
+    Returns the model summary (orders, Fourier terms, criterion values, ADF/KPSS/Ljung-Box
+    p-values, fallback reason, clipping), also written to ``summary_json`` when given.
+    """
+    if int(horizon) < 1:
+        raise ValueError("horizon must be at least 1")
+    series = read_series_csv(input)
+    model = ArimaForecaster(level=level, season=season).fit(series)
+    frame = model.predict(int(horizon))
+    table = pd.DataFrame(
+        {
+            "step": range(1, len(frame) + 1),
+            "timestamp": pd.DatetimeIndex(frame["ts"]).strftime("%Y-%m-%dT%H:%M:%S"),
+            "yhat": frame["yhat"].to_numpy(),
+            "yhat_lower": frame["yhat_lower"].to_numpy(),
+            "yhat_upper": frame["yhat_upper"].to_numpy(),
+        },
+        columns=OUTPUT_COLUMNS,
+    )
+    out = Path(out)
+    table.to_csv(out, index=False)
+    summary = jsonable({**model.summary_, "input": str(input), "horizon": int(horizon)})
+    if summary_json is not None:
+        Path(summary_json).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+def forecast_long(
+    frame: pd.DataFrame,
+    horizon: int,
+    level: float = 90,
+    season: int | None = None,
+    orders: dict[Any, dict[str, Any]] | None = None,
+    **params: Any,
+) -> tuple[pd.DataFrame, dict[Any, dict[str, Any]]]:
+    """Forecast every series of a long frame ``(series_id, ts, y)``.
+
+    ``orders`` maps a series id to last run's summary (warm start); other keyword arguments go to
+    :class:`ArimaForecaster`. Returns the long forecast frame
+    ``(series_id, step, ts, yhat, yhat_lower, yhat_upper)`` and the summary of each series.
+    The input frame is not modified.
+    """
+    missing = {"series_id", "ts", "y"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"frame lacks columns {sorted(missing)}")
+    parts, summaries = [], {}
+    for sid, group in frame.groupby("series_id", sort=True):
+        y = pd.Series(group["y"].to_numpy(dtype=float), index=pd.DatetimeIndex(group["ts"]))
+        warm = (orders or {}).get(sid)
+        model = ArimaForecaster(level=level, season=season, orders=warm, **params).fit(y)
+        fc = model.predict(int(horizon))
+        fc.insert(0, "step", range(1, len(fc) + 1))
+        fc.insert(0, "series_id", sid)
+        parts.append(fc)
+        summaries[sid] = jsonable(model.summary_)
+    columns = ["series_id", "step", "ts", "yhat", "yhat_lower", "yhat_upper"]
+    result = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+    return result[columns], summaries
