@@ -364,7 +364,9 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
     if history.notna().sum() == 0:
         raise ValueError(f"platform {platform}: no demand history before {end.isoformat()} to forecast from")
     capacity = _latest_capacity(ctx.engine, platform, window.end)
-    model = ArimaForecaster(level=level, lower_bound=0.0, upper_bound=capacity_upper(ctx, capacity))
+    # orders chosen in the last day are reused (parameters are re-estimated, the search is not)
+    warm = _recent_summary(ctx.engine, platform, window.end)
+    model = ArimaForecaster(level=level, lower_bound=0.0, upper_bound=capacity_upper(ctx, capacity), orders=warm)
     model.fit(history)
     fc = model.predict(horizon)
     issued = window.end
@@ -398,7 +400,24 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
         "horizon": len(rows),
         "next_hour": [round(float(rows["yhat_lower"].iloc[0]), 1), round(float(rows["yhat"].iloc[0]), 1), round(float(rows["yhat_upper"].iloc[0]), 1)],
         "model": summary.get("model", summary.get("order")),
+        "warm_start": warm is not None,
     }
+
+
+def _recent_summary(engine: Engine, platform: str, at: datetime) -> dict | None:
+    """The model summary of the platform's last forecast issued within a day before `at`,
+    unless that one fell back (a fallback is no order to start from)."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(forecast_run.c.summary)
+            .where(forecast_run.c.platform == platform, forecast_run.c.series == "demand",
+                   forecast_run.c.issued_at < at, forecast_run.c.issued_at >= at - timedelta(days=1))
+            .order_by(forecast_run.c.issued_at.desc())
+            .limit(1)
+        ).first()
+    if row is None or not isinstance(row.summary, dict) or row.summary.get("fallback"):
+        return None
+    return row.summary
 
 
 def capacity_upper(ctx: Context, capacity: float | None) -> float | None:
