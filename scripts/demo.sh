@@ -44,5 +44,21 @@ if [ "$STATE" != "success" ]; then
 fi
 echo
 $BIN/gpupool summary --start "$RUN_START" --end "$END"
+
 echo
-echo "staging: $GPUPOOL_STAGING_URL   DAG log: $LOG"
+echo "== report of the last two days (plots + what-if under every policy)"
+REPORT_START="$($BIN/python -c 'import sys, pandas as pd; print((pd.Timestamp(sys.argv[1]) - pd.Timedelta(days=2)).isoformat())' "$END")"
+$BIN/gpupool report --start "$REPORT_START" --end "$END" --out "$AIRFLOW_HOME/report" >/dev/null
+$BIN/python - "$AIRFLOW_HOME/report/whatif.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+print(f"  {'policy':<11}{'demand GPU-h':>14}{'unmet GPU-h':>13}{'utilization':>13}{'moves':>7}")
+for r in rows:
+    print(f"  {r['policy']:<11}{r['demand_gpu_hours']:>14.0f}{r['unmet_gpu_hours']:>13.1f}{r['utilization']:>13.3f}{r['moves']:>7}")
+PY
+echo
+echo "report:   file://$AIRFLOW_HOME/report/index.html"
+echo "pool page: AIRFLOW_HOME=$AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER=$PWD/dags AIRFLOW__CORE__PLUGINS_FOLDER=$PWD/plugins \\"
+echo "           GPUPOOL_STAGING_URL=$GPUPOOL_STAGING_URL $BIN/airflow standalone"
+echo "           then open http://localhost:8080/gpupool/ (Browse -> GPU pool; the admin password is printed at start)"
+echo "staging:  $GPUPOOL_STAGING_URL   DAG log: $LOG"

@@ -16,7 +16,20 @@ its score, normalised by the median and robust spread of the history's SR scores
 blip of no size is not "cleaned"). The frame's `score` is always that normalised score,
 comparable across series: the point is flagged when score > the model's `threshold_`.
 
-Cleaning: a flagged point's clean value is x̂_t. Runs of missing points no longer than
+Cleaning: a point anomaly is short. A flagged point t is replaced by x̂_t only when the
+series comes back within τ of x̂_t in at most `max_anomaly_run` points; when the next
+`max_anomaly_run` values all stay away from it, the departure is a level shift or a burst of
+real demand (GPU demand rising for hours is workload, not a fault): its values are kept,
+`is_anomaly` is false and `sustained` marks the flagged point. (Whether the later points are
+flagged does not matter: SR flags only a burst's onset, and a regression follows a new
+level after a few points.) Flagging stays causal, a point judged on its past only; only the
+decision to replace waits for at most `max_anomaly_run` further points, and a flag too close
+to the end of the data to tell counts as a point anomaly. For a non-negative metric (`nonnegative`, or
+inferred: no negative value in the history) expected and clean values are never below zero,
+and a zero-inflated history (`zero_inflated_share` of exact zeros) floors its residual spread
+at its resolution, so a zero next to a small x̂_t is not an anomaly.
+
+Gaps: runs of missing points no longer than
 `max_fill_gap_points` are filled with x̂_t (or, where there is none, the last value seen)
 and marked `filled`; longer gaps stay missing. Missing never becomes zero and a zero is a
 value like any other.
@@ -37,7 +50,7 @@ from gpupool.detect.router import DETECTORS, RouterConfig, route
 from gpupool.detect.sr import SpectralResidualDetector
 from gpupool.detect.svr import SVRDetector
 
-OUTPUT_COLUMNS = ["value", "expected", "score", "is_anomaly", "detector", "clean_value", "filled"]
+OUTPUT_COLUMNS = ["value", "expected", "score", "is_anomaly", "detector", "clean_value", "filled", "sustained"]
 RESIDUAL_DETECTORS = ("svr", "prophet")
 #: share of nonzero steps from which a series' typical step floors its residual spread
 MIN_STEP_SHARE = 0.02
@@ -59,6 +72,7 @@ class FittedSeriesModel:
     residual_scale_: float = float("nan")
     threshold_: float = float("nan")
     tau_: float = float("nan")
+    nonnegative_: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -118,6 +132,8 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     det = model.detector
     values = history.to_numpy(dtype="float64")
     finite = values[np.isfinite(values)]
+    model.nonnegative_ = bool(cfg.nonnegative) if cfg.nonnegative is not None else bool(finite.size and finite.min() >= 0.0)
+    zero_inflated = bool(model.nonnegative_ and finite.size and np.mean(finite == 0.0) >= cfg.zero_inflated_share)
     magnitude = max(float(np.median(np.abs(finite))), float(np.ptp(finite))) if finite.size else 0.0
     # a constant or perfectly predicted history has no residual spread at all: a change then
     # counts, but one below `min_relative_deviation` of the series' magnitude never does
@@ -126,9 +142,12 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     # residuals are mostly exactly zero; without a floor at the series' resolution every
     # ordinary one-GPU step would be an anomaly. Only a series that steps often has a
     # resolution to speak of: in a flat series the rare steps are the anomalies themselves.
+    # A zero-inflated count (GPUs pending: mostly 0, now and then a few) is the exception:
+    # its rare steps are its ordinary life, and without the floor a zero next to an x̂ of
+    # 0.1 would be "cleaned".
     diffs = np.abs(np.diff(finite))
     steps = diffs[diffs > 0]
-    if diffs.size and steps.size >= MIN_STEP_SHARE * diffs.size:
+    if diffs.size and steps.size and (steps.size >= MIN_STEP_SHARE * diffs.size or zero_inflated):
         floor = max(floor, cfg.resolution_floor * float(np.median(steps)))
     resid = np.asarray(getattr(det, "history_residuals_", np.array([])), dtype="float64")
     model.residual_scale_ = robust_sigma(resid, floor=floor)
@@ -182,7 +201,8 @@ def detect_and_clean(
     Points before `score_from` are history only (the model is profiled and fitted on them);
     without it, the first `warmup_share` of the points (at least `min_warmup_points`) are.
     Returns a DataFrame indexed like `y` with columns value, expected, score, is_anomaly,
-    detector, clean_value, filled. History-only rows have no expected value or score and
+    detector, clean_value, filled, sustained (flagged, but in a run longer than
+    `max_anomaly_run`: a level shift or burst whose values are kept). History-only rows have no expected value or score and
     are never flagged; their short gaps are still filled from the last value seen.
     """
     cfg = config or RouterConfig()
@@ -215,12 +235,16 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
     else:
         expected = np.full(len(work), np.nan)
         raw_score = np.full(len(work), np.nan)
+    if model.nonnegative_:
+        expected = np.where(np.isfinite(expected), np.maximum(expected, 0.0), expected)
     norm = (raw_score - model.score_center_) / model.score_scale_
     resid = np.abs(raw - expected)
     with np.errstate(invalid="ignore"):
         flag = np.isfinite(norm) & np.isfinite(expected) & np.isfinite(raw) & (norm > model.threshold_)
         if model.detector_name not in RESIDUAL_DETECTORS:
             flag &= resid > model.tau_
+    sustained = _sustained(flag, raw, expected, model.tau_, cfg.max_anomaly_run)
+    flag = flag & ~sustained
     clean = np.where(flag, expected, raw)
     filled = np.zeros(len(work), dtype=bool)
     gaps = _short_gaps(raw, cfg.max_fill_gap_points)
@@ -233,7 +257,14 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
         clean = np.where(fill_at, fill_value, clean)
         filled = fill_at
     ts_frame = pd.DataFrame(
-        {"expected": expected, "score": norm, "is_anomaly": flag, "clean_value": clean, "filled": filled},
+        {
+            "expected": expected,
+            "score": norm,
+            "is_anomaly": flag,
+            "clean_value": clean,
+            "filled": filled,
+            "sustained": sustained,
+        },
         index=work.index,
     )
     pos = ts_frame.index.get_indexer(pd.DatetimeIndex(y.index))
@@ -250,6 +281,10 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
     filled_rows = take("filled", False).astype(bool) & ~np.isfinite(values)
     clean_rows = np.where(is_anom, take("expected", np.nan), values)
     clean_rows = np.where(filled_rows, take("clean_value", np.nan), clean_rows)
+    if model.nonnegative_:
+        # x̂ and fills of a non-negative metric are clipped already; a raw negative value
+        # (a broken counter) is left for the flag to judge, never invented by cleaning
+        clean_rows = np.where(is_anom | filled_rows, np.maximum(clean_rows, 0.0), clean_rows)
     out = pd.DataFrame(
         {
             "value": values,
@@ -259,10 +294,31 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
             "detector": model.detector_name,
             "clean_value": clean_rows.astype("float64"),
             "filled": filled_rows,
+            "sustained": take("sustained", False).astype(bool),
         },
         index=y.index,
     )
     return out[OUTPUT_COLUMNS]
+
+
+def _sustained(flag: np.ndarray, raw: np.ndarray, expected: np.ndarray, tau: float, max_run: int) -> np.ndarray:
+    """Flagged points after which the series stays more than τ from x̂_t for `max_run` points.
+
+    Those are level shifts or bursts, not point anomalies. A missing value counts as
+    coming back (it is no evidence of a new level); a flag with fewer than `max_run`
+    points after it is not sustained (yet). `max_run` 0 disables the rule.
+    """
+    out = np.zeros(flag.size, dtype=bool)
+    if max_run <= 0 or not flag.any():
+        return out
+    for t in np.flatnonzero(flag):
+        after = raw[t + 1 : t + 1 + max_run]
+        if after.size < max_run:
+            continue
+        with np.errstate(invalid="ignore"):
+            away = np.isfinite(after) & (np.abs(after - expected[t]) > tau)
+        out[t] = bool(away.all())
+    return out
 
 
 def _short_gaps(raw: np.ndarray, max_len: int) -> np.ndarray:

@@ -60,6 +60,26 @@ class RouterConfig(BaseModel):
         1e-3, ge=0, description="residual spread is at least this x the history's magnitude (median |x| or range)"
     )
     max_fill_gap_points: int = Field(3, ge=0, description="longest run of missing points that is filled")
+    max_anomaly_run: int = Field(
+        3,
+        ge=0,
+        description=(
+            "a flagged point is cleaned only if the series comes back within τ of x̂ in at most this many "
+            "points; otherwise it is a level shift or a burst of real demand: kept, marked `sustained` (0: no limit)"
+        ),
+    )
+    nonnegative: bool | None = Field(
+        None,
+        description="the metric is never negative (expected and clean values are clipped at 0); None: inferred "
+        "from the history (no negative value in it)",
+    )
+    zero_inflated_share: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description="share of exact zeros from which a non-negative history is zero-inflated: its residual spread "
+        "is floored at its resolution even when it steps rarely, so a zero next to a small x̂ is not an anomaly",
+    )
     warmup_share: float = Field(0.15, ge=0.0, lt=1.0, description="share of a series used as history only")
     min_warmup_points: int = Field(48, ge=0, description="fewest history-only points when none is given")
 

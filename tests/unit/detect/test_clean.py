@@ -141,3 +141,69 @@ def test_threshold_multiplier_is_configuration(spiky):
     loose = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=2.0))
     strict = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=8.0))
     assert loose["is_anomaly"].sum() > strict["is_anomaly"].sum()
+
+
+def _with_burst_and_spikes(make_seasonal):
+    """Daily cycle; a 4-hour burst of real demand at 1300, a spike at 1600, a 2-point spike at 1700."""
+    y = make_seasonal(n=2016, seed=3)
+    y.iloc[1300:1348] += 15.0
+    y.iloc[1600] += 25.0
+    y.iloc[1700:1702] -= 25.0
+    return y
+
+
+@pytest.mark.parametrize("detector", ["svr", "sr"])
+def test_a_burst_is_kept_and_short_spikes_are_cleaned(detector, make_seasonal):
+    y = _with_burst_and_spikes(make_seasonal)
+    out = detect_and_clean(y, detector=detector, score_from=y.index[1000])
+    burst = slice(1300, 1348)
+    # the burst is real demand: none of it is replaced, and the detector's flags on it are kept as `sustained`
+    assert not out["is_anomaly"].iloc[burst].any()
+    assert (out["clean_value"].iloc[burst] == y.iloc[burst]).all()
+    assert out["sustained"].iloc[1300]
+    assert not (out["is_anomaly"] & out["sustained"]).any()
+    # SR judges the second point of a 2-point spike against a saliency map the first one shaped
+    for i in (1600, 1700, 1701) if detector == "svr" else (1600, 1700):
+        assert out["is_anomaly"].iloc[i] and out["clean_value"].iloc[i] == pytest.approx(out["expected"].iloc[i])
+    # the limit is configuration: without it the burst's flagged points are "cleaned" away
+    loose = detect_and_clean(y, detector=detector, score_from=y.index[1000], config=RouterConfig(max_anomaly_run=0))
+    assert loose["is_anomaly"].iloc[1300] and not loose["sustained"].any()
+    assert loose["clean_value"].iloc[1300] < y.iloc[1300] - 5
+
+
+def test_a_run_straddling_the_window_start_is_judged_as_in_one_go(make_seasonal):
+    y = _with_burst_and_spikes(make_seasonal)
+    cut = y.index[1000]
+    model = fit_series_model(y[y.index < cut], detector="svr")
+    one_go = detect_and_clean(y, detector="svr", score_from=cut)
+    start, end = y.index[1302], y.index[1314]  # the burst began two points before the window
+    window = score_window(model, y, start, end)
+    pd.testing.assert_frame_equal(window, one_go.iloc[1302:1314])
+    assert not window["is_anomaly"].any()
+
+
+def test_zero_inflated_counts_are_never_cleaned_below_zero():
+    # GPUs pending: mostly zero, now and then a few jobs queue
+    rng = np.random.default_rng(11)
+    idx = pd.date_range("2025-01-06", periods=2016, freq="5min", tz="UTC")
+    pending = np.where(rng.random(idx.size) < 0.8, 0.0, rng.poisson(2.0, idx.size).astype(float))
+    y = pd.Series(pending, index=idx, name="gpu_pending")
+    y.iloc[1500] = 40.0  # a real anomaly still stands out
+    for detector in ("auto", "svr", "sr"):
+        out = detect_and_clean(y, detector=detector, score_from=y.index[1000])
+        judged = out["expected"].notna()
+        assert (out.loc[judged, "expected"] >= 0).all()
+        assert (out["clean_value"].dropna() >= 0).all()
+        zeros = (y == 0).to_numpy()
+        assert not out["is_anomaly"][zeros].any(), detector  # a zero is this series' normal state
+        assert out["is_anomaly"].iloc[1500], detector
+        assert out["is_anomaly"].mean() < 0.02, detector
+
+
+def test_nonnegative_is_configuration(make_seasonal):
+    y = make_seasonal(n=1200, seed=4) - 21.0  # crosses zero: not a non-negative metric
+    y.iloc[900] = -60.0
+    out = detect_and_clean(y, detector="svr")
+    assert out["expected"].min() < 0  # inferred: the history has negative values, nothing is clipped
+    forced = detect_and_clean(y.clip(lower=0.0), detector="svr", config=RouterConfig(nonnegative=True))
+    assert (forced["expected"].dropna() >= 0).all() and (forced["clean_value"] >= 0).all()
