@@ -26,8 +26,16 @@ def is_user_error(exc: BaseException) -> bool:
         pass
     try:
         from gpupool.sim.scenario import ScenarioError
+        from gpupool.sim.traces import TraceError
+        from gpupool.sim.world import WorldError
 
-        known += (ScenarioError,)
+        known += (ScenarioError, TraceError, WorldError)
+    except ImportError:
+        pass
+    try:
+        from gpupool.allocate.planner import PlanningError
+
+        known += (PlanningError,)
     except ImportError:
         pass
     return isinstance(exc, known)

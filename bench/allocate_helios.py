@@ -1,0 +1,183 @@
+"""Quality bar of the allocator on the six Helios traces (the allocation issue).
+
+    nice -n 10 .venv/bin/python bench/allocate_helios.py [--groupings 5] [--days 31] [--jobs 1]
+
+The six traces are grouped into three platforms of two traces each. The groupings are the
+rounds of a 1-factorization of the six traces (round-robin pairing): every pair of traces shares
+a platform in exactly one grouping, so no grouping is hand-picked; ``--groupings N`` runs the
+first N rounds (at least 3). Each grouping is run with the pool the traces' ``total_gpu_num``
+gives (rounded up to 8-GPU nodes per platform) and with 15% fewer nodes, over 31 days at 5-minute
+steps, moves of 30 minutes, at most 4 moves an hour, with the four policies under the same
+default :class:`~gpupool.allocate.policy.Policy` (nothing tuned per trace or grouping).
+
+Bar (averaged over the groupings, full pool): predictive unmet <= 0.5 x static and
+<= 0.85 x reactive, with no more moves than reactive. The ratio to oracle is printed as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+
+from gpupool.allocate.policy import POLICY_KINDS
+from gpupool.sim.scenario import Scenario, scenario_from_dict
+from gpupool.sim.study import simulate
+from gpupool.sim.traces import read_helios
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "helios"
+TRACES = ("vc6YE", "vcLJZ", "vcMod", "vcSoL", "vchbv", "vcpDC")
+PLATFORMS = ("kubernetes", "slurm", "openstack")
+NODE_GPUS = 8
+SHRINK = 0.85
+
+
+def groupings(traces: tuple[str, ...] = TRACES) -> list[list[tuple[str, str]]]:
+    """The five rounds of the round-robin 1-factorization of six traces (each pair once)."""
+    rounds = []
+    n = len(traces) - 1
+    for r in range(n):
+        pairs = [(0, r + 1)]
+        for k in range(1, len(traces) // 2):
+            pairs.append(((r + k) % n + 1, (r - k) % n + 1))
+        rounds.append([(traces[a], traces[b]) for a, b in pairs])
+    return rounds
+
+
+def pool_nodes(grouping, data: Path) -> dict[str, int]:
+    """Nodes per platform from the traces' total_gpu_num at the first step."""
+    out = {}
+    for platform, pair in zip(PLATFORMS, grouping):
+        total = read_helios([data / f"{t}.csv" for t in pair], "5min")["total"].iloc[0]
+        out[platform] = math.ceil(total / NODE_GPUS - 1e-9)
+    return out
+
+
+def shrink(nodes: dict[str, int], factor: float = SHRINK) -> dict[str, int]:
+    """``factor`` of the pool, spread over platforms by largest remainder (total rounded)."""
+    total = round(sum(nodes.values()) * factor)
+    exact = {p: n * factor for p, n in nodes.items()}
+    out = {p: math.floor(v) for p, v in exact.items()}
+    for p in sorted(exact, key=lambda p: (-(exact[p] - out[p]), p))[: total - sum(out.values())]:
+        out[p] += 1
+    return out
+
+
+def scenario(grouping, nodes: dict[str, int] | None, days: float, data: Path, label: str) -> Scenario:
+    """The study scenario of one grouping (optionally with explicit node counts)."""
+    platforms = {}
+    for platform, pair in zip(PLATFORMS, grouping):
+        platforms[platform] = {"trace": [str(data / f"{t}.csv") for t in pair]}
+        if nodes is not None:
+            platforms[platform]["nodes"] = nodes[platform]
+    raw = {"step": "5min", "decision_every": "1h", "node_gpus": NODE_GPUS, "move_minutes": 30,
+           "max_moves_per_decision": 4, "platforms": platforms, "name": label}
+    if days < 31:
+        raw["start"] = "2020-05-01T00:00:00Z"
+        raw["end"] = (pd.Timestamp("2020-05-01", tz="UTC") + pd.Timedelta(days=days)).isoformat()
+    return scenario_from_dict(raw, where=label)
+
+
+def _run(job) -> tuple[str, str, str, dict, float]:
+    key, size, policy, sc = job
+    t0 = time.perf_counter()
+    result = simulate(sc, policy)
+    return key, size, policy, result["total"], time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--groupings", type=int, default=5, help="how many rounds of the 1-factorization (3..5)")
+    ap.add_argument("--days", type=float, default=31)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--data", default=str(DATA))
+    args = ap.parse_args(argv)
+    data = Path(args.data)
+    rounds = groupings()[: max(3, min(5, args.groupings))]
+    jobs = []
+    for g, grouping in enumerate(rounds):
+        key = f"G{g + 1}"
+        full = pool_nodes(grouping, data)
+        for size, nodes in (("full", full), ("-15%", shrink(full))):
+            sc = scenario(grouping, nodes, args.days, data, f"{key}{size}")
+            for policy in POLICY_KINDS:
+                jobs.append((key, size, policy, sc))
+    results: dict[tuple[str, str], dict[str, dict]] = {}
+    wall: dict[str, float] = {}
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs) as ex:
+            done = list(ex.map(_run, jobs))
+    else:
+        done = []
+        for job in jobs:
+            done.append(_run(job))
+            k, s, p, total, w = done[-1]
+            print(f"{k} {s:>5} {p:>10}: unmet {total['unmet_gpu_hours']:9.0f} GPU-h, moves {total['moves']:4d}, "
+                  f"{w:6.1f} s", file=sys.stderr, flush=True)
+    for key, size, policy, total, w in done:
+        results.setdefault((key, size), {})[policy] = total
+        wall[policy] = wall.get(policy, 0.0) + w
+
+    print(f"Helios allocation study: {args.days:g} days, 5-min steps, move 30 min, <= 4 moves/h, 8-GPU nodes")
+    print()
+    for g, grouping in enumerate(rounds):
+        names = ", ".join(f"{p}={a}+{b}" for p, (a, b) in zip(PLATFORMS, grouping))
+        print(f"- G{g + 1}: {names}")
+    print()
+    print("| grouping | pool | nodes | static | reactive | predictive | oracle | moves r/p/o "
+          "| pred/static | pred/reactive | pred/oracle |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    for (key, size), r in results.items():
+        nodes = _nodes_of(jobs, key, size)
+        u = {p: r[p]["unmet_gpu_hours"] for p in POLICY_KINDS}
+        print(f"| {key} | {size} | {nodes} | {u['static']:.0f} | {u['reactive']:.0f} | {u['predictive']:.0f} | "
+              f"{u['oracle']:.0f} | {r['reactive']['moves']}/{r['predictive']['moves']}/{r['oracle']['moves']} | "
+              f"{_ratio(u['predictive'], u['static'])} | {_ratio(u['predictive'], u['reactive'])} | "
+              f"{_ratio(u['predictive'], u['oracle'])} |")
+    print()
+    print("| pool | mean static | mean reactive | mean predictive | mean oracle | mean moves r/p/o "
+          "| pred/static | pred/reactive | pred/oracle | bar |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---:|---|")
+    verdict = True
+    for size in ("full", "-15%"):
+        rows = [r for (k, s), r in results.items() if s == size]
+        mean = {p: sum(r[p]["unmet_gpu_hours"] for r in rows) / len(rows) for p in POLICY_KINDS}
+        moves = {p: sum(r[p]["moves"] for r in rows) / len(rows) for p in POLICY_KINDS}
+        ok_static = mean["predictive"] <= 0.5 * mean["static"]
+        ok_reactive = mean["predictive"] <= 0.85 * mean["reactive"]
+        ok_moves = moves["predictive"] <= moves["reactive"]
+        bar = (f"<=0.5 static: {'yes' if ok_static else 'NO'}; <=0.85 reactive: {'yes' if ok_reactive else 'NO'}; "
+               f"moves <= reactive: {'yes' if ok_moves else 'NO'}")
+        if size == "full":
+            verdict = ok_static and ok_reactive and ok_moves
+        print(f"| {size} | {mean['static']:.0f} | {mean['reactive']:.0f} | {mean['predictive']:.0f} | "
+              f"{mean['oracle']:.0f} | {moves['reactive']:.0f}/{moves['predictive']:.0f}/{moves['oracle']:.0f} | "
+              f"{_ratio(mean['predictive'], mean['static'])} | {_ratio(mean['predictive'], mean['reactive'])} | "
+              f"{_ratio(mean['predictive'], mean['oracle'])} | {bar} |")
+    print()
+    runs = len(results)
+    print("wall time per simulated day: " + ", ".join(
+        f"{p} {wall[p] / (runs * args.days):.2f} s" for p in POLICY_KINDS))
+    print(f"quality bar (full pool): {'MET' if verdict else 'NOT MET'}")
+    return 0
+
+
+def _nodes_of(jobs, key, size) -> int:
+    for k, s, _, sc in jobs:
+        if k == key and s == size:
+            return sum(p.nodes for p in sc.platforms.values())
+    return 0
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.3f}" if b > 0 else "-"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

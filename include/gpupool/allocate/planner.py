@@ -1,0 +1,678 @@
+"""Which platform should hold each pool node for the coming hours: a mixed-integer program.
+
+Inputs
+------
+* the pool inventory — one :class:`NodeRecord` per node (owner, GPUs, busy GPUs, whether it is in
+  a handover, when it last moved, its MIG capability and layout);
+* each platform's demand for the next hours — :class:`PlatformDemand`: per-hour ``mean`` and
+  ``upper`` (the policy's ``headroom_quantile``) in the platform's unit (whole GPUs, or MIG slices
+  such as ``1g.10gb``);
+* the :class:`~gpupool.allocate.policy.Policy`.
+
+Model
+-----
+Demand of platform ``p`` in hour ``h`` is taken as Normal with the given mean and the spread
+implied by the upper quantile. The expected unmet demand ``E[(D - c)+]`` is convex in the capacity
+``c``; the program represents it exactly at a set of tangent points (a convex piecewise-linear
+lower envelope), so "expected unmet" stays linear. The planner minimises
+
+    sum_{p,h} w_p * g_p * U[p,h]                          (weighted expected unmet, GPU-hours)
+  + idle_weight * sum_{p,h} g_p * (held[p] - mean[p,h] + U[p,h])   (expected idle held capacity)
+  + move_cost * moves + layout_change_cost * re-layouts
+
+where ``g_p`` converts the platform's unit to GPUs. A node that moves serves nobody for
+``move_minutes`` (its capacity in hour ``h`` is scaled by the part of the hour it is there); a
+node leaves its source at once. Identical nodes are grouped into classes with integer counts, so
+the program is small and its solution is unique up to the deterministic choice of which member
+of a class moves — the plan is idempotent.
+
+Constraints: each node has one target; at most ``max_moves_per_decision`` moves; only idle nodes
+(``busy_gpus == 0``, unless the policy may evict), not in a handover and out of their cool-down
+may move, and the GPUs leaving a platform never exceed its idle GPUs; per-platform min/max node
+counts are soft (large penalty) but never made worse than they are now. If the MILP solver
+fails, a greedy search over single actions on the same exact objective is used and the plan
+says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.special import ndtr, ndtri
+
+from gpupool.allocate.policy import Policy
+
+#: MIG profile -> slices of that profile one GPU holds (A100/H100/H200 families)
+SLICES_PER_GPU: dict[str, int] = {
+    "1g.5gb": 7, "1g.10gb": 7, "1g.12gb": 7, "1g.18gb": 7, "1g.20gb": 4, "1g.24gb": 4,
+    "2g.10gb": 3, "2g.20gb": 3, "2g.24gb": 3, "2g.35gb": 3,
+    "3g.20gb": 2, "3g.40gb": 2, "3g.47gb": 2, "3g.71gb": 2,
+    "4g.20gb": 1, "4g.40gb": 1, "4g.47gb": 1, "4g.71gb": 1,
+    "7g.40gb": 1, "7g.80gb": 1, "7g.94gb": 1, "7g.141gb": 1,
+}
+#: layouts in which a MIG-capable node serves whole GPUs
+WHOLE_LAYOUTS = (None, "", "all-disabled")
+GPU_UNIT = "gpu"
+
+_BOUND_PENALTY = 1e4  # per node outside a platform's min/max: above any realistic demand gain
+_TANGENT_Z = np.linspace(-3.0, 3.0, 13)
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
+
+
+class PlanningError(ValueError):
+    """Inputs the planner cannot plan from (duplicate nodes, demand of unequal horizons, ...)."""
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One pool node as the planner sees it.
+
+    ``owner`` is the platform that holds the node — for a node in a handover, the platform it is
+    moving to; ``available_in_minutes`` says when such a node can serve (``None``: a whole move).
+    """
+
+    name: str
+    owner: str
+    gpus: int
+    busy_gpus: float = 0.0
+    in_handover: bool = False
+    last_moved_at: pd.Timestamp | None = None
+    mig_capable: bool = False
+    mig_layout: str | None = None
+    available_in_minutes: float | None = None
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> "NodeRecord":
+        """Build from a dict such as a simulator or platform inventory entry."""
+        owner = raw.get("owner", raw.get("platform"))
+        if owner is None:
+            raise PlanningError(f"node {raw.get('name')!r}: no 'owner' (or 'platform')")
+        last = raw.get("last_moved_at")
+        return cls(
+            name=str(raw["name"]),
+            owner=str(owner),
+            gpus=int(raw["gpus"]),
+            busy_gpus=float(raw.get("busy_gpus", 0.0) or 0.0),
+            in_handover=bool(raw.get("in_handover", raw.get("in_transit", False))),
+            last_moved_at=None if last is None or pd.isna(last) else _utc(last),
+            mig_capable=bool(raw.get("mig_capable", False)),
+            mig_layout=raw.get("mig_layout"),
+            available_in_minutes=raw.get("available_in_minutes"),
+        )
+
+
+@dataclass(frozen=True)
+class PlatformDemand:
+    """A platform's demand for the next hours, one number per hour, in its ``unit``."""
+
+    mean: tuple[float, ...]
+    upper: tuple[float, ...]
+    unit: str = GPU_UNIT
+
+    @classmethod
+    def coerce(cls, platform: str, value: Any) -> "PlatformDemand":
+        """Accept a PlatformDemand, a mapping ``{mean, upper?, unit?}`` or a plain sequence (certain)."""
+        if isinstance(value, PlatformDemand):
+            out = value
+        elif isinstance(value, Mapping):
+            if "mean" not in value:
+                raise PlanningError(f"demand of {platform!r}: needs 'mean'")
+            mean = _floats(platform, "mean", value["mean"])
+            upper = _floats(platform, "upper", value["upper"]) if value.get("upper") is not None else mean
+            out = cls(mean=mean, upper=upper, unit=str(value.get("unit", GPU_UNIT)))
+        else:
+            mean = _floats(platform, "mean", value)
+            out = cls(mean=mean, upper=mean)
+        if len(out.mean) != len(out.upper):
+            raise PlanningError(f"demand of {platform!r}: mean has {len(out.mean)} hours, upper {len(out.upper)}")
+        if out.unit != GPU_UNIT and out.unit not in SLICES_PER_GPU:
+            raise PlanningError(f"demand of {platform!r}: unknown unit {out.unit!r} (use 'gpu' or a MIG profile)")
+        return out
+
+
+@dataclass(frozen=True)
+class Move:
+    """One node to hand over from ``source`` to ``target``."""
+
+    node: str
+    source: str
+    target: str
+    gpus: int
+    expected_gain: float  # GPU-hours of objective the move saves, other moves held fixed
+    mig_layout: str | None  # the layout the node should have on arrival
+    reason: str
+
+
+@dataclass(frozen=True)
+class LayoutChange:
+    """A MIG re-layout of a node that stays on its platform."""
+
+    node: str
+    platform: str
+    from_layout: str | None
+    to_layout: str
+    expected_gain: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's answer: target owner of every node, the moves, and why."""
+
+    at: pd.Timestamp | None
+    policy: str
+    solver: str  # "milp", "greedy" (fallback or forced) or "none" (nothing to decide)
+    status: str
+    moves: tuple[Move, ...]
+    layout_changes: tuple[LayoutChange, ...]
+    targets: dict[str, str]
+    expected_unmet_before: dict[str, float]  # per platform, over the horizon, platform units x hours
+    expected_unmet_after: dict[str, float]
+    objective_before: float
+    objective_after: float
+    reasons: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict."""
+        out = asdict(self)
+        out["at"] = None if self.at is None else self.at.isoformat()
+        out["moves"] = [asdict(m) for m in self.moves]
+        out["layout_changes"] = [asdict(c) for c in self.layout_changes]
+        out["reasons"] = list(self.reasons)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# capacity in a platform's unit
+
+
+def units_per_gpu(unit: str) -> int:
+    """Slices of ``unit`` one GPU holds when laid out for it (1 for whole GPUs)."""
+    return 1 if unit == GPU_UNIT else SLICES_PER_GPU[unit]
+
+
+def ideal_layout(node: NodeRecord, unit: str) -> str | None:
+    """The MIG layout that serves ``unit`` best on ``node`` (unchanged for a non-MIG node)."""
+    if not node.mig_capable:
+        return node.mig_layout
+    return "all-disabled" if unit == GPU_UNIT else f"all-{unit}"
+
+
+def node_capacity(node: NodeRecord, unit: str, layout: str | None) -> float:
+    """How many requests of ``unit`` ``node`` serves in ``layout``.
+
+    A whole GPU serves one whole-GPU request or one slice request; a GPU laid out as ``all-X``
+    serves ``slices(X)`` requests of a profile no bigger than X, and no whole-GPU request.
+    """
+    if layout in WHOLE_LAYOUTS or not node.mig_capable:
+        return float(node.gpus)
+    profile = layout[4:] if layout.startswith("all-") else layout
+    if profile not in SLICES_PER_GPU:
+        return 0.0
+    if unit == GPU_UNIT:
+        return 0.0
+    if _compute_size(profile) >= _compute_size(unit):
+        return float(node.gpus * SLICES_PER_GPU[profile])
+    return 0.0
+
+
+def _compute_size(profile: str) -> int:
+    return int(profile.split("g.", 1)[0])
+
+
+# --------------------------------------------------------------------------------------------
+# expected unmet demand
+
+
+def expected_unmet(capacity: np.ndarray | float, mean: np.ndarray | float, sigma: np.ndarray | float) -> np.ndarray:
+    """``E[(D - c)+]`` for ``D ~ Normal(mean, sigma)``, element-wise; ``(mean - c)+`` when sigma = 0."""
+    c, m, s = np.broadcast_arrays(np.asarray(capacity, float), np.asarray(mean, float), np.asarray(sigma, float))
+    shape = c.shape
+    c, m, s = c.ravel(), m.ravel(), s.ravel()
+    out = np.maximum(m - c, 0.0)
+    pos = s > 1e-9
+    if pos.any():
+        z = (c[pos] - m[pos]) / s[pos]
+        out[pos] = s[pos] * np.exp(-0.5 * z * z) / _SQRT_2PI + (m[pos] - c[pos]) * ndtr(-z)
+    return out.reshape(shape)
+
+
+def _tangents(mean: float, sigma: float) -> list[tuple[float, float]]:
+    """Lines ``U >= a - b c`` whose maximum (with U >= 0) is the convex envelope of expected unmet."""
+    lines = [(mean, 1.0)]  # U >= mean - c (the asymptote)
+    if sigma > 1e-9:
+        for z in _TANGENT_Z:
+            c0 = mean + z * sigma
+            f0 = float(expected_unmet(c0, mean, sigma))
+            slope = float(ndtr(-z))  # -f'(c0)
+            lines.append((f0 + slope * c0, slope))
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
+# the planner
+
+
+@dataclass(frozen=True)
+class _Option:
+    kind: str  # "keep" | "relayout" | "move"
+    target: str
+    capacity: float  # in the target's unit
+    avail: tuple[float, ...]  # fraction of each horizon hour the node serves
+    cost: float
+    layout: str | None
+
+
+@dataclass
+class _Class:
+    owner: str
+    gpus: int
+    options: tuple[_Option, ...]
+    members: list[NodeRecord]
+    movable: bool
+
+
+def plan(
+    nodes: Iterable[NodeRecord | Mapping[str, Any]],
+    demand: Mapping[str, PlatformDemand | Mapping[str, Any] | Sequence[float]],
+    policy: Policy | None = None,
+    at: str | pd.Timestamp | dt.datetime | None = None,
+    solver: str = "auto",
+) -> Plan:
+    """Choose the target platform (and MIG layout) of every pool node.
+
+    Parameters
+    ----------
+    nodes:
+        The pool: :class:`NodeRecord` or mappings with the same keys (``platform`` is read as
+        ``owner``). Order does not matter; names must be unique.
+    demand:
+        Platform -> demand over the next hours (:class:`PlatformDemand`, ``{mean, upper, unit}``
+        or a sequence of certain numbers). A platform that owns nodes but has no demand entry is
+        planned with zero demand.
+    policy:
+        The knobs; ``Policy()`` when omitted. ``kind="static"`` never moves anything.
+    at:
+        The decision time (for cool-downs); nodes' ``last_moved_at`` are compared with it.
+    solver:
+        ``"auto"`` (MILP, greedy if it fails), ``"milp"`` (MILP only; a failure raises) or
+        ``"greedy"``.
+
+    Returns
+    -------
+    Plan
+        Same inputs, same plan.
+    """
+    policy = policy or Policy()
+    at_ts = None if at is None else _utc(at)
+    records = _records(nodes)
+    platforms = sorted(set(demand) | {r.owner for r in records})
+    demands = {p: PlatformDemand.coerce(p, demand[p]) if p in demand else None for p in platforms}
+    horizons = {len(d.mean) for d in demands.values() if d is not None}
+    if not horizons or 0 in horizons:
+        raise PlanningError("demand: at least one platform with at least one hour of demand")
+    hours = min(min(horizons), policy.horizon_hours)
+    reasons: list[str] = []
+    for p in platforms:
+        if demands[p] is None:
+            demands[p] = PlatformDemand(mean=(0.0,) * hours, upper=(0.0,) * hours)
+            reasons.append(f"{p}: no demand given, planned as zero")
+    model = _Model(records, platforms, demands, policy, hours, at_ts)
+    before = model.counts_keep()
+    obj_before, unmet_before = model.evaluate(before)
+
+    if policy.kind == "static":
+        counts, used, status = before, "none", "static policy never moves"
+    elif not any(c.movable for c in model.classes):
+        counts, used, status = before, "none", "no node may change (busy, in handover or cooling down)"
+    elif solver == "greedy":
+        counts, used, status = model.greedy(), "greedy", "greedy (requested)"
+    else:
+        try:
+            counts, status = model.solve_milp()
+            used = "milp"
+        except _SolverFailed as exc:
+            if solver == "milp":
+                raise PlanningError(f"MILP failed: {exc}") from exc
+            counts, used, status = model.greedy(), "greedy", f"greedy fallback: MILP failed ({exc})"
+            reasons.append(status)
+    obj_after, unmet_after = model.evaluate(counts)
+    if obj_after > obj_before + 1e-9:  # never worse than doing nothing (approximation safety)
+        reasons.append(f"solution ({obj_after:.3f}) not better than no change ({obj_before:.3f}); keeping all nodes")
+        counts, obj_after, unmet_after = before, obj_before, unmet_before
+    moves, changes, targets = model.realise(counts, reasons)
+    return Plan(
+        at=at_ts,
+        policy=policy.kind,
+        solver=used,
+        status=status,
+        moves=tuple(moves),
+        layout_changes=tuple(changes),
+        targets=targets,
+        expected_unmet_before={p: round(float(v), 6) for p, v in unmet_before.items()},
+        expected_unmet_after={p: round(float(v), 6) for p, v in unmet_after.items()},
+        objective_before=round(float(obj_before), 6),
+        objective_after=round(float(obj_after), 6),
+        reasons=tuple(reasons),
+    )
+
+
+class _SolverFailed(RuntimeError):
+    pass
+
+
+class _Model:
+    """The planning problem over node classes, shared by the MILP and the greedy search."""
+
+    def __init__(self, records, platforms, demands, policy: Policy, hours: int, at):
+        self.platforms = platforms
+        self.pidx = {p: i for i, p in enumerate(platforms)}
+        self.policy = policy
+        self.hours = hours
+        self.mean = np.array([demands[p].mean[:hours] for p in platforms], dtype=float)
+        upper = np.array([demands[p].upper[:hours] for p in platforms], dtype=float)
+        z = float(ndtri(policy.headroom_quantile))
+        self.sigma = np.clip(upper - self.mean, 0.0, None) / z
+        self.units = {p: demands[p].unit for p in platforms}
+        self.gpu_per_unit = np.array([1.0 / units_per_gpu(self.units[p]) for p in platforms])
+        self.weight = np.array([policy.weight(p) for p in platforms])
+        self.records = records
+        self.fixed_cap = np.zeros((len(platforms), hours))  # capacity of nodes nobody decides on
+        self.fixed_held = np.zeros(len(platforms))
+        self.fixed_count = np.zeros(len(platforms))
+        self.current_count = np.zeros(len(platforms))
+        self.idle_gpus = np.zeros(len(platforms))
+        self.classes: list[_Class] = []
+        self._build(at)
+
+    # ---- construction
+    def _avail(self, minutes: float) -> tuple[float, ...]:
+        return tuple(float(np.clip(h + 1 - minutes / 60.0, 0.0, 1.0)) for h in range(self.hours))
+
+    def _build(self, at) -> None:
+        pol = self.policy
+        groups: dict[tuple, _Class] = {}
+        for r in self.records:
+            i = self.pidx[r.owner]
+            self.current_count[i] += 1
+            unit = self.units[r.owner]
+            if r.in_handover:
+                minutes = pol.move_minutes if r.available_in_minutes is None else float(r.available_in_minutes)
+                layout = ideal_layout(r, unit)
+                self.fixed_cap[i] += node_capacity(r, unit, layout) * np.array(self._avail(minutes))
+                self.fixed_held[i] += node_capacity(r, unit, layout)
+                self.fixed_count[i] += 1
+                continue
+            self.idle_gpus[i] += max(0.0, r.gpus - r.busy_gpus)
+            idle = r.busy_gpus <= 1e-9
+            cooling = (
+                at is not None and r.last_moved_at is not None and at - r.last_moved_at < pd.Timedelta(pol.cooldown)
+            )
+            can_move = (idle or pol.allow_evict) and not cooling
+            keep = _Option("keep", r.owner, node_capacity(r, unit, r.mig_layout), (1.0,) * self.hours, 0.0,
+                           r.mig_layout)
+            options = [keep]
+            best = ideal_layout(r, unit)
+            if idle and best != r.mig_layout and node_capacity(r, unit, best) > keep.capacity:
+                options.append(_Option("relayout", r.owner, node_capacity(r, unit, best),
+                                       self._avail(pol.layout_change_minutes), pol.layout_change_cost, best))
+            if can_move:
+                for p in self.platforms:
+                    if p == r.owner:
+                        continue
+                    layout = ideal_layout(r, self.units[p])
+                    cost = pol.move_cost + (pol.layout_change_cost if layout != r.mig_layout else 0.0)
+                    options.append(_Option("move", p, node_capacity(r, self.units[p], layout),
+                                           self._avail(pol.move_minutes), cost, layout))
+            key = (r.owner, r.gpus, tuple(options))
+            if key not in groups:
+                groups[key] = _Class(r.owner, r.gpus, tuple(options), [], len(options) > 1)
+            groups[key].members.append(r)
+        for key in sorted(groups, key=lambda k: min(m.name for m in groups[k].members)):
+            cls = groups[key]
+            # the members that move first: longest since their last move, then by name
+            cls.members.sort(key=lambda m: (m.last_moved_at is not None,
+                                            m.last_moved_at or pd.Timestamp(0, tz="UTC"), m.name))
+            self.classes.append(cls)
+
+    # ---- evaluation (exact)
+    def counts_keep(self) -> list[list[int]]:
+        """The 'change nothing' solution: every member keeps."""
+        return [[len(c.members)] + [0] * (len(c.options) - 1) for c in self.classes]
+
+    def capacity(self, counts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        cap = self.fixed_cap.copy()
+        held = self.fixed_held.copy()
+        nodes = self.fixed_count.copy()
+        for cls, row in zip(self.classes, counts):
+            for opt, n in zip(cls.options, row):
+                if n:
+                    i = self.pidx[opt.target]
+                    cap[i] += n * opt.capacity * np.array(opt.avail)
+                    held[i] += n * opt.capacity
+                    nodes[i] += n
+        return cap, held, nodes
+
+    def evaluate(self, counts) -> tuple[float, dict[str, float]]:
+        """Exact objective of a solution and expected unmet per platform (units x hours)."""
+        cap, held, nodes = self.capacity(counts)
+        unmet = expected_unmet(cap, self.mean, self.sigma)
+        g = self.gpu_per_unit[:, None]
+        obj = float((self.weight[:, None] * g * unmet).sum())
+        obj += self.policy.idle_weight * float((g * (held[:, None] - self.mean + unmet)).sum())
+        obj += sum(n * o.cost for cls, row in zip(self.classes, counts) for o, n in zip(cls.options, row))
+        obj += _BOUND_PENALTY * float(self._violation(nodes).sum())
+        return obj, {p: float(unmet[i].sum()) for p, i in self.pidx.items()}
+
+    def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        lo = np.array([self.policy.min_nodes.get(p, 0) for p in self.platforms], dtype=float)
+        hi = np.array([self.policy.max_nodes.get(p, np.inf) for p in self.platforms], dtype=float)
+        return lo, hi
+
+    def _violation(self, nodes: np.ndarray) -> np.ndarray:
+        lo, hi = self._bounds()
+        return np.clip(lo - nodes, 0, None) + np.clip(nodes - hi, 0, None)
+
+    def feasible(self, counts) -> bool:
+        """Hard constraints: move budget, idle GPUs at each source, bounds never made worse."""
+        moves = 0
+        leaving = np.zeros(len(self.platforms))
+        for cls, row in zip(self.classes, counts):
+            for opt, n in zip(cls.options, row):
+                if opt.kind == "move" and n:
+                    moves += n
+                    leaving[self.pidx[cls.owner]] += n * cls.gpus
+        if moves > self.policy.max_moves_per_decision:
+            return False
+        if not self.policy.allow_evict and (leaving > self.idle_gpus + 1e-9).any():
+            return False
+        _, _, nodes = self.capacity(counts)
+        return bool((self._violation(nodes) <= self._violation(self.current_count) + 1e-9).all())
+
+    # ---- MILP
+    def solve_milp(self) -> tuple[list[list[int]], str]:
+        P, H = len(self.platforms), self.hours
+        var_index: list[tuple[int, int]] = []  # (class, option) per y variable
+        for k, cls in enumerate(self.classes):
+            for o in range(len(cls.options)):
+                var_index.append((k, o))
+        ny = len(var_index)
+        nu = P * H
+        n = ny + nu + 2 * P  # y, U[p,h], under[p], over[p]
+        u0, s0 = ny, ny + nu
+        c = np.zeros(n)
+        g = self.gpu_per_unit
+        idle_w = self.policy.idle_weight
+        for j, (k, o) in enumerate(var_index):
+            opt = self.classes[k].options[o]
+            i = self.pidx[opt.target]
+            c[j] = opt.cost + idle_w * g[i] * opt.capacity * H
+        for i in range(P):
+            for h in range(H):
+                c[u0 + i * H + h] = (self.weight[i] + idle_w) * g[i]
+        c[s0:] = _BOUND_PENALTY
+        rows, lbs, ubs = [], [], []
+
+        def add(coefs: dict[int, float], lb: float, ub: float) -> None:
+            row = np.zeros(n)
+            for j, v in coefs.items():
+                row[j] += v
+            rows.append(row)
+            lbs.append(lb)
+            ubs.append(ub)
+
+        for k, cls in enumerate(self.classes):  # every member gets exactly one option
+            add({j: 1.0 for j, (kk, _) in enumerate(var_index) if kk == k}, len(cls.members), len(cls.members))
+        for i, p in enumerate(self.platforms):  # expected unmet envelope
+            for h in range(H):
+                for a, b in _tangents(float(self.mean[i, h]), float(self.sigma[i, h])):
+                    coefs = {u0 + i * H + h: 1.0}
+                    for j, (k, o) in enumerate(var_index):
+                        opt = self.classes[k].options[o]
+                        if opt.target == p:
+                            coefs[j] = coefs.get(j, 0.0) + b * opt.capacity * opt.avail[h]
+                    add(coefs, a - b * float(self.fixed_cap[i, h]), np.inf)
+        move_vars = {j: 1.0 for j, (k, o) in enumerate(var_index) if self.classes[k].options[o].kind == "move"}
+        if move_vars:
+            add(move_vars, -np.inf, self.policy.max_moves_per_decision)
+        if not self.policy.allow_evict:
+            for i, p in enumerate(self.platforms):
+                coefs = {j: float(self.classes[k].gpus) for j, (k, o) in enumerate(var_index)
+                         if self.classes[k].owner == p and self.classes[k].options[o].kind == "move"}
+                if coefs:
+                    add(coefs, -np.inf, float(self.idle_gpus[i]))
+        lo, hi = self._bounds()
+        now_viol = self._violation(self.current_count)
+        for i, p in enumerate(self.platforms):
+            coefs = {j: 1.0 for j, (k, o) in enumerate(var_index) if self.classes[k].options[o].target == p}
+            fixed = float(self.fixed_count[i])
+            # soft bounds: nodes + under >= lo ; nodes - over <= hi
+            add({**coefs, s0 + i: 1.0}, lo[i] - fixed, np.inf)
+            if np.isfinite(hi[i]):
+                add({**coefs, s0 + P + i: -1.0}, -np.inf, hi[i] - fixed)
+            else:
+                c[s0 + P + i] = 0.0
+            # hard: never further outside than now
+            add({s0 + i: 1.0, s0 + P + i: 1.0}, -np.inf, float(now_viol[i]))
+        integrality = np.zeros(n)
+        integrality[:ny] = 1
+        ub = np.full(n, np.inf)
+        for j, (k, _) in enumerate(var_index):
+            ub[j] = len(self.classes[k].members)
+        try:
+            res = milp(
+                c,
+                integrality=integrality,
+                bounds=Bounds(np.zeros(n), ub),
+                constraints=LinearConstraint(np.array(rows), np.array(lbs), np.array(ubs)),
+                options={"time_limit": self.policy.solver_time_limit_s, "disp": False},
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise _SolverFailed(str(exc)) from exc
+        if res.x is None or res.status not in (0, 1):
+            raise _SolverFailed(f"status {res.status}: {res.message}")
+        x = np.round(res.x[:ny]).astype(int)
+        counts = [[0] * len(cls.options) for cls in self.classes]
+        for j, (k, o) in enumerate(var_index):
+            counts[k][o] = int(x[j])
+        if not self.feasible(counts) or any(sum(r) != len(c.members) for r, c in zip(counts, self.classes)):
+            raise _SolverFailed("rounded solution violates a constraint")
+        status = "optimal" if res.status == 0 else "time limit, best found"
+        return counts, status
+
+    # ---- greedy
+    def greedy(self) -> list[list[int]]:
+        """Apply the single best action while it lowers the exact objective."""
+        counts = self.counts_keep()
+        best_obj, _ = self.evaluate(counts)
+        while True:
+            best = None
+            for k, cls in enumerate(self.classes):
+                if counts[k][0] == 0:
+                    continue
+                for o in range(1, len(cls.options)):
+                    trial = [row[:] for row in counts]
+                    trial[k][0] -= 1
+                    trial[k][o] += 1
+                    if not self.feasible(trial):
+                        continue
+                    obj, _ = self.evaluate(trial)
+                    if obj < best_obj - 1e-9 and (best is None or obj < best[0] - 1e-12):
+                        best = (obj, trial)
+            if best is None:
+                return counts
+            best_obj, counts = best
+
+    # ---- from counts to named nodes
+    def realise(self, counts, reasons: list[str]):
+        total_obj, _ = self.evaluate(counts)
+        moves: list[Move] = []
+        changes: list[LayoutChange] = []
+        targets: dict[str, str] = {r.name: r.owner for r in self.records}
+        for k, (cls, row) in enumerate(zip(self.classes, counts)):
+            # the members sorted first are the ones that act
+            acting = sum(row[1:])
+            movers = cls.members[:acting]
+            it = iter(movers)
+            for o, n in enumerate(row):
+                if o == 0 or n == 0:
+                    continue
+                opt = cls.options[o]
+                without = [r[:] for r in counts]
+                without[k][o] -= 1
+                without[k][0] += 1
+                gain = round(self.evaluate(without)[0] - total_obj, 6)
+                for _ in range(n):
+                    node = next(it)
+                    targets[node.name] = opt.target
+                    i = self.pidx[opt.target]
+                    if opt.kind == "move":
+                        why = (f"{opt.target}: expected unmet over {self.hours}h falls by {gain:.2f} GPU-h "
+                               f"net of costs; {cls.owner} has {self.idle_gpus[self.pidx[cls.owner]]:.0f} idle GPUs")
+                        moves.append(Move(node.name, cls.owner, opt.target, node.gpus, gain, opt.layout, why))
+                    else:
+                        why = (f"{opt.target} asks for {self.units[opt.target]}; re-layout adds "
+                               f"{opt.capacity - cls.options[0].capacity:.0f} units, mean demand "
+                               f"{self.mean[i].mean():.1f}")
+                        changes.append(LayoutChange(node.name, opt.target, node.mig_layout, opt.layout or "", gain, why))
+        moves.sort(key=lambda m: (-m.expected_gain, m.node))
+        changes.sort(key=lambda c: (-c.expected_gain, c.node))
+        if not moves and not changes:
+            reasons.append("no change lowers the expected cost")
+        return moves, changes, targets
+
+
+def _records(nodes) -> list[NodeRecord]:
+    out = [n if isinstance(n, NodeRecord) else NodeRecord.from_mapping(n) for n in nodes]
+    names = [r.name for r in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise PlanningError(f"nodes: duplicate names {dup[:5]}")
+    for r in out:
+        if r.gpus <= 0:
+            raise PlanningError(f"node {r.name!r}: gpus must be > 0, got {r.gpus}")
+        if r.busy_gpus < 0 or r.busy_gpus > r.gpus + 1e-9:
+            raise PlanningError(f"node {r.name!r}: busy_gpus {r.busy_gpus} outside 0..{r.gpus}")
+    return sorted(out, key=lambda r: r.name)
+
+
+def _floats(platform: str, key: str, values: Any) -> tuple[float, ...]:
+    try:
+        out = tuple(float(v) for v in values)
+    except (TypeError, ValueError) as exc:
+        raise PlanningError(f"demand of {platform!r}: {key} must be numbers ({exc})") from exc
+    if any(not math.isfinite(v) or v < 0 for v in out):
+        raise PlanningError(f"demand of {platform!r}: {key} must be finite and >= 0, got {out}")
+    return out
+
+
+def _utc(ts) -> pd.Timestamp:
+    ts = pd.Timestamp(ts)
+    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")

@@ -1,0 +1,76 @@
+"""The allocation policy: the knobs an operator sets for the planner.
+
+One :class:`Policy` object serves all four policy kinds; ``kind`` only says where the demand
+numbers handed to the planner come from:
+
+* ``static`` — never move a node (the baseline: every platform keeps what it has);
+* ``reactive`` — the last hour's mean demand, taken as certain;
+* ``predictive`` — the ARIMA forecast's mean and its upper quantile (``headroom_quantile``);
+* ``oracle`` — the true future (simulator only).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PolicyKind = Literal["static", "reactive", "predictive", "oracle"]
+POLICY_KINDS: tuple[str, ...] = ("static", "reactive", "predictive", "oracle")
+
+
+class Policy(BaseModel):
+    """Constraints and costs of the allocation planner.
+
+    Costs are in GPU-hours, the unit of the objective: one GPU-hour of expected unmet demand
+    on a platform of priority 1 costs 1.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: PolicyKind = "predictive"
+    min_nodes: dict[str, int] = Field(default_factory=dict, description="platform -> fewest nodes it keeps")
+    max_nodes: dict[str, int] = Field(default_factory=dict, description="platform -> most nodes it may hold")
+    headroom_quantile: float = Field(
+        0.9, gt=0.5, lt=1.0, description="the quantile the demand's `upper` numbers stand for"
+    )
+    priority: dict[str, float] = Field(default_factory=dict, description="platform -> weight of its unmet demand")
+    max_moves_per_decision: int = Field(4, ge=0)
+    cooldown: dt.timedelta = Field(dt.timedelta(hours=2), description="a moved node stays put this long")
+    move_cost: float = Field(1.0, ge=0, description="GPU-hours charged per node move (churn, risk)")
+    idle_weight: float = Field(0.05, ge=0, description="weight of a held but idle GPU-hour")
+    move_minutes: float = Field(30.0, ge=0, description="a moving node serves nobody for this long")
+    layout_change_minutes: float = Field(10.0, ge=0, description="a MIG re-layout makes a node unavailable this long")
+    layout_change_cost: float = Field(0.5, ge=0, description="GPU-hours charged per MIG layout change")
+    allow_evict: bool = Field(False, description="whether a node with running work may be released")
+    horizon_hours: int = Field(2, ge=1, description="hours of demand the planner looks ahead")
+    solver_time_limit_s: float = Field(10.0, gt=0)
+
+    @field_validator("cooldown", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return pd.Timedelta(value).to_pytimedelta()
+        return value
+
+    @field_validator("min_nodes", "max_nodes")
+    @classmethod
+    def _non_negative(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = {k: v for k, v in value.items() if v < 0}
+        if bad:
+            raise ValueError(f"node counts must be >= 0, got {bad}")
+        return value
+
+    @field_validator("priority")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in value.items() if not v > 0}
+        if bad:
+            raise ValueError(f"priority weights must be > 0, got {bad}")
+        return value
+
+    def weight(self, platform: str) -> float:
+        """The priority weight of ``platform`` (1 when not set)."""
+        return float(self.priority.get(platform, 1.0))

@@ -1,0 +1,187 @@
+"""The scenario file of the virtual datacenter (YAML).
+
+The format other tools read and write::
+
+    step: 5min            # simulation step
+    decision_every: 1h    # how often the allocator runs
+    node_gpus: 8
+    move_minutes: 30      # a moving node serves nobody for this long
+    max_moves_per_decision: 4
+    platforms:
+      kubernetes: {trace: [path/a.csv, path/b.csv]}   # or {synthetic: {...}}
+      slurm: {trace: [path/c.csv]}
+      openstack: {trace: [path/d.csv], nodes: 12}     # optional: start with this many nodes
+
+Relative trace paths are relative to the scenario file. Optional keys beyond that format:
+``start``/``end`` (the simulated window; required when no platform has a trace, otherwise it
+clips the traces), ``seed`` (synthetic platforms), ``policy`` (overrides of
+:class:`gpupool.allocate.planner.Policy` fields) and, per platform, ``gpu_model``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gpupool.sim.synthetic import SyntheticSpec
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the file and the key."""
+
+
+def _timedelta(value: Any) -> dt.timedelta:
+    if isinstance(value, dt.timedelta):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError(f"give a duration with a unit such as '5min' or '1h', not a bare number {value!r}")
+    try:
+        out = pd.Timedelta(str(value))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not a duration: {value!r}") from exc
+    return out.to_pytimedelta()
+
+
+class PlatformSpec(BaseModel):
+    """Where one platform's demand comes from and how many nodes it starts with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trace: list[Path] | None = None
+    synthetic: SyntheticSpec | None = None
+    nodes: int | None = Field(None, ge=0)
+    gpu_model: str = "NVIDIA A100-SXM4-80GB"
+
+    @field_validator("trace", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        if isinstance(value, (str, Path)):
+            return [value]
+        if isinstance(value, list) and not value:
+            raise ValueError("at least one trace file")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "PlatformSpec":
+        if (self.trace is None) == (self.synthetic is None):
+            raise ValueError("give exactly one of 'trace' or 'synthetic'")
+        return self
+
+
+class Scenario(BaseModel):
+    """A parsed scenario: timing, node size, move rules and the platforms' demand sources."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: dt.timedelta = dt.timedelta(minutes=5)
+    decision_every: dt.timedelta = dt.timedelta(hours=1)
+    node_gpus: int = Field(8, gt=0)
+    move_minutes: float = Field(30.0, ge=0)
+    max_moves_per_decision: int = Field(4, ge=0)
+    platforms: dict[str, PlatformSpec]
+    start: dt.datetime | None = None
+    end: dt.datetime | None = None
+    seed: int = 0
+    policy: dict[str, Any] = Field(default_factory=dict)
+    name: str = ""
+    source: Path | None = Field(None, exclude=True, description="the file this scenario was read from")
+
+    @field_validator("step", "decision_every", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> dt.timedelta:
+        return _timedelta(value)
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _instant(cls, value: Any) -> Any:
+        if value is None or isinstance(value, dt.datetime) and value.tzinfo is not None:
+            return value
+        try:
+            ts = pd.Timestamp(value)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"not a timestamp: {value!r}") from exc
+        return (ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")).to_pydatetime()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Scenario":
+        if not self.platforms:
+            raise ValueError("platforms: at least one platform")
+        if self.step <= dt.timedelta(0):
+            raise ValueError("step must be positive")
+        ratio = self.decision_every / self.step
+        if self.decision_every < self.step or abs(ratio - round(ratio)) > 1e-9:
+            raise ValueError(f"decision_every ({self.decision_every}) must be a whole multiple of step ({self.step})")
+        if self.start is not None and self.end is not None and self.end <= self.start:
+            raise ValueError(f"end ({self.end}) must be after start ({self.start})")
+        if all(p.trace is None for p in self.platforms.values()) and (self.start is None or self.end is None):
+            raise ValueError("start and end are required when no platform replays a trace")
+        return self
+
+    @property
+    def step_td(self) -> pd.Timedelta:
+        """The step as a pandas Timedelta."""
+        return pd.Timedelta(self.step)
+
+    def label(self) -> str:
+        """A short name for reports: ``name`` or the file's stem."""
+        if self.name:
+            return self.name
+        return self.source.stem if self.source is not None else "scenario"
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and check a scenario YAML file.
+
+    Relative trace paths are resolved against the file's directory and must exist.
+
+    Raises
+    ------
+    ScenarioError
+        With the file and the offending key in the message (``scenario.yaml: platforms.slurm.trace: ...``).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read scenario ({exc})") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: a scenario is a mapping with at least 'platforms', got {type(raw).__name__}")
+    return scenario_from_dict(raw, base_dir=path.parent, where=str(path))
+
+
+def scenario_from_dict(raw: dict, base_dir: str | Path = ".", where: str = "scenario") -> Scenario:
+    """Build a :class:`Scenario` from an already-parsed mapping (same rules as :func:`load_scenario`)."""
+    base_dir = Path(base_dir)
+    if "platforms" not in raw:
+        raise ScenarioError(f"{where}: platforms: missing key (a mapping of platform name -> demand source)")
+    if not isinstance(raw["platforms"], dict):
+        raise ScenarioError(f"{where}: platforms: must be a mapping of platform name -> demand source")
+    try:
+        scenario = Scenario.model_validate({**raw})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
+        raise ScenarioError(f"{where}: {key}: {first['msg']}{more}") from exc
+    platforms = {}
+    for name, spec in scenario.platforms.items():
+        if spec.trace is not None:
+            paths = []
+            for i, p in enumerate(spec.trace):
+                full = p if p.is_absolute() else (base_dir / p)
+                if not full.is_file():
+                    raise ScenarioError(f"{where}: platforms.{name}.trace.{i}: no such file {full}")
+                paths.append(full.resolve())
+            spec = spec.model_copy(update={"trace": paths})
+        platforms[name] = spec
+    source = Path(where) if where != "scenario" else None
+    return scenario.model_copy(update={"platforms": platforms, "source": source})

@@ -1,0 +1,119 @@
+"""Reading demand traces in the Helios per-minute format.
+
+A Helios cluster trace (one file per virtual cluster) has one row a minute with, among
+others, the columns ``time, running_gpu_num, pending_gpu_num, total_gpu_num`` and
+``gpu_utilization``. A platform's demand is ``running + pending``; several files assigned
+to one platform are summed, and rows finer than the simulation step are averaged into it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: columns every Helios trace file must carry
+HELIOS_REQUIRED = ("time", "running_gpu_num", "pending_gpu_num", "total_gpu_num")
+
+#: columns of the frame :func:`read_helios` returns
+TRACE_COLUMNS = ("running", "pending", "demand", "total", "util")
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be used as demand."""
+
+
+def read_helios(paths: str | Path | Iterable[str | Path], step: str | pd.Timedelta = "5min") -> pd.DataFrame:
+    """Read one or more Helios trace files into one demand frame on a regular step grid.
+
+    Parameters
+    ----------
+    paths:
+        One path or several; several files are summed (one platform made of several clusters).
+    step:
+        The simulation step; rows finer than it are averaged into it (bins are left-closed,
+        labelled by their start).
+
+    Returns
+    -------
+    DataFrame indexed by a tz-aware UTC ``DatetimeIndex`` named ``ts`` with float columns
+    ``running``, ``pending``, ``demand`` (= running + pending), ``total`` (GPUs the traced
+    cluster had) and ``util`` (mean GPU utilisation of the running GPUs, 0..1).
+
+    Raises
+    ------
+    TraceError
+        Naming the file on a missing column, an unreadable file, no rows, or files that do
+        not cover the same time range.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise TraceError("no trace files given")
+    step = pd.Timedelta(step)
+    if step <= pd.Timedelta(0):
+        raise TraceError(f"step must be positive, got {step}")
+    frames = [_read_one(p, step) for p in paths]
+    index = frames[0].index
+    for path, frame in zip(paths[1:], frames[1:]):
+        if not frame.index.equals(index):
+            raise TraceError(
+                f"{path}: covers {frame.index[0]}..{frame.index[-1]} ({len(frame)} steps), but "
+                f"{paths[0]} covers {index[0]}..{index[-1]} ({len(index)} steps); traces of one "
+                "scenario must cover the same range"
+            )
+    running = sum(f["running"] for f in frames)
+    pending = sum(f["pending"] for f in frames)
+    total = sum(f["total"] for f in frames)
+    busy_util = sum(f["util"] * f["running"] for f in frames)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        util = np.where(running > 0, busy_util / running.where(running > 0, 1.0), 0.0)
+    out = pd.DataFrame(
+        {
+            "running": running,
+            "pending": pending,
+            "demand": running + pending,
+            "total": total,
+            "util": np.clip(util, 0.0, 1.0),
+        },
+        index=index,
+    )
+    return out
+
+
+def _read_one(path: Path, step: pd.Timedelta) -> pd.DataFrame:
+    try:
+        raw = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read trace ({exc})") from exc
+    missing = [c for c in HELIOS_REQUIRED if c not in raw.columns]
+    if missing:
+        raise TraceError(f"{path}: not a Helios trace, missing columns {missing}")
+    if raw.empty:
+        raise TraceError(f"{path}: no rows")
+    ts = pd.to_datetime(raw["time"], errors="coerce", utc=True)
+    if ts.isna().any():
+        bad = raw.loc[ts.isna(), "time"].iloc[0]
+        raise TraceError(f"{path}: column 'time' has {int(ts.isna().sum())} unparseable values, first {bad!r}")
+    cols = {}
+    for name, col in (("running", "running_gpu_num"), ("pending", "pending_gpu_num"), ("total", "total_gpu_num")):
+        values = pd.to_numeric(raw[col], errors="coerce")
+        if values.isna().all():
+            raise TraceError(f"{path}: column {col!r} has no numeric values")
+        cols[name] = values.to_numpy(dtype="float64")
+    if "gpu_utilization" in raw.columns:
+        cols["util"] = pd.to_numeric(raw["gpu_utilization"], errors="coerce").to_numpy(dtype="float64")
+    else:
+        cols["util"] = np.full(len(raw), np.nan)
+    frame = pd.DataFrame(cols, index=pd.DatetimeIndex(ts, name="ts")).sort_index()
+    binned = frame.resample(step, label="left", closed="left").mean()
+    # A step with no row at all (a gap in the trace) carries the previous step's state: the
+    # cluster did not vanish, its exporter was silent.
+    binned[["running", "pending", "total"]] = binned[["running", "pending", "total"]].ffill().bfill()
+    binned["util"] = binned["util"].ffill().fillna(0.0)
+    binned.index = binned.index.astype("datetime64[us, UTC]")
+    binned.index.name = "ts"
+    return binned

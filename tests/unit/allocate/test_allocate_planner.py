@@ -1,0 +1,246 @@
+"""The MILP planner: invariants (hypothesis), solver labelling, MIG layouts, expected unmet."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpupool.allocate.planner as planner_mod
+from gpupool.allocate.planner import (
+    NodeRecord,
+    PlanningError,
+    expected_unmet,
+    node_capacity,
+    plan,
+)
+from gpupool.allocate.policy import Policy
+
+PLATFORMS = ("kubernetes", "slurm", "openstack")
+AT = pd.Timestamp("2024-03-01 12:00", tz="UTC")
+
+
+@st.composite
+def problems(draw):
+    n = draw(st.integers(1, 14))
+    nodes = []
+    for k in range(n):
+        gpus = draw(st.sampled_from([4, 8]))
+        busy = draw(st.sampled_from([0.0, 0.0, 0.0, 1.0, float(gpus), 2.5]))
+        moved = draw(st.sampled_from([None, 30, 90, 600]))
+        nodes.append(NodeRecord(
+            name=f"n{k:02d}", owner=draw(st.sampled_from(PLATFORMS)), gpus=gpus, busy_gpus=min(busy, gpus),
+            in_handover=draw(st.booleans()) and draw(st.booleans()),
+            last_moved_at=None if moved is None else AT - pd.Timedelta(minutes=moved),
+            mig_capable=draw(st.booleans()),
+        ))
+    hours = draw(st.integers(1, 3))
+    demand = {}
+    for p in PLATFORMS:
+        mean = [draw(st.floats(0, 80, allow_nan=False)) for _ in range(hours)]
+        spread = draw(st.floats(0, 20, allow_nan=False))
+        demand[p] = {"mean": mean, "upper": [m + spread for m in mean]}
+    bounds = {p: draw(st.integers(0, 4)) for p in PLATFORMS}
+    tops = {p: bounds[p] + draw(st.integers(0, 6)) for p in PLATFORMS}
+    policy = Policy(
+        kind="predictive",
+        min_nodes=bounds,
+        max_nodes=tops,
+        max_moves_per_decision=draw(st.integers(0, 4)),
+        move_cost=draw(st.sampled_from([0.0, 1.0, 5.0])),
+        cooldown=dt.timedelta(hours=1),
+    )
+    return nodes, demand, policy
+
+
+def _counts(nodes, targets=None):
+    out = {p: 0 for p in PLATFORMS}
+    for n in nodes:
+        out[targets[n.name] if targets else n.owner] += 1
+    return out
+
+
+def _outside(count, lo, hi):
+    return max(0, lo - count) + max(0, count - hi)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_planner_invariants(problem):
+    nodes, demand, policy = problem
+    result = plan(nodes, demand, policy, at=AT)
+    by_name = {n.name: n for n in nodes}
+    moved = [m.node for m in result.moves]
+    # move budget, one move per node, targets agree with moves
+    assert len(result.moves) <= policy.max_moves_per_decision
+    assert len(moved) == len(set(moved))
+    assert {n for n, t in result.targets.items() if t != by_name[n].owner} == set(moved)
+    leaving = {p: 0.0 for p in PLATFORMS}
+    for m in result.moves:
+        node = by_name[m.node]
+        assert m.source == node.owner != m.target
+        assert node.busy_gpus == 0, "no busy node moved"
+        assert not node.in_handover, "no node in two handovers"
+        assert node.last_moved_at is None or AT - node.last_moved_at >= policy.cooldown, "cool-down respected"
+        leaving[m.source] += node.gpus
+    for p in PLATFORMS:  # never more GPUs leave a platform than it has idle
+        idle = sum(n.gpus - n.busy_gpus for n in nodes if n.owner == p and not n.in_handover)
+        assert leaving[p] <= idle + 1e-9
+    # min/max per platform: kept when they held, never made worse when they did not
+    before, after = _counts(nodes), _counts(nodes, result.targets)
+    for p in PLATFORMS:
+        lo, hi = policy.min_nodes[p], policy.max_nodes[p]
+        assert _outside(after[p], lo, hi) <= _outside(before[p], lo, hi)
+    assert result.objective_after <= result.objective_before + 1e-9
+    # idempotent: same inputs, in any order, give the same plan
+    again = plan(list(reversed(nodes)), dict(demand), policy, at=AT)
+    assert again == result
+    shuffled = nodes[:]
+    random.Random(0).shuffle(shuffled)
+    assert plan(shuffled, demand, policy, at=AT) == result
+
+
+def test_bounds_hold_when_they_held_before():
+    nodes = [NodeRecord(f"s{i}", "slurm", 8) for i in range(4)] + [NodeRecord("k0", "kubernetes", 8, busy_gpus=8)]
+    demand = {"slurm": [0, 0], "kubernetes": [200, 200]}
+    policy = Policy(min_nodes={"slurm": 3}, max_moves_per_decision=4)
+    result = plan(nodes, demand, policy)
+    assert len(result.moves) == 1  # slurm keeps its minimum of 3
+    capped = plan(nodes, demand, Policy(max_nodes={"kubernetes": 3}))
+    assert len(capped.moves) == 2
+
+
+def _two_platforms():
+    nodes = [NodeRecord(f"a{i}", "a", 8, busy_gpus=8 if i < 2 else 0) for i in range(6)]
+    nodes += [NodeRecord(f"b{i}", "b", 8, busy_gpus=8) for i in range(3)]
+    demand = {"a": {"mean": [16, 16], "upper": [20, 20]}, "b": {"mean": [50, 60], "upper": [60, 70]}}
+    return nodes, demand
+
+
+def test_milp_moves_idle_nodes_towards_demand_and_says_so():
+    nodes, demand = _two_platforms()
+    result = plan(nodes, demand, Policy(), at=AT)
+    assert result.solver == "milp"
+    assert result.status == "optimal"
+    assert [m.target for m in result.moves] == ["b"] * len(result.moves) and len(result.moves) >= 3
+    assert all(m.expected_gain > 0 and m.reason for m in result.moves)
+    assert result.expected_unmet_after["b"] < result.expected_unmet_before["b"]
+    d = result.to_dict()
+    assert d["solver"] == "milp" and d["moves"][0]["node"].startswith("a")
+
+
+def test_greedy_fallback_when_the_solver_fails(monkeypatch):
+    nodes, demand = _two_platforms()
+    best = plan(nodes, demand, Policy(), at=AT)
+
+    def broken(*args, **kwargs):
+        raise ValueError("solver exploded")
+
+    monkeypatch.setattr(planner_mod, "milp", broken)
+    fallback = plan(nodes, demand, Policy(), at=AT)
+    assert fallback.solver == "greedy"
+    assert "MILP failed" in fallback.status and "solver exploded" in fallback.status
+    assert any("MILP failed" in r for r in fallback.reasons)
+    assert fallback.objective_after == pytest.approx(best.objective_after, rel=0.05)
+    with pytest.raises(PlanningError, match="MILP failed"):
+        plan(nodes, demand, Policy(), at=AT, solver="milp")
+
+
+def test_static_policy_never_moves():
+    nodes, demand = _two_platforms()
+    result = plan(nodes, demand, Policy(kind="static"))
+    assert result.moves == () and result.solver == "none"
+
+
+def test_priority_weights_decide_who_gets_scarce_nodes():
+    nodes = [NodeRecord(f"x{i}", "x", 8) for i in range(2)]
+    nodes += [NodeRecord("a0", "a", 8, busy_gpus=8), NodeRecord("b0", "b", 8, busy_gpus=8)]
+    demand = {"x": [0, 0], "a": [24, 24], "b": [24, 24]}
+    favour_b = plan(nodes, demand, Policy(priority={"b": 3.0}, max_moves_per_decision=1))
+    assert [m.target for m in favour_b.moves] == ["b"]
+    favour_a = plan(nodes, demand, Policy(priority={"a": 3.0}, max_moves_per_decision=1))
+    assert [m.target for m in favour_a.moves] == ["a"]
+
+
+def test_move_cost_stops_marginal_moves():
+    nodes = [NodeRecord("a0", "a", 8), NodeRecord("b0", "b", 8, busy_gpus=8)]
+    demand = {"a": [0, 0], "b": [8.5, 8.5]}  # one GPU-hour of gain, less transit
+    assert plan(nodes, demand, Policy(move_cost=0.0)).moves
+    assert not plan(nodes, demand, Policy(move_cost=5.0)).moves
+
+
+def test_mig_layout_follows_the_platform_unit():
+    # kubernetes asks for 1g.10gb slices; an idle MIG-capable node there in whole-GPU mode is re-laid out
+    nodes = [
+        NodeRecord("k0", "kubernetes", 8, mig_capable=True, mig_layout="all-disabled"),
+        NodeRecord("k1", "kubernetes", 8, busy_gpus=8, mig_capable=True, mig_layout="all-disabled"),
+        NodeRecord("s0", "slurm", 8, mig_capable=True, mig_layout="all-disabled"),
+        NodeRecord("s1", "slurm", 8, busy_gpus=8, mig_capable=True, mig_layout="all-disabled"),
+    ]
+    demand = {"kubernetes": {"mean": [100, 100], "unit": "1g.10gb"}, "slurm": [8, 8]}
+    result = plan(nodes, demand, Policy(), at=AT)
+    assert [(c.node, c.to_layout) for c in result.layout_changes] == [("k0", "all-1g.10gb")]
+    assert all(m.node != "k1" for m in result.moves)
+    # a node moving to the slice platform arrives laid out for it
+    demand = {"kubernetes": {"mean": [200, 200], "unit": "1g.10gb"}, "slurm": [0, 0]}
+    result = plan(nodes, demand, Policy(), at=AT)
+    moved = {m.node: m for m in result.moves}
+    assert moved["s0"].target == "kubernetes" and moved["s0"].mig_layout == "all-1g.10gb"
+
+
+def test_node_capacity_in_units():
+    mig = NodeRecord("m", "k", 8, mig_capable=True)
+    plain = NodeRecord("p", "k", 4)
+    assert node_capacity(mig, "gpu", "all-disabled") == 8
+    assert node_capacity(mig, "1g.10gb", "all-1g.10gb") == 56
+    assert node_capacity(mig, "gpu", "all-1g.10gb") == 0
+    assert node_capacity(mig, "3g.40gb", "all-1g.10gb") == 0  # a small slice cannot serve a big request
+    assert node_capacity(mig, "1g.10gb", "all-3g.40gb") == 16
+    assert node_capacity(plain, "1g.10gb", None) == 4
+
+
+def test_expected_unmet_matches_its_definition():
+    rng = np.random.default_rng(0)
+    draws = rng.normal(50, 10, 400_000)
+    for c in (30, 50, 65):
+        assert expected_unmet(c, 50, 10) == pytest.approx(np.maximum(draws - c, 0).mean(), rel=0.02)
+    assert expected_unmet(40, 50, 0) == 10
+    assert expected_unmet(60, 50, 0) == 0
+
+
+@pytest.mark.parametrize(
+    ("nodes", "demand", "match"),
+    [
+        ([NodeRecord("a", "x", 8), NodeRecord("a", "y", 8)], {"x": [1]}, "duplicate"),
+        ([NodeRecord("a", "x", 8, busy_gpus=9)], {"x": [1]}, "busy_gpus"),
+        ([NodeRecord("a", "x", 8)], {"x": {"mean": [1, 2], "upper": [1]}}, "mean has 2 hours"),
+        ([NodeRecord("a", "x", 8)], {"x": [-1]}, ">= 0"),
+        ([NodeRecord("a", "x", 8)], {"x": {"mean": [1], "unit": "9g.1gb"}}, "unknown unit"),
+        ([NodeRecord("a", "x", 8)], {}, "at least one platform"),
+    ],
+)
+def test_bad_inputs_are_refused(nodes, demand, match):
+    with pytest.raises(PlanningError, match=match):
+        plan(nodes, demand, Policy())
+
+
+def test_inventory_dicts_are_accepted():
+    nodes = [{"name": "a0", "platform": "a", "gpus": 8, "busy_gpus": 0, "last_moved_at": None},
+             {"name": "b0", "platform": "b", "gpus": 8, "busy_gpus": 8, "in_transit": False}]
+    result = plan(nodes, {"a": [0, 0], "b": [16, 16]}, Policy())
+    assert [m.node for m in result.moves] == ["a0"]
+
+
+def test_policy_validation():
+    with pytest.raises(ValueError):
+        Policy(kind="magic")
+    with pytest.raises(ValueError):
+        Policy(priority={"a": 0})
+    with pytest.raises(ValueError):
+        Policy(min_nodes={"a": -1})
+    assert Policy(cooldown="90min").cooldown == dt.timedelta(minutes=90)

@@ -1,0 +1,107 @@
+"""The scenario YAML: the exact format of the simulator issue, and errors naming file and key."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpupool.sim.scenario import ScenarioError, load_scenario
+
+
+def hourly(values) -> np.ndarray:
+    """Per-minute demand holding each of ``values`` for one hour."""
+    return np.repeat(np.asarray(values, dtype=float), 60)
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _write(tmp_path, text: str) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_issue_format_parses_with_relative_traces(tmp_path, helios):
+    (tmp_path / "data").mkdir()
+    for name in ("a", "b", "c", "d"):
+        helios(f"data/{name}", hourly([1, 2]), total=8)
+    path = _write(tmp_path, """
+step: 5min            # simulation step
+decision_every: 1h    # how often the allocator runs
+node_gpus: 8
+move_minutes: 30      # a moving node serves nobody for this long
+max_moves_per_decision: 4
+platforms:
+  kubernetes: {trace: [data/a.csv, data/b.csv]}
+  slurm: {trace: [data/c.csv]}
+  openstack: {trace: [data/d.csv], nodes: 12}
+""")
+    sc = load_scenario(path)
+    assert sc.step == dt.timedelta(minutes=5)
+    assert sc.decision_every == dt.timedelta(hours=1)
+    assert (sc.node_gpus, sc.move_minutes, sc.max_moves_per_decision) == (8, 30, 4)
+    assert list(sc.platforms) == ["kubernetes", "slurm", "openstack"]
+    assert sc.platforms["kubernetes"].trace == [(tmp_path / "data/a.csv").resolve(), (tmp_path / "data/b.csv").resolve()]
+    assert sc.platforms["openstack"].nodes == 12
+    assert sc.platforms["slurm"].nodes is None
+    assert sc.label() == "scenario"
+
+
+def test_synthetic_platforms_need_a_window(tmp_path):
+    path = _write(tmp_path, "platforms:\n  slurm: {synthetic: {base: 20}}\n")
+    with pytest.raises(ScenarioError, match="scenario.yaml.*start and end"):
+        load_scenario(path)
+    ok = _write(tmp_path, "start: 2024-01-01\nend: 2024-01-02\nplatforms:\n  slurm: {synthetic: {base: 20}}\n")
+    sc = load_scenario(ok)
+    assert sc.platforms["slurm"].synthetic.base == 20
+    assert sc.start.tzinfo is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("step: 5min\n", r"platforms: missing"),
+        ("platforms: [a, b]\n", r"platforms: must be a mapping"),
+        ("step: fast\nplatforms:\n  s: {trace: x.csv}\n", r"step: .*not a duration"),
+        ("step: 5\nplatforms:\n  s: {trace: x.csv}\n", r"step: .*unit"),
+        ("node_gpus: 0\nplatforms:\n  s: {trace: x.csv}\n", r"node_gpus"),
+        ("colour: red\nplatforms:\n  s: {trace: x.csv}\n", r"colour: Extra inputs"),
+        ("platforms:\n  s: {nodes: 3}\n", r"platforms\.s: .*exactly one of 'trace' or 'synthetic'"),
+        ("platforms:\n  s: {trace: missing.csv}\n", r"platforms\.s\.trace\.0: no such file"),
+        ("platforms:\n  s: {synthetic: {bse: 3}}\nstart: 2024-01-01\nend: 2024-01-02\n",
+         r"platforms\.s\.synthetic\.bse"),
+        ("decision_every: 7min\nplatforms:\n  s: {trace: x.csv}\n", r"whole multiple of step"),
+        ("platforms: {s: {trace: [x.csv}\n", r"not valid YAML"),
+    ],
+)
+def test_errors_name_the_file_and_the_key(tmp_path, text, match):
+    path = _write(tmp_path, text)
+    with pytest.raises(ScenarioError, match=match) as err:
+        load_scenario(path)
+    assert str(path) in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load_scenario(tmp_path / "none.yaml")
+
+
+def test_the_shipped_helios_scenario_loads():
+    sc = load_scenario(REPO / "config/scenarios/helios-3platforms.yaml")
+    assert set(sc.platforms) == {"kubernetes", "slurm", "openstack"}
+    assert all(len(p.trace) == 2 and all(t.is_file() for t in p.trace) for p in sc.platforms.values())
+
+
+def test_the_shipped_synthetic_scenario_matches_the_default_world():
+    from gpupool.sim.world import World, default_world
+
+    sc = load_scenario(REPO / "config/scenarios/synthetic-3platforms.yaml")
+    world = World(sc)
+    demo = default_world("2024-01-01", "2024-01-15")
+    assert world.platforms == demo.platforms
+    assert np.array_equal(world.demand_, demo.demand_)
+    assert [n.name for n in world.nodes] == [n.name for n in demo.nodes]
