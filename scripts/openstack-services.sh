@@ -13,29 +13,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${GPUPOOL_OPENSTACK_VENV:-$ROOT/.services/openstack-venv}"
 cmd="${1:?start|stop}"; DIR="$(realpath -m "${2:?DIR}")"
 
+# shellcheck source=scripts/_lib.sh
+. "$ROOT/scripts/_lib.sh"
+
 stop() {
-  pids=()
-  for pidf in "$DIR"/placement.pid "$DIR"/keystone.pid; do
-    [ -f "$pidf" ] || continue
-    pid="$(cat "$pidf")"; rm -f "$pidf"
-    kill -INT "$pid" 2>/dev/null && pids+=("$pid")  # INT: gunicorn quick shutdown
-  done
-  for _ in $(seq 100); do
-    alive=0
-    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-    [ "$alive" = 0 ] && return 0
-    sleep 0.05
-  done
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  kill_pidfiles INT "$DIR"/placement.pid "$DIR"/keystone.pid  # INT: gunicorn quick shutdown
 }
 
 fail() {
-  echo "openstack-services: $*" >&2
-  for log in "$DIR"/keystone.log "$DIR"/placement.log "$DIR"/setup.log; do
-    [ -f "$log" ] && { echo "--- $log (tail)" >&2; tail -n 20 "$log" >&2; }
-  done
-  stop
-  exit 1
+  fail_with_logs openstack-services 20 "$*" "$DIR"/keystone.log "$DIR"/placement.log "$DIR"/setup.log
 }
 
 wait_http() {  # URL PIDFILE

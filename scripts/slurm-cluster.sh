@@ -12,6 +12,8 @@ set -euo pipefail
 cmd="${1:?start|stop}"; DIR="$(realpath -m "${2:?DIR}")"
 CTLD_PORT="${3:-6817}"; SLURMD_PORT="${4:-6818}"; GPUS="${5:-4}"
 NODE="$(hostname -s)"
+# shellcheck source=scripts/_lib.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/_lib.sh"
 
 stop() {
   # Cancel every job first, so no slurmstepd outlives its slurmd.
@@ -25,28 +27,11 @@ stop() {
     fi
   fi
   # TERM all daemons at once, then wait: each takes 1-2 s to wind down.
-  pids=()
-  for pidf in "$DIR"/slurmd.pid "$DIR"/slurmctld.pid "$DIR"/munged.pid; do
-    [ -f "$pidf" ] || continue
-    pid="$(cat "$pidf")"; rm -f "$pidf"
-    kill "$pid" 2>/dev/null && pids+=("$pid")
-  done
-  for _ in $(seq 100); do
-    alive=0
-    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-    [ "$alive" = 0 ] && return 0
-    sleep 0.05
-  done
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  kill_pidfiles TERM "$DIR"/slurmd.pid "$DIR"/slurmctld.pid "$DIR"/munged.pid
 }
 
 fail() {
-  echo "slurm-cluster: $*" >&2
-  for log in "$DIR"/munged.log "$DIR"/slurmctld.log "$DIR"/slurmd.log; do
-    [ -f "$log" ] && { echo "--- $log (tail)" >&2; tail -n 15 "$log" >&2; }
-  done
-  stop
-  exit 1
+  fail_with_logs slurm-cluster 15 "$*" "$DIR"/munged.log "$DIR"/slurmctld.log "$DIR"/slurmd.log
 }
 
 if [ "$cmd" = stop ]; then stop; exit 0; fi
