@@ -36,7 +36,9 @@ if ! $BIN/airflow dags test gpupool_pipeline "$END" >"$LOG" 2>&1; then
 fi
 STATE="$($BIN/airflow dags list-runs gpupool_pipeline -o json 2>/dev/null | $BIN/python -c '
 import json, sys
-runs = json.loads(sys.stdin.read() or "[]")
+text = sys.stdin.read()
+line = next((l for l in text.splitlines() if l.startswith("[{") or l.strip() == "[]"), "[]")  # warnings come first
+runs = json.loads(line)
 print(runs[0]["state"] if runs else "none")')"
 echo "DAG run state: $STATE"
 if [ "$STATE" != "success" ]; then
