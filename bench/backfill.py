@@ -3,8 +3,8 @@ it must fill staging (samples, profiles, forecasts, plans) and send nothing.
 
     .venv/bin/python bench/backfill.py [--days 7] [--end 2026-11-01T00:00:00+00:00] [--keep DIR]
 
-Starts `airflow standalone` on loopback (LocalExecutor, parallelism 4, its own AIRFLOW_HOME and
-SQLite staging file), runs `airflow backfill create` over the window, waits for every run, then
+Starts `airflow standalone` on loopback (LocalExecutor, parallelism 4, its own AIRFLOW_HOME,
+Airflow metadata in a fresh PostgreSQL database, a SQLite staging file), runs `airflow backfill create` over the window, waits for every run, then
 prints runs by state, seconds per run, what staging holds, and the audit table's proof that no
 command was sent (rows with dry_run = false must be 0).
 """
@@ -36,6 +36,8 @@ def main() -> None:
     ap.add_argument("--end", default="2026-11-01T00:00:00+00:00")
     ap.add_argument("--keep", help="keep the Airflow home and staging file here")
     ap.add_argument("--timeout-hours", type=float, default=3.0)
+    ap.add_argument("--pg", default=os.environ.get("GPUPOOL_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+                    help="PostgreSQL server for Airflow's metadata (SQLite locks when a backfill queues many runs)")
     args = ap.parse_args()
     end = pd.Timestamp(args.end)
     start = end - pd.Timedelta(days=args.days)
@@ -45,6 +47,13 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     staging = f"sqlite:///{home / 'gpupool_staging.db'}"
+    meta_db = f"gpupool_backfill_{os.getpid()}"
+    server = sa.engine.make_url(args.pg.replace("postgresql+psycopg://", "postgresql://"))
+    admin = sa.create_engine(server.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{meta_db}"'))
+        conn.execute(sa.text(f'CREATE DATABASE "{meta_db}"'))
+    metadata_url = server.set(drivername="postgresql+psycopg2", database=meta_db).render_as_string(hide_password=False)
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
@@ -56,6 +65,7 @@ def main() -> None:
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "AIRFLOW__API_AUTH__JWT_SECRET": "gpupool-bench-secret", "GPUPOOL_STAGING_URL": staging,
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     (home / "passwords.json").write_text(json.dumps({"admin": "bench"}))
@@ -125,6 +135,8 @@ def main() -> None:
     print(f"commands sent (action_audit rows with dry_run = false): {live}; live plans: {live_plans}")
     if not args.keep:
         shutil.rmtree(home, ignore_errors=True)
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{meta_db}" WITH (FORCE)'))
     if live or live_plans or states.get("failed"):
         sys.exit(1)
 

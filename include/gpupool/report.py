@@ -86,8 +86,11 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
         if (p, "gpu_capacity") in wide:
             ax.plot(wide.index, wide[(p, "gpu_capacity")].to_numpy(), lw=1.2, color="#57606a", label="capacity")
         a = anomalies[(anomalies["platform"] == p) & anomalies["metric"].isin(DEMAND_METRICS)]
-        if len(a):
-            ax.scatter(a["ts"], a["value"], s=10, color="#cf222e", zorder=3, label="anomaly (raw value)")
+        if len(a) and demand is not None:
+            # marked on the demand line at the anomaly's time (the raw demand, before cleaning)
+            at = pd.DatetimeIndex(a["ts"].drop_duplicates())
+            on_line = demand.reindex(at)
+            ax.scatter(on_line.index, on_line.to_numpy(), s=12, color="#cf222e", zorder=3, label="anomaly (cleaned)")
         ax.set_title(p, loc="left", fontsize=10)
         ax.set_ylabel("GPUs")
         ax.legend(loc="upper right", fontsize=7)
