@@ -21,10 +21,14 @@ lower envelope), so "expected unmet" stays linear. The planner minimises
   + move_cost * moves + layout_change_cost * re-layouts
 
 where ``g_p`` converts the platform's unit to GPUs. A node that moves serves nobody for
-``move_minutes`` (its capacity in hour ``h`` is scaled by the part of the hour it is there); a
-node leaves its source at once. Identical nodes are grouped into classes with integer counts, so
-the program is small and its solution is unique up to the deterministic choice of which member
-of a class moves — the plan is idempotent.
+``move_minutes``; a node leaves its source at once. Each hour is cut into slots where some node
+starts serving (a move's arrival, a re-layout's end, a handover in flight), ``U[p,h]`` is the
+slot-length-weighted sum of each slot's expected unmet, and a node counts fully in the slots
+after it arrives and not at all before — so an arriving node is credited with the part of the
+hour it really serves, not with a fraction of itself over the whole hour (which overstated a
+move's gain whenever the shortfall was smaller than the node). Identical nodes are grouped into
+classes with integer counts, so the program is small and its solution is unique up to the
+deterministic choice of which member of a class moves — the plan is idempotent.
 
 Constraints: each node has one target; at most ``max_moves_per_decision`` moves; only idle nodes
 (``busy_gpus == 0``, unless the policy may evict), not in a handover and out of their cool-down
@@ -384,7 +388,7 @@ class _Model:
         self.gpu_per_unit = np.array([1.0 / units_per_gpu(self.units[p]) for p in platforms])
         self.weight = np.array([policy.weight(p) for p in platforms])
         self.records = records
-        self.fixed_cap = np.zeros((len(platforms), hours))  # capacity of nodes nobody decides on
+        self.fixed: list[tuple[int, float, tuple[float, ...]]] = []  # (platform, capacity, avail) nobody decides on
         self.fixed_held = np.zeros(len(platforms))
         self.fixed_count = np.zeros(len(platforms))
         self.current_count = np.zeros(len(platforms))
@@ -406,7 +410,7 @@ class _Model:
             if r.in_handover:
                 minutes = pol.move_minutes if r.available_in_minutes is None else float(r.available_in_minutes)
                 layout = ideal_layout(r, unit)
-                self.fixed_cap[i] += node_capacity(r, unit, layout) * np.array(self._avail(minutes))
+                self.fixed.append((i, node_capacity(r, unit, layout), self._avail(minutes)))
                 self.fixed_held[i] += node_capacity(r, unit, layout)
                 self.fixed_count[i] += 1
                 continue
@@ -441,6 +445,34 @@ class _Model:
             cls.members.sort(key=lambda m: (m.last_moved_at is not None,
                                             m.last_moved_at or pd.Timestamp(0, tz="UTC"), m.name))
             self.classes.append(cls)
+        self._build_slots()
+
+    def _build_slots(self) -> None:
+        """Cut each horizon hour where some node starts serving: capacity is constant in each slot.
+
+        A node that serves the last ``a`` of an hour counts fully from ``1 - a`` on and not at all
+        before, instead of as ``a`` of a node for the whole hour: with the hour's demand the same
+        all hour, ``E[(D - c)+]`` over the slots is exact where the fractional node overstated
+        what an arriving node saves (it covers the hour's second half, not half of every step).
+        """
+        avails = [o.avail for c in self.classes for o in c.options] + [a for _, _, a in self.fixed]
+        slots: list[tuple[int, float, float]] = []
+        for h in range(self.hours):
+            cuts = sorted({0.0, 1.0} | {round(1.0 - a[h], 9) for a in avails if 0.0 < a[h] < 1.0})
+            slots += [(h, s0, s1 - s0) for s0, s1 in zip(cuts[:-1], cuts[1:])]
+        self.slot_hour = np.array([h for h, _, _ in slots], dtype=int)
+        self.slot_start = np.array([s0 for _, s0, _ in slots])
+        self.slot_len = np.array([ln for _, _, ln in slots])
+        self.slot_mean = self.mean[:, self.slot_hour]
+        self.slot_sigma = self.sigma[:, self.slot_hour]
+        self.fixed_cap = np.zeros((len(self.platforms), len(slots)))  # per slot
+        for i, capacity, avail in self.fixed:
+            self.fixed_cap[i] += capacity * self._present(avail)
+
+    def _present(self, avail: tuple[float, ...]) -> np.ndarray:
+        """True in the slots where a node serving the last ``avail`` of each hour is there."""
+        a = np.asarray(avail, dtype=float)[self.slot_hour]
+        return (a > 0.0) & (1.0 - a <= self.slot_start + 1e-9)
 
     # ---- evaluation (exact)
     def counts_keep(self) -> list[list[int]]:
@@ -455,7 +487,7 @@ class _Model:
             for opt, n in zip(cls.options, row):
                 if n:
                     i = self.pidx[opt.target]
-                    cap[i] += n * opt.capacity * np.array(opt.avail)
+                    cap[i] += n * opt.capacity * self._present(opt.avail)
                     held[i] += n * opt.capacity
                     nodes[i] += n
         return cap, held, nodes
@@ -463,7 +495,10 @@ class _Model:
     def evaluate(self, counts) -> tuple[float, dict[str, float]]:
         """Exact objective of a solution and expected unmet per platform (units x hours)."""
         cap, held, nodes = self.capacity(counts)
-        unmet = expected_unmet(cap, self.mean, self.sigma)
+        per_slot = expected_unmet(cap, self.slot_mean, self.slot_sigma) * self.slot_len
+        unmet = np.zeros((len(self.platforms), self.hours))
+        for h in range(self.hours):
+            unmet[:, h] = per_slot[:, self.slot_hour == h].sum(axis=1)
         g = self.gpu_per_unit[:, None]
         obj = float((self.weight[:, None] * g * unmet).sum())
         obj += self.policy.idle_weight * float((g * (held[:, None] - self.mean + unmet)).sum())
@@ -498,7 +533,7 @@ class _Model:
 
     # ---- MILP
     def solve_milp(self) -> tuple[list[list[int]], str]:
-        P, H = len(self.platforms), self.hours
+        P, H = len(self.platforms), len(self.slot_len)  # H: slots of the horizon
         var_index: list[tuple[int, int]] = []  # (class, option) per y variable
         for k, cls in enumerate(self.classes):
             for o in range(len(cls.options)):
@@ -513,10 +548,10 @@ class _Model:
         for j, (k, o) in enumerate(var_index):
             opt = self.classes[k].options[o]
             i = self.pidx[opt.target]
-            c[j] = opt.cost + idle_w * g[i] * opt.capacity * H
+            c[j] = opt.cost + idle_w * g[i] * opt.capacity * self.hours
         for i in range(P):
             for h in range(H):
-                c[u0 + i * H + h] = (self.weight[i] + idle_w) * g[i]
+                c[u0 + i * H + h] = (self.weight[i] + idle_w) * g[i] * self.slot_len[h]
         c[s0:] = _BOUND_PENALTY
         rows, lbs, ubs = [], [], []
 
@@ -530,14 +565,15 @@ class _Model:
 
         for k, cls in enumerate(self.classes):  # every member gets exactly one option
             add({j: 1.0 for j, (kk, _) in enumerate(var_index) if kk == k}, len(cls.members), len(cls.members))
-        for i, p in enumerate(self.platforms):  # expected unmet envelope
+        present = {j: self._present(self.classes[k].options[o].avail) for j, (k, o) in enumerate(var_index)}
+        for i, p in enumerate(self.platforms):  # expected unmet envelope, per slot
             for h in range(H):
-                for a, b in _tangents(float(self.mean[i, h]), float(self.sigma[i, h])):
+                for a, b in _tangents(float(self.slot_mean[i, h]), float(self.slot_sigma[i, h])):
                     coefs = {u0 + i * H + h: 1.0}
                     for j, (k, o) in enumerate(var_index):
                         opt = self.classes[k].options[o]
-                        if opt.target == p:
-                            coefs[j] = coefs.get(j, 0.0) + b * opt.capacity * opt.avail[h]
+                        if opt.target == p and present[j][h]:
+                            coefs[j] = coefs.get(j, 0.0) + b * opt.capacity
                     add(coefs, a - b * float(self.fixed_cap[i, h]), np.inf)
         move_vars = {j: 1.0 for j, (k, o) in enumerate(var_index) if self.classes[k].options[o].kind == "move"}
         if move_vars:

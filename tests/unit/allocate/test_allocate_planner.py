@@ -174,6 +174,23 @@ def test_move_cost_stops_marginal_moves():
     assert not plan(nodes, demand, Policy(move_cost=5.0)).moves
 
 
+def test_an_arriving_node_counts_from_when_it_arrives():
+    # b is 4 GPUs short for one hour; a node moved now arrives after 30 min and covers the second
+    # half hour only (not half a node over the whole hour, which would look like no unmet at all)
+    nodes = [NodeRecord("a0", "a", 8), NodeRecord("b0", "b", 8, busy_gpus=8)]
+    demand = {"a": [0], "b": [12]}
+    result = plan(nodes, demand, Policy(move_cost=0.0, idle_weight=0.0), at=AT)
+    assert [m.node for m in result.moves] == ["a0"]
+    assert result.expected_unmet_before["b"] == pytest.approx(4.0)
+    assert result.expected_unmet_after["b"] == pytest.approx(2.0)
+    # so a move that costs more than the 2 GPU-hours it saves is not made
+    assert not plan(nodes, demand, Policy(move_cost=3.0, idle_weight=0.0), at=AT).moves
+    # a node still in its handover serves from when it arrives
+    moving = nodes + [NodeRecord("b1", "b", 8, in_handover=True, available_in_minutes=20)]
+    held = plan(moving, demand, Policy(idle_weight=0.0), at=AT)
+    assert held.expected_unmet_before["b"] == pytest.approx(4.0 * 20 / 60)
+
+
 def test_mig_layout_follows_the_platform_unit():
     # kubernetes asks for 1g.10gb slices; an idle MIG-capable node there in whole-GPU mode is re-laid out
     nodes = [
