@@ -100,8 +100,7 @@ def main() -> None:
         deadline = t0 + args.timeout_hours * 3600
         states: dict[str, int] = {}
         while time.time() < deadline:
-            runs = requests.get(f"{base}/api/v2/dags/gpupool_pipeline/dagRuns", headers=headers, timeout=30,
-                                params={"run_type": "backfill", "limit": 1000}).json()["dag_runs"]
+            runs = _all_runs(base, headers)
             states = {}
             for r in runs:
                 states[r["state"]] = states.get(r["state"], 0) + 1
@@ -139,6 +138,17 @@ def main() -> None:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{meta_db}" WITH (FORCE)'))
     if live or live_plans or states.get("failed"):
         sys.exit(1)
+
+
+def _all_runs(base: str, headers: dict) -> list[dict]:
+    """Every backfill run of the DAG, page by page (the API caps a page at 100)."""
+    runs: list[dict] = []
+    while True:
+        page = requests.get(f"{base}/api/v2/dags/gpupool_pipeline/dagRuns", headers=headers, timeout=30,
+                            params={"run_type": "backfill", "limit": 100, "offset": len(runs)}).json()
+        runs += page["dag_runs"]
+        if not page["dag_runs"] or len(runs) >= page.get("total_entries", 0):
+            return runs
 
 
 if __name__ == "__main__":
