@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
 END = datetime(2026, 11, 1, 12, tzinfo=timezone.utc)
 PASSWORD = "gpupool-e2e"
+PG_URL = os.environ.get("GPUPOOL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test").replace(
+    "postgresql+psycopg://", "postgresql://", 1)
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +42,15 @@ def stack(tmp_path_factory, make_airflow_env):
     """`airflow standalone` on loopback with small parallelism, staging seeded with history."""
     home = tmp_path_factory.mktemp("airflow_stack")
     port = _free_port()
+    # Airflow's metadata in a database of its own on the real PostgreSQL: SQLite metadata locks
+    # ("database is locked") when a backfill queues runs while the scheduler works
+    meta_db = f"gpupool_e2e_{os.getpid()}"
+    server = sa.engine.make_url(PG_URL)
+    admin = sa.create_engine(server.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{meta_db}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{meta_db}"'))
+    metadata_url = server.set(drivername="postgresql+psycopg2", database=meta_db).render_as_string(hide_password=False)
     env = {
         **os.environ,
         **make_airflow_env(home),
@@ -54,6 +65,7 @@ def stack(tmp_path_factory, make_airflow_env):
         # only runs the test creates: no scheduled run of "now" competes with them
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
         "AIRFLOW__API_AUTH__JWT_SECRET": "gpupool-e2e-secret",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url,
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
@@ -97,6 +109,9 @@ def stack(tmp_path_factory, make_airflow_env):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{meta_db}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def _api(stack, method, path, **kw):
