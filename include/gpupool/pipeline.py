@@ -12,7 +12,6 @@ import logging
 import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -363,10 +362,11 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
     history = history[history.index < end]
     if history.notna().sum() == 0:
         raise ValueError(f"platform {platform}: no demand history before {end.isoformat()} to forecast from")
-    capacity = _latest_capacity(ctx.engine, platform, window.end)
     # orders chosen in the last day are reused (parameters are re-estimated, the search is not)
     warm = _recent_summary(ctx.engine, platform, window.end)
-    model = ArimaForecaster(level=level, lower_bound=0.0, upper_bound=capacity_upper(ctx, capacity), orders=warm)
+    # demand includes pending work, so it is bounded below by zero but not above by the
+    # platform's capacity: the interval is clipped at zero only
+    model = ArimaForecaster(level=level, lower_bound=0.0, upper_bound=None, orders=warm)
     model.fit(history)
     fc = model.predict(horizon)
     issued = window.end
@@ -418,21 +418,6 @@ def _recent_summary(engine: Engine, platform: str, at: datetime) -> dict | None:
     if row is None or not isinstance(row.summary, dict) or row.summary.get("fallback"):
         return None
     return row.summary
-
-
-def capacity_upper(ctx: Context, capacity: float | None) -> float | None:
-    """Demand includes pending work, so it is not bounded by the platform's own capacity;
-    the pool's total GPUs bound what can ever be served."""
-    return None
-
-
-def _latest_capacity(engine: Engine, platform: str, at: datetime) -> float | None:
-    with engine.connect() as conn:
-        row = conn.execute(
-            sa.select(sa.func.sum(inventory_node.c.gpus))
-            .where(inventory_node.c.platform == platform, inventory_node.c.snapshot_at == _latest_snapshot(conn, platform, at))
-        ).first()
-    return float(row[0]) if row and row[0] is not None else None
 
 
 def _latest_snapshot(conn: sa.Connection, platform: str, at: datetime):
@@ -597,7 +582,3 @@ def _plan_line(info: dict) -> str:
     if "expected_unmet_after" in info:
         parts.append(f"expected unmet {info.get('expected_unmet_before', 0):.1f} -> {info['expected_unmet_after']:.1f} GPU-h")
     return ", ".join(parts) if parts else ", ".join(f"{k}={v}" for k, v in info.items())
-
-
-def default_staging_path() -> Path:
-    return Path(os.environ.get("AIRFLOW_HOME", Path.cwd() / ".airflow")) / "gpupool_staging.db"
