@@ -38,6 +38,10 @@ grid, maximising pooled PA-F1 among settings whose pooled flag rate stays within
 baseline's on those groups (a fixed alarm budget: without it the metric simply prefers
 flagging more), and the chosen settings are scored on the held-out group. The held-out
 counts are pooled over the folds. Nothing is chosen per file.
+`--sweep`: the router and each detector with all their flagging thresholds scaled by each
+factor of `SWEEP` (one scale for all series), printing PA-F1, flag rate, the chance score at
+that rate and the label PA-F1: how the window score follows the flag rate rather than the
+detector.
 The baseline is a rolling median/MAD detector (previous `BASE_WINDOW` points, flag beyond
 `BASE_K` robust sigmas) run on the same points in the same process.
 """
@@ -68,6 +72,8 @@ BASE_WINDOW = 288
 BASE_K = 4.0
 CV_TAU = (3.0, 4.0, 5.0, 6.0)
 CV_SR = (2.0, 2.5, 3.0, 4.0, 5.0)
+#: --sweep: every flagging threshold (τ multiplier, SR threshold, SR minimum residual) times these
+SWEEP = (0.25, 0.375, 0.5, 0.75, 1.0, 1.5)
 DEFAULT_NAB = Path(__file__).resolve().parents[2] / "shared" / "data" / "nab"
 
 
@@ -254,6 +260,40 @@ def leave_one_group_out(series: list[dict], config: RouterConfig) -> dict:
     return {"metrics": held.metrics(), "chosen": chosen, "counts": held}
 
 
+def label_flags(flags: np.ndarray, wins: list[np.ndarray], segs: list[np.ndarray]) -> np.ndarray:
+    """Flags for the label score: those in a window before its labelled point are dropped."""
+    out = flags.copy()
+    for rows in wins:
+        out[rows] = False
+    for seg in segs:
+        out[seg] = flags[seg]
+    return out
+
+
+def sweep(kept: list[dict], methods: list[str], config: RouterConfig, chance_parts: list[tuple]) -> list[dict]:
+    """PA-F1, flag rate, chance and label PA-F1 with every threshold scaled by each SWEEP factor."""
+    rows = []
+    print(f"{'scale':>6} {'method':<14}{'PA-F1':>7}{'flag%':>7}{'chance':>8}{'labelPA':>9}")
+    for f in SWEEP:
+        for m in methods:
+            c, lab = Counts(), Counts()
+            for s in kept:
+                flags = flags_at(s[m], f * config.tau_multiplier, f * config.sr_threshold, f * config.sr_min_residual)
+                c.add(flags, s["wins"], s["judged"])
+                lab.add(label_flags(flags, s["wins"], s["segs"]), s["segs"], s["judged"])
+            r = c.metrics()
+            chance = Counts()
+            for wins, judged, n in chance_parts:
+                chance.add_chance(r["flag_rate"], wins, judged, n)
+            row = {"scale": f, "method": m, "pa_f1": r["pa_f1"], "flag_rate": r["flag_rate"],
+                   "chance_pa_f1": chance.chance_f1(), "label_pa_f1": lab.metrics()["pa_f1"]}
+            rows.append(row)
+            label = "router (auto)" if m == "auto" else m
+            print(f"{f:>6.3g} {label:<14}{row['pa_f1']:>7.3f}{100 * row['flag_rate']:>7.2f}"
+                  f"{row['chance_pa_f1']:>8.3f}{row['label_pa_f1']:>9.3f}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nab", type=Path, default=DEFAULT_NAB, help="NAB root (data/, labels/)")
@@ -262,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", nargs="+", default=["auto", "sr", "svr", "prophet", "baseline"])
     ap.add_argument("--per-series", action="store_true", help="print each series' route and PA-F1")
     ap.add_argument("--cv", action="store_true", help="leave-one-group-out choice of the router's thresholds")
+    ap.add_argument("--sweep", action="store_true", help="PA-F1 against flag rate: all thresholds scaled together")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -293,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         judged = np.zeros(n, dtype=bool)
         judged[score_from:] = True
         row = {"series": rel, "n": n}
-        keep = {"group": path.parent.name, "wins": wins, "judged": judged}
+        keep = {"group": path.parent.name, "wins": wins, "judged": judged, "segs": segs}
         for method in methods:
             t0 = time.perf_counter()
             res = run_method(y, method, config, score_from)
@@ -301,18 +342,14 @@ def main(argv: list[str] | None = None) -> int:
             flags = res["flags"]
             if method == "auto":
                 row["route"], row["reason"] = res["route"], res["reason"]
-            if method in ("auto", "baseline"):
+            if method in ("auto", "baseline") or (args.sweep and method != "baseline"):
                 keep[method] = res
             one = Counts()
             one.add(flags, wins, judged)
             counts[method].add(flags, wins, judged)
             cleaned_counts[method].add(res["cleaned"] if res["cleaned"] is not None else flags, wins, judged)
             # for the label score, flags in a window before its labelled point do not count
-            lflags = flags.copy()
-            for rows in wins:
-                lflags[rows] = False
-            for seg in segs:
-                lflags[seg] = flags[seg]
+            lflags = label_flags(flags, wins, segs)
             label_counts[method].add(lflags, segs, judged)
             row[method] = round(one.metrics()["pa_f1"], 3)
             row[f"{method}_rate"] = round(one.metrics()["flag_rate"], 4)
@@ -370,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         for g, c in cv["chosen"].items():
             print(f"  held out {g}: chose {c}")
         out["cv"] = {"metrics": m, "chosen": cv["chosen"], "chance_pa_f1": chance.chance_f1()}
+    if args.sweep:
+        out["sweep"] = sweep(kept, [m for m in methods if m != "baseline"], config, chance_parts)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))
     return 0
