@@ -15,6 +15,11 @@ Bar (averaged over the groupings, full pool): predictive unmet <= 0.5 x static a
 and the pooling floor: the unmet GPU-hours no allocation can avoid (every step, the whole pool
 serving the total demand, moves free and instant) — the oracle's distance to it is what better
 planning could still win, the predictive policy's distance to the oracle what better forecasts could.
+
+What bounds the oracle (the numbers behind the bar), with ``--policies reactive oracle``:
+``--decision-every 15min`` plans four times an hour with one move each (the same 4 moves an
+hour), ``--moves-per-hour 1000`` lifts the move budget, ``--horizon-hours 6`` looks further
+ahead. These print each policy's unmet GPU-hours and moves and its ratio to ``reactive``.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import pandas as pd
 
 from gpupool.allocate.policy import POLICY_KINDS
 from gpupool.sim.scenario import Scenario, scenario_from_dict
-from gpupool.sim.study import simulate
+from gpupool.sim.study import resolve_policy, simulate
 from gpupool.sim.traces import read_helios
 from gpupool.sim.world import World
 
@@ -73,15 +78,20 @@ def shrink(nodes: dict[str, int], factor: float = SHRINK) -> dict[str, int]:
     return out
 
 
-def scenario(grouping, nodes: dict[str, int] | None, days: float, data: Path, label: str) -> Scenario:
+def scenario(grouping, nodes: dict[str, int] | None, days: float, data: Path, label: str,
+             decision_every: str = "1h", moves_per_hour: int = 4) -> Scenario:
     """The study scenario of one grouping (optionally with explicit node counts)."""
     platforms = {}
     for platform, pair in zip(PLATFORMS, grouping):
         platforms[platform] = {"trace": [str(data / f"{t}.csv") for t in pair]}
         if nodes is not None:
             platforms[platform]["nodes"] = nodes[platform]
-    raw = {"step": "5min", "decision_every": "1h", "node_gpus": NODE_GPUS, "move_minutes": 30,
-           "max_moves_per_decision": 4, "platforms": platforms, "name": label}
+    per_hour = pd.Timedelta("1h") / pd.Timedelta(decision_every)
+    per_decision = moves_per_hour / per_hour
+    if per_hour < 1 or abs(per_decision - round(per_decision)) > 1e-9:
+        raise ValueError(f"{moves_per_hour} moves an hour do not split evenly over decisions every {decision_every}")
+    raw = {"step": "5min", "decision_every": decision_every, "node_gpus": NODE_GPUS, "move_minutes": 30,
+           "max_moves_per_decision": int(round(per_decision)), "platforms": platforms, "name": label}
     if days < 31:
         raw["start"] = "2020-05-01T00:00:00Z"
         raw["end"] = (pd.Timestamp("2020-05-01", tz="UTC") + pd.Timedelta(days=days)).isoformat()
@@ -96,9 +106,10 @@ def pooling_floor(sc: Scenario) -> float:
 
 
 def _run(job) -> tuple[str, str, str, dict, float]:
-    key, size, policy, sc = job
+    key, size, policy, sc, horizon = job
     t0 = time.perf_counter()
-    result = simulate(sc, policy)
+    chosen = policy if horizon is None else resolve_policy(policy, sc).model_copy(update={"horizon_hours": horizon})
+    result = simulate(sc, chosen)
     return key, size, policy, result["total"], time.perf_counter() - t0
 
 
@@ -108,7 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--days", type=float, default=31)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--policies", nargs="+", choices=POLICY_KINDS, default=list(POLICY_KINDS),
+                    help="run only these (the bar needs all four; reactive is the reference of the ratios)")
+    ap.add_argument("--decision-every", default="1h", help="planning cadence; the move budget is per hour")
+    ap.add_argument("--moves-per-hour", type=int, default=4)
+    ap.add_argument("--horizon-hours", type=int, default=None, help="override the policy's look-ahead")
     args = ap.parse_args(argv)
+    if "reactive" not in args.policies:
+        ap.error("--policies must include reactive (the ratios are to it)")
     data = Path(args.data)
     rounds = groupings()[: max(3, min(5, args.groupings))]
     jobs = []
@@ -116,11 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         key = f"G{g + 1}"
         full = pool_nodes(grouping, data)
         for size, nodes in (("full", full), ("-15%", shrink(full))):
-            sc = scenario(grouping, nodes, args.days, data, f"{key}{size}")
-            for policy in POLICY_KINDS:
-                jobs.append((key, size, policy, sc))
+            sc = scenario(grouping, nodes, args.days, data, f"{key}{size}", args.decision_every, args.moves_per_hour)
+            for policy in args.policies:
+                jobs.append((key, size, policy, sc, args.horizon_hours))
     results: dict[tuple[str, str], dict[str, dict]] = {}
-    floor = {(k, s): pooling_floor(sc) for k, s, p, sc in jobs if p == "static"}
+    floor = {(k, s): pooling_floor(sc) for k, s, p, sc, _ in jobs if p == "reactive"}
     wall: dict[str, float] = {}
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as ex:
@@ -136,8 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         results.setdefault((key, size), {})[policy] = total
         wall[policy] = wall.get(policy, 0.0) + w
 
-    print(f"Helios allocation study: {args.days:g} days, 5-min steps, move 30 min, <= 4 moves/h, 8-GPU nodes")
+    print(f"Helios allocation study: {args.days:g} days, 5-min steps, move 30 min, <= {args.moves_per_hour} moves/h, "
+          f"decisions every {args.decision_every}, 8-GPU nodes"
+          + ("" if args.horizon_hours is None else f", horizon {args.horizon_hours} h"))
     print()
+    if set(args.policies) != set(POLICY_KINDS):
+        return _partial(results, floor, args.policies)
     for g, grouping in enumerate(rounds):
         names = ", ".join(f"{p}={a}+{b}" for p, (a, b) in zip(PLATFORMS, grouping))
         print(f"- G{g + 1}: {names}")
@@ -181,8 +203,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _partial(results, floor, policies) -> int:
+    """Unmet, moves and ratio to reactive for a subset of the policies (no verdict)."""
+    head = " | ".join(f"{p} unmet / moves / x reactive" for p in policies)
+    print(f"| grouping | pool | floor | {head} |")
+    print("|---|---|---:|" + "---|" * len(policies))
+    sums: dict[str, dict[str, list[float]]] = {}
+    for (key, size), r in results.items():
+        cells = []
+        for p in policies:
+            u, m = r[p]["unmet_gpu_hours"], r[p]["moves"]
+            cells.append(f"{u:.0f} / {m} / {_ratio(u, r['reactive']['unmet_gpu_hours'])}")
+            sums.setdefault(size, {}).setdefault(p, []).append(u)
+            sums[size].setdefault(p + ":moves", []).append(m)
+        print(f"| {key} | {size} | {floor[(key, size)]:.0f} | " + " | ".join(cells) + " |")
+    print()
+    for size, by in sums.items():
+        ref = sum(by["reactive"]) / len(by["reactive"])
+        parts = [f"{p} {sum(by[p]) / len(by[p]):.0f} GPU-h, {sum(by[p + ':moves']) / len(by[p]):.0f} moves "
+                 f"({_ratio(sum(by[p]) / len(by[p]), ref)} x reactive)" for p in policies]
+        print(f"mean, {size} pool: " + "; ".join(parts))
+    return 0
+
+
 def _nodes_of(jobs, key, size) -> int:
-    for k, s, _, sc in jobs:
+    for k, s, _, sc, _ in jobs:
         if k == key and s == size:
             return sum(p.nodes for p in sc.platforms.values())
     return 0
