@@ -162,7 +162,7 @@ class SimState:
         self.lock = threading.RLock()
         self._wallclock = wallclock
         self._anchor_wall = wallclock()
-        self._anchor_step = world._clock_i  # noqa: SLF001 - see the adapter note in the module docstring
+        self._anchor_step = world.clock_index
         self.revision = 1
         self.meta: dict[str, NodeMeta] = {n.name: NodeMeta() for n in world.nodes}
         self.residuals: list[Residual] = []
@@ -182,7 +182,7 @@ class SimState:
     @property
     def clock_i(self) -> int:
         """Index of the first step not yet final (the world's clock)."""
-        return self.world._clock_i  # noqa: SLF001
+        return self.world.clock_index
 
     @property
     def now(self) -> pd.Timestamp:
@@ -459,7 +459,8 @@ class SimState:
             out = (occ_out, job_out)
             self._cache[key] = out
             return out
-        busy = np.ceil(self.world._busy_by_node(0, i1) - 1e-6).astype(np.int16)  # noqa: SLF001
+        end = self.world.index[i1] if i1 < len(self.world.index) else None
+        busy = np.ceil(self.world.busy_by_node(None, end) - 1e-6).astype(np.int16)
         residuals: dict[int, list[Residual]] = {}
         for r in self.residuals:
             residuals.setdefault(self._node_idx[r.node], []).append(r)
@@ -571,11 +572,8 @@ class SimState:
         pi = self.world.platforms.index(p)
         occ, job = self.occupancy(i0, i1)
         owned = self.world.owner_[:, i0:i1] == pi
-        glitch = self.world._glitch.get(p)  # noqa: SLF001
-        if glitch is not None:
-            factor, gap = glitch[0][i0:i1], glitch[1][i0:i1]
-        else:
-            factor, gap = np.ones(i1 - i0), np.zeros(i1 - i0, dtype=bool)
+        factor, gap = self.world.exporter_distortion(p)
+        factor, gap = factor[i0:i1], gap[i0:i1]
         util = self.world.util_[pi, i0:i1] * 100.0
         util_slot = np.where(occ, np.clip(util * factor, 0.0, 100.0)[None, None, :], 0.0)
         cap = self.world.capacity()[pi, i0:i1]
