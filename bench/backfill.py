@@ -12,11 +12,8 @@ command was sent (rows with dry_run = false must be 0).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +25,9 @@ import requests
 import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from airflow_stack import create_metadata_db, drop_metadata_db, free_port, migrate, stack_env, standalone  # noqa: E402
 
 
 def main() -> None:
@@ -43,48 +43,14 @@ def main() -> None:
     start = end - pd.Timedelta(days=args.days)
     home = Path(args.keep or tempfile.mkdtemp(prefix="gpupool-backfill-"))
     home.mkdir(parents=True, exist_ok=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     staging = f"sqlite:///{home / 'gpupool_staging.db'}"
     meta_db = f"gpupool_backfill_{os.getpid()}"
-    server = sa.engine.make_url(args.pg.replace("postgresql+psycopg://", "postgresql://"))
-    admin = sa.create_engine(server.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{meta_db}"'))
-        conn.execute(sa.text(f'CREATE DATABASE "{meta_db}"'))
-    metadata_url = server.set(drivername="postgresql+psycopg2", database=meta_db).render_as_string(hide_password=False)
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__CORE__PARALLELISM": "4", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__API_AUTH__JWT_SECRET": "gpupool-bench-secret", "GPUPOOL_STAGING_URL": staging,
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    (home / "passwords.json").write_text(json.dumps({"admin": "bench"}))
-    for cmd in (["db", "migrate"], ["pools", "set", "gpupool_actuation", "1", "gpupool"]):
-        subprocess.run([sys.executable, "-m", "airflow", *cmd], env=env, check=True, capture_output=True)
+    admin, metadata_url = create_metadata_db(args.pg, meta_db)
+    env = stack_env(home, port, metadata_url, password="bench", jwt_secret="gpupool-bench-secret")
+    migrate(env)
     subprocess.run([sys.executable, "-m", "gpupool.cli", "db", "upgrade"], env=env, check=True, capture_output=True)
-    log = open(home / "standalone.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "airflow", "standalone"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                if requests.get(f"{base}/api/v2/monitor/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(2)
-        token = requests.post(f"{base}/auth/token", json={"username": "admin", "password": "bench"}, timeout=10).json()["access_token"]
+    with standalone(env, password="bench", timeout=240) as (base, token):
         headers = {"Authorization": f"Bearer {token}"}
         for _ in range(60):
             if requests.get(f"{base}/api/v2/dags/gpupool_pipeline", headers=headers, timeout=10).status_code == 200:
@@ -110,13 +76,6 @@ def main() -> None:
                 break
             time.sleep(30)
         took = time.time() - t0
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
     from gpupool.staging.schema import action_audit, allocation_plan, extract_run, forecast, sample, series_profile
 
     engine = sa.create_engine(staging)
@@ -134,8 +93,7 @@ def main() -> None:
     print(f"commands sent (action_audit rows with dry_run = false): {live}; live plans: {live_plans}")
     if not args.keep:
         shutil.rmtree(home, ignore_errors=True)
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{meta_db}" WITH (FORCE)'))
+        drop_metadata_db(admin, meta_db)
     if live or live_plans or states.get("failed"):
         sys.exit(1)
 

@@ -8,8 +8,6 @@ import base64
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,55 +19,38 @@ import pytest
 import requests
 import sqlalchemy as sa
 
+# --import-mode=importlib keeps test directories off sys.path; the helpers live beside us.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from airflow_stack import (  # noqa: E402
+    StackError,
+    create_metadata_db,
+    drop_metadata_db,
+    free_port,
+    migrate,
+    stack_env,
+    standalone,
+)
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
 END = datetime(2026, 11, 1, 12, tzinfo=timezone.utc)
 PASSWORD = "gpupool-e2e"
-PG_URL = os.environ.get("GPUPOOL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test").replace(
-    "postgresql+psycopg://", "postgresql://", 1)
+PG_URL = os.environ.get("GPUPOOL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, make_airflow_env):
     """`airflow standalone` on loopback with small parallelism, staging seeded with history."""
     home = tmp_path_factory.mktemp("airflow_stack")
-    port = _free_port()
-    # Airflow's metadata in a database of its own on the real PostgreSQL: SQLite metadata locks
-    # ("database is locked") when a backfill queues runs while the scheduler works
+    port = free_port()
+    # Airflow's metadata in a database of its own on the real PostgreSQL (see airflow_stack.py)
     meta_db = f"gpupool_e2e_{os.getpid()}"
-    server = sa.engine.make_url(PG_URL)
-    admin = sa.create_engine(server.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{meta_db}" WITH (FORCE)'))
-        conn.execute(sa.text(f'CREATE DATABASE "{meta_db}"'))
-    metadata_url = server.set(drivername="postgresql+psycopg2", database=meta_db).render_as_string(hide_password=False)
-    env = {
-        **os.environ,
-        **make_airflow_env(home),
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        # only runs the test creates: no scheduled run of "now" competes with them
-        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
-        "AIRFLOW__API_AUTH__JWT_SECRET": "gpupool-e2e-secret",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url,
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    (home / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
+    admin, metadata_url = create_metadata_db(PG_URL, meta_db)
+    env = stack_env(home, port, metadata_url, password=PASSWORD, jwt_secret="gpupool-e2e-secret",
+                    base={**make_airflow_env(home), "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO"})
     # history before the run's window, as earlier hourly runs or a backfill leave it
     seed = subprocess.run(
         [sys.executable, "-m", "gpupool.cli", "run", "--start", (END - timedelta(days=2, hours=1)).isoformat(),
@@ -77,40 +58,17 @@ def stack(tmp_path_factory, make_airflow_env):
         env=env, capture_output=True, text=True,
     )
     assert seed.returncode == 0, seed.stderr[-3000:]
-    migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
-    pool = subprocess.run([sys.executable, "-m", "airflow", "pools", "set", "gpupool_actuation", "1", "gpupool"], env=env,
-                          capture_output=True, text=True)
-    assert pool.returncode == 0, pool.stderr[-3000:]
-    log = open(home / "standalone.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "airflow", "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 180
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"airflow standalone exited {proc.returncode}:\n{(home / 'standalone.log').read_text()[-4000:]}")
-            try:
-                if requests.get(f"{base}/api/v2/monitor/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.time() > deadline:
-                pytest.fail(f"airflow standalone not healthy in 180 s:\n{(home / 'standalone.log').read_text()[-4000:]}")
-            time.sleep(2)
-        token = requests.post(f"{base}/auth/token", json={"username": "admin", "password": PASSWORD}, timeout=10)
-        assert token.status_code in (200, 201), token.text
-        yield {"base": base, "token": token.json()["access_token"], "env": env, "home": home}
+        migrate(env)
+    except StackError as exc:
+        pytest.fail(str(exc))
+    try:
+        with standalone(env, password=PASSWORD) as (base, token):
+            yield {"base": base, "token": token, "env": env, "home": home}
+    except StackError as exc:
+        pytest.fail(str(exc))
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{meta_db}" WITH (FORCE)'))
+        drop_metadata_db(admin, meta_db)
         admin.dispose()
 
 

@@ -30,6 +30,9 @@ from realservices import (  # noqa: E402
     ServiceStartError,
     SlurmCluster,
     new_run_dir,
+    reset_slurm,
+    start_openstack,
+    start_slurm_cluster,
 )
 
 from gpupool.sources.openmetrics import ClusterShape, write_exporter_history  # noqa: E402
@@ -103,10 +106,7 @@ def prometheus_history(tmp_path_factory) -> tuple[PrometheusServer, HistoryTruth
 @pytest.fixture(scope="session")
 def slurm_cluster() -> SlurmCluster:
     """A running one-node Slurm cluster with 4 fake GPUs (gres gpu:tesla:4)."""
-    try:
-        cluster = SlurmCluster.start(gpus=4)
-    except ServiceStartError as exc:
-        pytest.fail(f"Slurm could not start: {exc}")
+    cluster = start_slurm_cluster(gpus=4)
     yield cluster
     cluster.stop()
 
@@ -114,28 +114,16 @@ def slurm_cluster() -> SlurmCluster:
 @pytest.fixture
 def idle_slurm(slurm_cluster) -> SlurmCluster:
     """The session's Slurm cluster with no jobs and the node resumed, before and after the test."""
-    _reset(slurm_cluster)
+    reset_slurm(slurm_cluster)
     yield slurm_cluster
-    _reset(slurm_cluster)
-
-
-def _reset(cluster: SlurmCluster) -> None:
-    cluster.cancel_all()
-    if "drain" in cluster.node_state():
-        cluster.resume()
+    reset_slurm(slurm_cluster)
 
 
 @pytest.fixture(scope="session")
 def openstack_services(pytestconfig) -> OpenStackServices:
     """Keystone + Placement on loopback (password auth, SQLite, gunicorn)."""
     launched = getattr(pytestconfig, "_gpupool_openstack_launch", None)
-    try:
-        if isinstance(launched, OSError):
-            raise ServiceStartError(f"cannot run scripts/openstack-services.sh: {launched}")
-        proc, dir = launched if launched else OpenStackServices.launch()
-        pytestconfig._gpupool_openstack_used = True
-        services = OpenStackServices.wait(proc, dir)
-    except ServiceStartError as exc:
-        pytest.fail(f"Keystone/Placement could not start: {exc}")
+    pytestconfig._gpupool_openstack_used = True  # pytest_sessionfinish leaves them to this fixture
+    services = start_openstack(launched)
     yield services
     services.stop()

@@ -223,3 +223,46 @@ class OpenStackServices:
         run_script("openstack-services.sh", "stop", self.dir)
         if not keep:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# --- bodies of the session fixtures of tests/integration and tests/integration_actuation -------
+
+
+def start_slurm_cluster(gpus: int) -> SlurmCluster:
+    """`SlurmCluster.start` for a fixture: a cluster that cannot start fails the test, with the reason."""
+    import pytest
+
+    try:
+        return SlurmCluster.start(gpus=gpus)
+    except ServiceStartError as exc:
+        pytest.fail(f"Slurm could not start: {exc}")
+
+
+def reset_slurm(cluster: SlurmCluster, *, resume_unless_idle: bool = False) -> None:
+    """Cancel every job, then resume the node if a test left it drained.
+
+    With `resume_unless_idle`, resume whenever the node is not "idle" (sinfo's "*", "~" and "#"
+    suffixes ignored: "*" is slurmd slow to answer on a loaded machine, not a state to resume from).
+    """
+    cluster.cancel_all()
+    state = cluster.node_state()
+    if resume_unless_idle:
+        stuck = state.rstrip("*~#") != "idle"
+    else:
+        stuck = "drain" in state
+    if stuck:
+        cluster.resume()
+
+
+def start_openstack(launched: tuple[subprocess.Popen, Path] | OSError | None = None) -> OpenStackServices:
+    """Keystone + Placement for a fixture: finish `launched` (what an earlier `OpenStackServices.launch()`
+    returned or raised) or launch them now; services that cannot start fail the test, with the reason."""
+    import pytest
+
+    try:
+        if isinstance(launched, OSError):
+            raise ServiceStartError(f"cannot run scripts/openstack-services.sh: {launched}")
+        proc, dir = launched if launched else OpenStackServices.launch()
+        return OpenStackServices.wait(proc, dir)
+    except ServiceStartError as exc:
+        pytest.fail(f"Keystone/Placement could not start: {exc}")

@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "integration"))
 sys.path.insert(0, str(HERE.parent / "unit" / "handover"))
 
-from realservices import OpenStackServices, ServiceStartError, SlurmCluster  # noqa: E402
+from realservices import OpenStackServices, SlurmCluster, reset_slurm, start_openstack, start_slurm_cluster  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -36,10 +36,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def slurm_rig() -> SlurmCluster:
     """A one-node Slurm cluster with 2 fake GPUs, for the actuator tests."""
-    try:
-        cluster = SlurmCluster.start(gpus=2)
-    except ServiceStartError as exc:
-        pytest.fail(f"Slurm could not start: {exc}")
+    cluster = start_slurm_cluster(gpus=2)
     yield cluster
     cluster.stop()
 
@@ -47,26 +44,15 @@ def slurm_rig() -> SlurmCluster:
 @pytest.fixture
 def slurm_idle(slurm_rig) -> SlurmCluster:
     """The rig with no jobs and its node resumed, before and after the test."""
-    _reset_slurm(slurm_rig)
+    reset_slurm(slurm_rig, resume_unless_idle=True)
     yield slurm_rig
-    _reset_slurm(slurm_rig)
-
-
-def _reset_slurm(cluster: SlurmCluster) -> None:
-    cluster.cancel_all()
-    state = cluster.run("sinfo", "-h", "-n", cluster.node, "-o", "%T").stdout.strip().rstrip("*~#")
-    if state != "idle":  # "*": slurmd slow to answer on a loaded machine, not a state to resume from
-        cluster.resume()
+    reset_slurm(slurm_rig, resume_unless_idle=True)
 
 
 @pytest.fixture(scope="session")
 def placement_rig() -> OpenStackServices:
     """Keystone + Placement on loopback (the project's scripts; password auth)."""
-    try:
-        proc, dir = OpenStackServices.launch()
-        services = OpenStackServices.wait(proc, dir)
-    except ServiceStartError as exc:
-        pytest.fail(f"Keystone/Placement could not start: {exc}")
+    services = start_openstack()
     yield services
     services.stop()
 
