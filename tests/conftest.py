@@ -55,17 +55,17 @@ def engine(request):
 # --- Airflow -----------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]
+# --import-mode=importlib keeps test directories off sys.path; the Airflow helpers live in e2e/
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+from airflow_stack import home_env  # noqa: E402
 
 
 def airflow_env(home: Path) -> dict[str, str]:
+    """The isolated Airflow home of `home_env`, quiet and not in Airflow's unit-test mode."""
     return {
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        **home_env(home),
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-        "GPUPOOL_STAGING_URL": f"sqlite:///{home / 'gpupool_staging.db'}",
     }
 
 
