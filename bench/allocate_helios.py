@@ -158,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
           f"decisions every {args.decision_every}, 8-GPU nodes"
           + ("" if args.horizon_hours is None else f", horizon {args.horizon_hours} h"))
     print()
-    if set(args.policies) != set(POLICY_KINDS):
+    bar_rules = pd.Timedelta(args.decision_every) == pd.Timedelta("1h") and args.moves_per_hour == 4 \
+        and args.horizon_hours is None
+    if set(args.policies) != set(POLICY_KINDS) or not bar_rules:
         return _partial(results, floor, args.policies)
     for g, grouping in enumerate(rounds):
         names = ", ".join(f"{p}={a}+{b}" for p, (a, b) in zip(PLATFORMS, grouping))
@@ -204,24 +206,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _partial(results, floor, policies) -> int:
-    """Unmet, moves and ratio to reactive for a subset of the policies (no verdict)."""
+    """Unmet, moves and ratio to reactive per grouping and on average; no verdict (not the bar's run)."""
     head = " | ".join(f"{p} unmet / moves / x reactive" for p in policies)
     print(f"| grouping | pool | floor | {head} |")
     print("|---|---|---:|" + "---|" * len(policies))
-    sums: dict[str, dict[str, list[float]]] = {}
+    by_size: dict[str, list[dict]] = {}
     for (key, size), r in results.items():
-        cells = []
-        for p in policies:
-            u, m = r[p]["unmet_gpu_hours"], r[p]["moves"]
-            cells.append(f"{u:.0f} / {m} / {_ratio(u, r['reactive']['unmet_gpu_hours'])}")
-            sums.setdefault(size, {}).setdefault(p, []).append(u)
-            sums[size].setdefault(p + ":moves", []).append(m)
+        by_size.setdefault(size, []).append(r)
+        ref = r["reactive"]["unmet_gpu_hours"]
+        cells = [f"{r[p]['unmet_gpu_hours']:.0f} / {r[p]['moves']} / {_ratio(r[p]['unmet_gpu_hours'], ref)}"
+                 for p in policies]
         print(f"| {key} | {size} | {floor[(key, size)]:.0f} | " + " | ".join(cells) + " |")
     print()
-    for size, by in sums.items():
-        ref = sum(by["reactive"]) / len(by["reactive"])
-        parts = [f"{p} {sum(by[p]) / len(by[p]):.0f} GPU-h, {sum(by[p + ':moves']) / len(by[p]):.0f} moves "
-                 f"({_ratio(sum(by[p]) / len(by[p]), ref)} x reactive)" for p in policies]
+    for size, rows in by_size.items():
+        unmet = {p: sum(r[p]["unmet_gpu_hours"] for r in rows) / len(rows) for p in policies}
+        moves = {p: sum(r[p]["moves"] for r in rows) / len(rows) for p in policies}
+        parts = [f"{p} {unmet[p]:.0f} GPU-h, {moves[p]:.0f} moves ({_ratio(unmet[p], unmet['reactive'])} x reactive)"
+                 for p in policies]
         print(f"mean, {size} pool: " + "; ".join(parts))
     return 0
 
