@@ -118,3 +118,49 @@ def test_unreachable_database_is_a_clear_error():
     engine = db.make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
     with pytest.raises(db.StagingError, match="unreachable"):
         db.upgrade(engine)
+
+
+def _inventory(platform: str, at: datetime, layouts: list) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "platform": platform,
+            "node": [f"n{i}" for i in range(len(layouts))],
+            "snapshot_at": pd.Timestamp(at),
+            "gpus": 8,
+            "gpu_model": "NVIDIA H100 80GB",
+            "mig_layout": layouts,
+            "schedulable": True,
+            "drain_reason": None,
+            "busy_gpus": np.float64(2.5),
+        }
+    )
+
+
+def test_json_columns_load_through_copy_and_insert_alike(engine):
+    """mig_layout is JSON: a dict (with numpy scalars), a plain string, quotes and commas, and NULL
+    round-trip on both backends (PostgreSQL's COPY path serializes JSON itself)."""
+    from gpupool.staging.schema import inventory_node
+
+    layouts = [{"config": "all-1g.10gb", "slices": np.int64(7)}, "all-balanced", {"note": 'a "q", b'}, None]
+    sl = loader.Slice("inventory_node", {"platform": "slurm"}, T0, T0 + timedelta(microseconds=1), "snapshot_at")
+    assert loader.replace_slice(engine, sl, _inventory("slurm", T0, layouts)) == 4
+    with engine.connect() as conn:
+        got = {r.node: r.mig_layout for r in conn.execute(sa.select(inventory_node))}
+    assert got == {"n0": {"config": "all-1g.10gb", "slices": 7}, "n1": "all-balanced", "n2": {"note": 'a "q", b'}, "n3": None}
+
+
+def test_several_slices_are_replaced_together_or_not_at_all(engine):
+    """An extract writes samples and inventory in one transaction: a failure in the second
+    slice leaves the first slice's previous rows in place."""
+    from gpupool.staging.schema import inventory_node
+
+    inv_slice = loader.Slice("inventory_node", {"platform": "slurm"}, T0, T0 + timedelta(microseconds=1), "snapshot_at")
+    loader.replace_slices(engine, [(_slice("slurm"), _frame("slurm", T0, 24)), (inv_slice, _inventory("slurm", T0, [None]))])
+    before = _rows(engine)
+    bad_inv = _inventory("slurm", T0, [None, None])
+    bad_inv.loc[1, "gpus"] = None  # NOT NULL violation in the second slice
+    with pytest.raises(loader.LoadError, match=r"inventory_node\[platform=slurm\].*previous rows kept"):
+        loader.replace_slices(engine, [(_slice("slurm"), _frame("slurm", T0, 10, offset=100.0)), (inv_slice, bad_inv)])
+    pd.testing.assert_frame_equal(before, _rows(engine))
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(inventory_node)).scalar() == 1

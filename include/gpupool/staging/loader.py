@@ -7,8 +7,8 @@ to the previous rows.
 
 from __future__ import annotations
 
-import io
 import itertools
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,6 +47,30 @@ def replace_slice(engine: Engine, sl: Slice, frame: pd.DataFrame) -> int:
     Every row of `frame` must lie inside the slice (its match columns and its window):
     a row outside would survive the next rerun's delete and break idempotency.
     """
+    return replace_slices(engine, [(sl, frame)])[0]
+
+
+def replace_slices(engine: Engine, parts: list[tuple[Slice, pd.DataFrame]], then=None) -> list[int]:
+    """Replace several slices in ONE transaction: all of them are written, or none is and
+    every slice keeps its previous rows. `then(conn, rows)`, if given, runs last in the same
+    transaction (e.g. to record the outcome). Returns the rows written per slice."""
+    prepared = [(sl, _prepare(sl, frame)) for sl, frame in parts]
+    current = None
+    try:
+        with engine.begin() as conn:
+            for sl, frame in prepared:
+                current = sl
+                _write(conn, sl, frame)
+            current = None
+            if then is not None:
+                then(conn, [len(frame) for _, frame in prepared])
+    except Exception as exc:  # any failure rolls every slice back
+        where = current.describe() if current is not None else "load"
+        raise LoadError(f"{where}: load failed, previous rows kept ({_short(exc)})") from exc
+    return [len(frame) for _, frame in prepared]
+
+
+def _prepare(sl: Slice, frame: pd.DataFrame) -> pd.DataFrame:
     table = metadata.tables[sl.table]
     cols = [c.name for c in table.columns if not (c.primary_key and c.autoincrement is True and c.name == "id")]
     missing = [c for c in cols if c not in frame.columns and not table.c[c].nullable and table.c[c].server_default is None]
@@ -54,21 +78,27 @@ def replace_slice(engine: Engine, sl: Slice, frame: pd.DataFrame) -> int:
         raise LoadError(f"{sl.describe()}: frame lacks columns {missing}")
     frame = frame.reindex(columns=[c for c in cols if c in frame.columns])
     _check_inside(sl, frame)
-    try:
-        with engine.begin() as conn:
-            if sl.table == "sample":
-                db.ensure_partitions(conn, sl.start, sl.end)
-            cond = [table.c[k] == v for k, v in sl.match.items()]
-            cond += [table.c[sl.ts_column] >= sl.start, table.c[sl.ts_column] < sl.end]
-            conn.execute(table.delete().where(*cond))
-            if len(frame):
-                if conn.dialect.name == "postgresql":
-                    _copy(conn, table, frame)
-                else:
-                    conn.execute(table.insert(), _records(frame))
-    except Exception as exc:  # any failure rolls the whole slice back
-        raise LoadError(f"{sl.describe()}: load failed, previous rows kept ({_short(exc)})") from exc
-    return len(frame)
+    json_cols = [c for c in frame.columns if isinstance(table.c[c].type, sa.JSON)]
+    if json_cols:  # plain Python values (no numpy scalars), the same for COPY and INSERT
+        frame = frame.copy()
+        for c in json_cols:
+            frame[c] = [None if v is None else json.loads(json_text(v)) for v in frame[c].tolist()]
+    return frame
+
+
+def _write(conn: sa.Connection, sl: Slice, frame: pd.DataFrame) -> None:
+    """Delete the slice and write `frame` on the caller's transaction."""
+    table = metadata.tables[sl.table]
+    if sl.table == "sample":
+        db.ensure_partitions(conn, sl.start, sl.end)
+    cond = [table.c[k] == v for k, v in sl.match.items()]
+    cond += [table.c[sl.ts_column] >= sl.start, table.c[sl.ts_column] < sl.end]
+    conn.execute(table.delete().where(*cond))
+    if len(frame):
+        if conn.dialect.name == "postgresql":
+            _copy(conn, table, frame)
+        else:
+            conn.execute(table.insert(), _records(frame))
 
 
 def _check_inside(sl: Slice, frame: pd.DataFrame) -> None:
@@ -102,19 +132,18 @@ def _copy(conn: sa.Connection, table: sa.Table, frame: pd.DataFrame, chunk_rows:
     if not_null_text:
         options += ", FORCE_NOT_NULL (" + ", ".join(f'"{c}"' for c in not_null_text) + ")"
     sql = f'COPY "{table.name}" (' + ", ".join(f'"{c}"' for c in cols) + f") FROM STDIN ({options})"
-    json_proc = sa.types.JSON().bind_processor(conn.dialect)
     raw = conn.connection.driver_connection
     with raw.cursor() as cur, cur.copy(sql) as copy:
         for i in range(0, len(frame), chunk_rows):
-            copy.write(_csv_chunk(table, frame.iloc[i : i + chunk_rows], json_proc))
+            copy.write(_csv_chunk(table, frame.iloc[i : i + chunk_rows]))
 
 
-def _csv_chunk(table: sa.Table, part: pd.DataFrame, json_proc) -> str:
+def _csv_chunk(table: sa.Table, part: pd.DataFrame) -> str:
     """Format rows as PostgreSQL CSV. Column by column rather than pandas' `to_csv`, which
     is three times slower on the long string columns of the canonical format."""
     columns = []
     for c in part.columns:
-        columns.append(_csv_column(part[c], table.c[c].type, json_proc))
+        columns.append(_csv_column(part[c], table.c[c].type))
     lines = "\n".join(map(",".join, zip(*columns)))
     return lines + "\n" if lines else ""
 
@@ -126,7 +155,7 @@ def _quote(text: str) -> str:
     return '"' + text.replace('"', '""') + '"' if _NEEDS_QUOTES.search(text) else text
 
 
-def _csv_column(col: pd.Series, kind, json_proc):
+def _csv_column(col: pd.Series, kind):
     n = len(col)
     if isinstance(kind, sa.DateTime):
         utc = pd.to_datetime(col, utc=True).dt.tz_localize(None).to_numpy()
@@ -140,11 +169,26 @@ def _csv_column(col: pd.Series, kind, json_proc):
     if isinstance(kind, sa.Integer):
         return ["" if v is None or v != v else str(int(v)) for v in col.tolist()]
     if isinstance(kind, sa.JSON):
-        return ["" if v is None else _quote(json_proc(v)) for v in col.tolist()]
+        # serialized here, as SQLAlchemy's own JSON type does for an INSERT: COPY bypasses
+        # the dialect's bind processors (psycopg's has none for JSON)
+        return ["" if v is None else _quote(json_text(v)) for v in col.tolist()]
     values = col.tolist()
     if n and col.nunique(dropna=False) == 1 and values[0] is not None and values[0] == values[0]:
         return itertools.repeat(_quote(str(values[0])), n)
     return ["" if v is None or v != v else _quote(str(v)) for v in values]
+
+
+def json_text(value) -> str:
+    """The JSON text of a JSON column's value, numpy scalars and arrays included."""
+    return json.dumps(value, default=_json_default)
+
+
+def _json_default(obj):
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
