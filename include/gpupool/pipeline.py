@@ -124,21 +124,23 @@ class Context:
 def extract(ctx: Context, platform: str, window: Window, lookup=None) -> dict:
     """Extract one platform's usage and inventory for the window into staging.
 
-    The window's `extract_run` row says running, then success or failed; a failure
-    leaves the previous rows of the window intact and re-raises with platform and window.
+    All or nothing: the window's samples and the inventory snapshot at its end are replaced
+    in one transaction, together with the `extract_run` row's `success`; on any failure both
+    keep their previous rows and the row says `failed` (or `unrecoverable`) with the error,
+    and the error is re-raised. An earlier run of the same window still marked `running`
+    (its process died) is marked `interrupted` when this one starts.
     """
     from gpupool.platforms import build_source
 
     db.require_migrated(ctx.engine)
     pcfg = ctx.config.platform(platform)
     run_id = _start_extract_run(ctx.engine, platform, "usage", window)
+    inventory_note = None
     try:
         source = build_source(pcfg, ctx.config, lookup)
         raw = source.usage(window.start, window.end, step=ctx.config.step)
         frame = normalize_samples(raw, where=f"platform {platform} window {window}")
         frame = add_platform_totals(frame)
-        rows = loader.replace_slice(ctx.engine, loader.Slice("sample", {"platform": platform}, window.start, window.end), frame)
-        inventory_note = None
         try:
             nodes = source.inventory(window.end)
         except Exception as exc:
@@ -148,17 +150,19 @@ def extract(ctx: Context, platform: str, window: Window, lookup=None) -> dict:
                 raise
             nodes, inventory_note = None, str(exc)
         inv = _inventory_frame(platform, nodes or [], window.end)
+        parts = [(loader.Slice("sample", {"platform": platform}, window.start, window.end), frame)]
         if nodes is not None:
-            loader.replace_slice(
-                ctx.engine,
-                loader.Slice("inventory_node", {"platform": platform}, window.end, window.end + timedelta(microseconds=1), "snapshot_at"),
-                inv,
-            )
+            snap = loader.Slice("inventory_node", {"platform": platform}, window.end,
+                                window.end + timedelta(microseconds=1), "snapshot_at")
+            parts.append((snap, inv))
+        rows = loader.replace_slices(
+            ctx.engine, parts,
+            then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n[0], inventory_note))[0]
     except Exception as exc:
         status = "unrecoverable" if getattr(exc, "unrecoverable", False) else "failed"
-        _finish_extract_run(ctx.engine, run_id, status, None, f"{type(exc).__name__}: {exc}")
+        with ctx.engine.begin() as conn:
+            _finish_extract_run(conn, run_id, status, None, f"{type(exc).__name__}: {exc}")
         raise
-    _finish_extract_run(ctx.engine, run_id, "success", rows, inventory_note)
     out = {"platform": platform, "rows": rows, "nodes": len(inv), "window": window.as_dict()}
     if inventory_note:
         out["inventory"] = inventory_note
@@ -177,27 +181,39 @@ def _inventory_frame(platform: str, nodes: list[dict], at: datetime) -> pd.DataF
 
 
 def _start_extract_run(engine: Engine, platform: str, source: str, window: Window) -> int:
+    """Insert this run's `running` row; an earlier run of the same platform, source and window
+    still `running` never finished (its worker died or was killed): mark it `interrupted`.
+
+    Decided from the table alone, not from the clock: a run of a window supersedes any earlier
+    unfinished run of that window (runs of one window are serialized by the DAG's
+    `max_active_runs=1` and by the one CLI user), so no age threshold, and no wall-clock read
+    decides anything; `started_at`/`finished_at` are audit only."""
+    now = datetime.now(timezone.utc)  # audit only; never decides anything
+    key = [extract_run.c.platform == platform, extract_run.c.source == source,
+           extract_run.c.window_start == window.start, extract_run.c.window_end == window.end]
     with engine.begin() as conn:
         res = conn.execute(
             extract_run.insert().values(
-                platform=platform,
-                source=source,
-                window_start=window.start,
-                window_end=window.end,
-                status="running",
-                started_at=datetime.now(timezone.utc),  # audit only; never decides anything
+                platform=platform, source=source, window_start=window.start, window_end=window.end,
+                status="running", started_at=now,
             )
         )
-        return res.inserted_primary_key[0]
-
-
-def _finish_extract_run(engine: Engine, run_id: int, status: str, rows: int | None, error: str | None) -> None:
-    with engine.begin() as conn:
+        run_id = res.inserted_primary_key[0]
         conn.execute(
             extract_run.update()
-            .where(extract_run.c.id == run_id)
-            .values(status=status, rows=rows, error=error, finished_at=datetime.now(timezone.utc))
+            .where(*key, extract_run.c.status == "running", extract_run.c.id < run_id)
+            .values(status="interrupted", finished_at=now,
+                    error=f"interrupted: never finished; superseded by extract run #{run_id} of the same window")
         )
+        return run_id
+
+
+def _finish_extract_run(conn: sa.Connection, run_id: int, status: str, rows: int | None, error: str | None) -> None:
+    conn.execute(
+        extract_run.update()
+        .where(extract_run.c.id == run_id)
+        .values(status=status, rows=rows, error=error, finished_at=datetime.now(timezone.utc))
+    )
 
 
 # --- detect / clean --------------------------------------------------------------------
@@ -527,9 +543,12 @@ def summary(ctx: Context, window: Window) -> dict:
         pl = conn.execute(
             sa.select(allocation_plan).where(allocation_plan.c.decided_at == window.end).order_by(allocation_plan.c.id.desc()).limit(1)
         ).first()
-    last = {}
-    for r in ex:
+    last: dict[str, dict] = {}
+    for r in ex:  # the newest run per platform, and how many earlier runs were interrupted
+        interrupted = last.get(r.platform, {}).get("interrupted", 0) + int(r.status == "interrupted")
         last[r.platform] = {"status": r.status, "rows": r.rows}
+        if interrupted:
+            last[r.platform]["interrupted"] = interrupted
     forecasts: dict[str, list] = {}
     for r in fc:
         forecasts.setdefault(r.platform, []).append([round(r.yhat_lower, 1), round(r.yhat, 1), round(r.yhat_upper, 1)])
@@ -549,7 +568,8 @@ def format_summary(s: dict) -> str:
     lines = [f"gpupool window {s['window']['start']} .. {s['window']['end']}"]
     lines.append("  extract:")
     for p, e in s["extract"].items():
-        lines.append(f"    {p:<12} {e['status']:<8} {e['rows'] or 0:>7} rows")
+        note = f" ({e['interrupted']} earlier run(s) interrupted)" if e.get("interrupted") else ""
+        lines.append(f"    {p:<12} {e['status']:<8} {e['rows'] or 0:>7} rows{note}")
     lines.append("  detect/clean:")
     for p, c in s["clean"].items():
         lines.append(f"    {p:<12} {c['points']:>7} points, {c['anomalies']} anomalies cleaned")
