@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -17,6 +18,22 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 
 class StagingError(RuntimeError):
     """The staging database cannot be used (unreachable, not migrated, bad URL)."""
+
+
+class StagingUnavailable(StagingError):
+    """The staging database did not answer: refused, timed out, or went away mid-statement.
+
+    The message names where staging was configured (`GPUPOOL_STAGING_URL` or the connection
+    `gpupool_staging`), never any part of the URL."""
+
+
+#: seconds; PostgreSQL only. A server that accepts and never answers fails after these.
+CONNECT_TIMEOUT_ENV = "GPUPOOL_STAGING_CONNECT_TIMEOUT"
+STATEMENT_TIMEOUT_ENV = "GPUPOOL_STAGING_STATEMENT_TIMEOUT"
+DEFAULT_CONNECT_TIMEOUT = 10
+DEFAULT_STATEMENT_TIMEOUT = 300
+
+_LABELS: "weakref.WeakKeyDictionary[Engine, str]" = weakref.WeakKeyDictionary()
 
 
 def staging_url(explicit: str | None = None) -> str:
@@ -34,6 +51,37 @@ def staging_url(explicit: str | None = None) -> str:
     return f"sqlite:///{home / 'gpupool_staging.db'}"
 
 
+def staging_label(explicit: str | None = None) -> str:
+    """Where staging was configured, for messages: a name, never the URL."""
+    if explicit:
+        return "the staging URL given"
+    if os.environ.get("GPUPOOL_STAGING_URL"):
+        return "GPUPOOL_STAGING_URL"
+    if os.environ.get("AIRFLOW_CONN_GPUPOOL_STAGING"):
+        return "connection gpupool_staging"
+    return "the local SQLite staging file"
+
+
+def label(engine: Engine) -> str:
+    return _LABELS.get(engine, "staging")
+
+
+def timeouts(env=None) -> tuple[int, int]:
+    """(connect, statement) timeouts in seconds from the environment, else the defaults."""
+    env = os.environ if env is None else env
+    out = []
+    for name, default in ((CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT), (STATEMENT_TIMEOUT_ENV, DEFAULT_STATEMENT_TIMEOUT)):
+        raw = env.get(name, "").strip()
+        try:
+            value = int(raw) if raw else default
+        except ValueError:
+            value = -1
+        if value < 1:
+            raise StagingError(f"{name} must be a whole number of seconds >= 1, got {raw!r}")
+        out.append(value)
+    return out[0], out[1]
+
+
 def _normalise(url: str) -> str:
     # Airflow connection URIs say postgres:// or postgresql://; the staging code uses psycopg 3.
     for prefix in ("postgres://", "postgresql://"):
@@ -43,7 +91,12 @@ def _normalise(url: str) -> str:
 
 
 def make_engine(url: str | None = None, schema: str | None = None) -> Engine:
-    """An engine on staging. `schema` (PostgreSQL only) isolates e.g. a test run."""
+    """An engine on staging. `schema` (PostgreSQL only) isolates e.g. a test run.
+
+    PostgreSQL engines connect within `GPUPOOL_STAGING_CONNECT_TIMEOUT` seconds (default 10)
+    and cancel any statement running longer than `GPUPOOL_STAGING_STATEMENT_TIMEOUT` (default
+    300); a database that does not answer raises :class:`StagingUnavailable`."""
+    where = staging_label(url)
     url = staging_url(url)
     kwargs: dict = {"future": True}
     if url.startswith("sqlite"):
@@ -51,15 +104,56 @@ def make_engine(url: str | None = None, schema: str | None = None) -> Engine:
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         kwargs["connect_args"] = {"timeout": 30}
+    elif url.startswith("postgresql"):
+        connect_s, statement_s = timeouts()
+        options = f"-c statement_timeout={statement_s * 1000}"
+        if schema:
+            options = f"-c search_path={schema} " + options
+        kwargs["connect_args"] = {"connect_timeout": connect_s, "options": options}
     elif schema:
         kwargs["connect_args"] = {"options": f"-csearch_path={schema}"}
     try:
         engine = sa.create_engine(url, **kwargs)
     except (sa.exc.ArgumentError, ImportError) as exc:
-        raise StagingError(f"staging URL {_redact(url)}: {exc}") from exc
+        raise StagingError(f"staging URL from {where} is not usable: {type(exc).__name__}") from exc
+    _LABELS[engine] = where
     if engine.dialect.name == "sqlite":
         sa.event.listen(engine, "connect", _sqlite_pragmas)
+    else:
+        sa.event.listen(engine, "handle_error", _unavailable)
     return engine
+
+
+def _unavailable(context) -> None:
+    """Turn "the database does not answer" into one StagingUnavailable naming where staging
+    was configured; other errors (constraint violations, bad SQL) pass unchanged."""
+    exc = context.original_exception
+    engine = context.engine
+    where = label(engine) if engine is not None else "staging"
+    text = str(exc).lower()
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate == "57014" and "statement timeout" in text:
+        _, statement_s = timeouts()
+        raise StagingUnavailable(
+            f"staging database ({where}) did not finish a statement within {statement_s} s "
+            f"(set {STATEMENT_TIMEOUT_ENV} to allow longer)") from exc
+    connecting = context.connection is None or getattr(context, "is_pre_ping", False)
+    if not (connecting or context.is_disconnect):
+        return
+    if "timeout" in text or "timed out" in text:
+        connect_s, _ = timeouts()
+        why = f"no answer within {connect_s} s (set {CONNECT_TIMEOUT_ENV} to wait longer)"
+    elif "refused" in text:
+        why = "connection refused"
+    elif "authentication" in text or "password" in text:
+        why = "authentication failed"
+    elif "does not exist" in text:
+        why = "the database or role does not exist"
+    elif context.is_disconnect and not connecting:
+        why = "the connection was lost"
+    else:
+        why = f"cannot connect ({type(exc).__name__})"
+    raise StagingUnavailable(f"staging database ({where}) unreachable: {why}") from exc
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
@@ -94,8 +188,8 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
         return current_revision(engine)
-    except sa.exc.OperationalError as exc:
-        raise StagingError(f"staging database {describe(engine)} unreachable: {exc.orig}") from exc
+    except sa.exc.OperationalError as exc:  # SQLite, or an error the handler let through
+        raise StagingUnavailable(f"staging database ({label(engine)}) unusable: {type(exc.orig).__name__}") from exc
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -105,7 +199,7 @@ def current_revision(engine: Engine) -> str | None:
 
 def require_migrated(engine: Engine) -> None:
     if current_revision(engine) is None:
-        raise StagingError(f"staging database {describe(engine)} has no schema: run `gpupool db upgrade`")
+        raise StagingError(f"staging database ({label(engine)}) has no schema: run `gpupool db upgrade`")
 
 
 # --- day partitions of `sample` on PostgreSQL -------------------------------------------
