@@ -18,17 +18,14 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from gpupool.canonical import DEMAND_METRICS, SERIES_KEY, add_platform_totals, normalize_samples
+from gpupool.canonical import SERIES_KEY, add_platform_totals, normalize_samples
 from gpupool.config import GpupoolConfig, default_config, load_config
-from gpupool.staging import db, loader
+from gpupool.staging import db, loader, reads
 from gpupool.staging.schema import (
     allocation_plan,
-    clean_sample,
     extract_run,
     forecast,
     forecast_run,
-    inventory_node,
-    sample,
     series_profile,
 )
 
@@ -222,20 +219,6 @@ DETECT_HISTORY = timedelta(days=7)
 REFIT_EVERY = timedelta(days=1)
 
 
-def read_samples(engine: Engine, start: datetime, end: datetime, platform: str | None = None, **match: str) -> pd.DataFrame:
-    """Rows of `sample` in [start, end), optionally for one platform / series fields."""
-    q = sa.select(sample).where(sample.c.ts >= start, sample.c.ts < end)
-    if platform:
-        q = q.where(sample.c.platform == platform)
-    for k, v in match.items():
-        q = q.where(sample.c[k] == v)
-    with engine.connect() as conn:
-        frame = pd.read_sql(q, conn)
-    if len(frame):
-        frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
-    return frame
-
-
 def detect(ctx: Context, platform: str, window: Window) -> dict:
     """Profile, route, score and clean every series of one platform for the window.
 
@@ -245,7 +228,7 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
     from gpupool.detect.clean import fit_series_model, score_window
 
     db.require_migrated(ctx.engine)
-    hist = read_samples(ctx.engine, window.start - DETECT_HISTORY, window.end, platform)
+    hist = reads.read_samples(ctx.engine, window.start - DETECT_HISTORY, window.end, platform)
     hist = hist[hist["entity_kind"].isin(ctx.config.detect.entity_kinds)]
     in_window = hist[hist["ts"] >= pd.Timestamp(window.start)]
     router = ctx.config.detect.router_config()
@@ -336,45 +319,13 @@ def _jsonable(obj: Any) -> Any:
 FORECAST_HISTORY = timedelta(days=28)
 
 
-def demand_history(engine: Engine, platform: str, start: datetime, end: datetime) -> tuple[pd.Series, dict]:
-    """Hourly platform demand (allocated + pending), cleaned where cleaning ran, else raw."""
-    q = sa.select(clean_sample.c.metric, clean_sample.c.ts, clean_sample.c.clean_value).where(
-        clean_sample.c.platform == platform,
-        clean_sample.c.entity_kind == "platform",
-        clean_sample.c.metric.in_(DEMAND_METRICS),
-        clean_sample.c.ts >= start,
-        clean_sample.c.ts < end,
-    )
-    with engine.connect() as conn:
-        clean = pd.read_sql(q, conn).rename(columns={"clean_value": "value"})
-    raw = read_samples(engine, start, end, platform, entity_kind="platform")
-    raw = raw[raw["metric"].isin(DEMAND_METRICS)][["metric", "ts", "value"]]
-    # convert even when empty: an object-typed ts column would break the pivot's resample
-    clean["ts"] = pd.to_datetime(clean["ts"], utc=True)
-    clean = clean.dropna(subset=["value"])
-    if raw.empty:
-        raw = raw.assign(ts=pd.to_datetime(raw["ts"], utc=True))
-    both = pd.concat([clean.assign(src=0), raw.assign(src=1)], ignore_index=True)
-    both = both.sort_values("src").drop_duplicates(["metric", "ts"], keep="first")
-    info = {"clean_points": int((both["src"] == 0).sum()), "raw_points": int((both["src"] == 1).sum())}
-    if both.empty:
-        return pd.Series(dtype="float64"), info
-    wide = both.pivot(index="ts", columns="metric", values="value").sort_index()
-    for m in DEMAND_METRICS:
-        if m not in wide:
-            wide[m] = 0.0  # a platform with no pending-work metric has no queue to report
-    demand = (wide[list(DEMAND_METRICS)].sum(axis=1, min_count=len(DEMAND_METRICS)))
-    hourly = demand.resample("1h").mean()
-    return hourly, info
-
-
 def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | None = None, level: float = 90.0) -> dict:
     """Forecast one platform's hourly demand from the window's end; store run and rows."""
     from gpupool.forecast.arima import ArimaForecaster
 
     horizon = horizon or ctx.config.limits.horizon_hours
     end = pd.Timestamp(window.end).floor("1h")
-    history, info = demand_history(ctx.engine, platform, (end - FORECAST_HISTORY).to_pydatetime(), end.to_pydatetime())
+    history, info = reads.hourly_demand(ctx.engine, platform, (end - FORECAST_HISTORY).to_pydatetime(), end.to_pydatetime())
     history = history[history.index < end]
     if history.notna().sum() == 0:
         raise ValueError(f"platform {platform}: no demand history before {end.isoformat()} to forecast from")
@@ -423,47 +374,13 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
 def _recent_summary(engine: Engine, platform: str, at: datetime) -> dict | None:
     """The model summary of the platform's last forecast issued within a day before `at`,
     unless that one fell back (a fallback is no order to start from)."""
-    with engine.connect() as conn:
-        row = conn.execute(
-            sa.select(forecast_run.c.summary)
-            .where(forecast_run.c.platform == platform, forecast_run.c.series == "demand",
-                   forecast_run.c.issued_at < at, forecast_run.c.issued_at >= at - timedelta(days=1))
-            .order_by(forecast_run.c.issued_at.desc())
-            .limit(1)
-        ).first()
-    if row is None or not isinstance(row.summary, dict) or row.summary.get("fallback"):
+    found = reads.recent_forecast_summary(engine, platform, at, within=timedelta(days=1))
+    if not isinstance(found, dict) or found.get("fallback"):
         return None
-    return row.summary
-
-
-def _latest_snapshot(conn: sa.Connection, platform: str, at: datetime):
-    return (
-        sa.select(sa.func.max(inventory_node.c.snapshot_at))
-        .where(inventory_node.c.platform == platform, inventory_node.c.snapshot_at <= at)
-        .scalar_subquery()
-    )
+    return found
 
 
 # --- plan ------------------------------------------------------------------------------
-
-
-def read_inventory(engine: Engine, at: datetime, platforms: list[str]) -> pd.DataFrame:
-    """Each platform's latest inventory snapshot at or before `at`."""
-    frames = []
-    with engine.connect() as conn:
-        for p in platforms:
-            q = sa.select(inventory_node).where(
-                inventory_node.c.platform == p, inventory_node.c.snapshot_at == _latest_snapshot(conn, p, at)
-            )
-            frames.append(pd.read_sql(q, conn))
-    frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[c.name for c in inventory_node.columns])
-
-
-def read_forecasts(engine: Engine, issued_at: datetime, platforms: list[str]) -> pd.DataFrame:
-    q = sa.select(forecast).where(forecast.c.issued_at == issued_at, forecast.c.platform.in_(platforms), forecast.c.series == "demand")
-    with engine.connect() as conn:
-        return pd.read_sql(q.order_by(forecast.c.platform, forecast.c.step), conn)
 
 
 def plan(ctx: Context, window: Window, policy: str = "predictive", dry_run: bool = True, platforms: list[str] | None = None) -> dict:
@@ -524,25 +441,8 @@ def _tick(progress, label: str) -> None:
 
 def summary(ctx: Context, window: Window) -> dict:
     """What each stage left in staging for the window (read back, not remembered)."""
-    with ctx.engine.connect() as conn:
-        ex = conn.execute(
-            sa.select(extract_run.c.platform, extract_run.c.status, extract_run.c.rows)
-            .where(extract_run.c.window_start == window.start, extract_run.c.window_end == window.end)
-            .order_by(extract_run.c.id)
-        ).all()
-        an = conn.execute(
-            sa.select(clean_sample.c.platform, sa.func.count(), sa.func.sum(sa.case((clean_sample.c.is_anomaly, 1), else_=0)))
-            .where(clean_sample.c.ts >= window.start, clean_sample.c.ts < window.end)
-            .group_by(clean_sample.c.platform)
-        ).all()
-        fc = conn.execute(
-            sa.select(forecast.c.platform, forecast.c.step, forecast.c.yhat, forecast.c.yhat_lower, forecast.c.yhat_upper)
-            .where(forecast.c.issued_at == window.end)
-            .order_by(forecast.c.platform, forecast.c.step)
-        ).all()
-        pl = conn.execute(
-            sa.select(allocation_plan).where(allocation_plan.c.decided_at == window.end).order_by(allocation_plan.c.id.desc()).limit(1)
-        ).first()
+    rec = reads.window_record(ctx.engine, window.start, window.end)
+    ex, an, fc, pl = rec["extract_runs"], rec["clean"], rec["forecast"], rec["plan"]
     last: dict[str, dict] = {}
     for r in ex:  # the newest run per platform, and how many earlier runs were interrupted
         interrupted = last.get(r.platform, {}).get("interrupted", 0) + int(r.status == "interrupted")

@@ -13,11 +13,9 @@ from datetime import datetime
 from typing import Any
 
 import pandas as pd
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from gpupool.canonical import DEMAND_METRICS
-from gpupool.staging.schema import allocation_plan, clean_sample, forecast, handover, inventory_node, sample
+from gpupool.staging import reads
 
 OPEN_STATES = ("planned", "releasing", "released", "attaching")
 
@@ -28,10 +26,7 @@ class NoDataError(LookupError):
 
 def latest_instant(engine: Engine) -> datetime:
     """The newest forecast issue time, else the newest sample; NoDataError if staging is empty."""
-    with engine.connect() as conn:
-        at = conn.execute(sa.select(sa.func.max(forecast.c.issued_at))).scalar()
-        if at is None:
-            at = conn.execute(sa.select(sa.func.max(sample.c.ts))).scalar()
+    at = reads.newest_instant(engine)
     if at is None:
         raise NoDataError("staging holds no samples yet: run the gpupool_pipeline DAG first")
     return _utc(at).to_pydatetime()
@@ -42,20 +37,10 @@ def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> d
     next, anomalies found and cleaned, open handovers, and the last plan with its reasons."""
     at = _utc(at if at is not None else latest_instant(engine))
     since = at - pd.Timedelta(hours=hours)
-    with engine.connect() as conn:
-        platforms = sorted(
-            r[0] for r in conn.execute(sa.select(sample.c.platform).distinct().where(sample.c.ts >= since, sample.c.ts < at))
-        )
-        plan_row = conn.execute(
-            sa.select(allocation_plan).where(allocation_plan.c.decided_at <= at).order_by(allocation_plan.c.decided_at.desc(), allocation_plan.c.id.desc()).limit(1)
-        ).first()
-        handovers = [
-            dict(r._mapping)
-            for r in conn.execute(sa.select(handover).where(handover.c.state.in_(OPEN_STATES)).order_by(handover.c.id))
-        ]
-        state: dict[str, Any] = {}
-        for p in platforms:
-            state[p] = _platform_state(conn, p, at, since, hours)
+    platforms = reads.sampled_platforms(engine, since.to_pydatetime(), at.to_pydatetime())
+    plan_row = reads.latest_plan(engine, at.to_pydatetime())
+    handovers = reads.handovers_in(engine, OPEN_STATES)
+    state = {p: _platform_state(engine, p, at, since) for p in platforms}
     plan = None
     if plan_row is not None:
         plan = {
@@ -74,41 +59,14 @@ def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> d
     return {"at": at.isoformat(), "hours": hours, "platforms": state, "handovers": handovers, "plan": plan}
 
 
-def _platform_state(conn: sa.Connection, platform: str, at: pd.Timestamp, since: pd.Timestamp, hours: int) -> dict:
-    snap = conn.execute(
-        sa.select(sa.func.max(inventory_node.c.snapshot_at)).where(inventory_node.c.platform == platform, inventory_node.c.snapshot_at <= at)
-    ).scalar()
-    nodes = gpus = 0
-    if snap is not None:
-        row = conn.execute(
-            sa.select(sa.func.count(), sa.func.sum(inventory_node.c.gpus)).where(
-                inventory_node.c.platform == platform, inventory_node.c.snapshot_at == snap
-            )
-        ).first()
-        nodes, gpus = int(row[0]), int(row[1] or 0)
-    raw = pd.read_sql(
-        sa.select(sample.c.metric, sample.c.ts, sample.c.value).where(
-            sample.c.platform == platform, sample.c.entity_kind == "platform", sample.c.ts >= since, sample.c.ts < at
-        ),
-        conn,
-    )
-    demand = _hourly_demand(raw)
-    capacity = _hourly(raw[raw["metric"] == "gpu_capacity"])
-    cl = pd.read_sql(
-        sa.select(clean_sample.c.metric, clean_sample.c.ts, clean_sample.c.value, clean_sample.c.expected, clean_sample.c.is_anomaly, clean_sample.c.detector).where(
-            clean_sample.c.platform == platform, clean_sample.c.ts >= since, clean_sample.c.ts < at, clean_sample.c.is_anomaly.is_(True)
-        ),
-        conn,
-    )
-    issued = conn.execute(
-        sa.select(sa.func.max(forecast.c.issued_at)).where(forecast.c.platform == platform, forecast.c.issued_at <= at)
-    ).scalar()
-    band = []
-    if issued is not None:
-        for r in conn.execute(
-            sa.select(forecast).where(forecast.c.platform == platform, forecast.c.issued_at == issued, forecast.c.series == "demand").order_by(forecast.c.step)
-        ):
-            band.append({"ts": _utc(r.ts).isoformat(), "yhat": r.yhat, "lower": r.yhat_lower, "upper": r.yhat_upper})
+def _platform_state(engine: Engine, platform: str, at: pd.Timestamp, since: pd.Timestamp) -> dict:
+    t0, t1 = since.to_pydatetime(), at.to_pydatetime()
+    nodes, gpus = reads.inventory_totals(engine, platform, t1)
+    demand, _ = reads.hourly_demand(engine, platform, t0, t1)  # the demand the forecast is fitted on
+    capacity = reads.hourly_metric(engine, platform, "gpu_capacity", t0, t1)
+    cl = reads.anomalies(engine, t0, t1, platform)
+    issued, rows = reads.latest_forecast(engine, platform, t1)
+    band = [{"ts": _utc(r.ts).isoformat(), "yhat": r.yhat, "lower": r.yhat_lower, "upper": r.yhat_upper} for r in rows]
     anomalies = [
         {"ts": _utc(r.ts).isoformat(), "metric": r.metric, "value": _num(r.value), "cleaned_to": _num(r.expected), "detector": r.detector}
         for r in cl.sort_values("ts").itertuples()
@@ -122,21 +80,6 @@ def _platform_state(conn: sa.Connection, platform: str, at: pd.Timestamp, since:
         "forecast": band,
         "anomalies": anomalies,
     }
-
-
-def _hourly(frame: pd.DataFrame) -> pd.Series:
-    if frame.empty:
-        return pd.Series(dtype="float64")
-    s = frame.assign(ts=pd.to_datetime(frame["ts"], utc=True)).set_index("ts")["value"].sort_index()
-    return s.resample("1h").mean()
-
-
-def _hourly_demand(raw: pd.DataFrame) -> pd.Series:
-    parts = [_hourly(raw[raw["metric"] == m]) for m in DEMAND_METRICS]
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return pd.Series(dtype="float64")
-    return pd.concat(parts, axis=1).sum(axis=1, min_count=1)
 
 
 def _num(v: Any) -> float | None:

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
-import sqlalchemy as sa
 import yaml
 from sqlalchemy.engine import Engine
 
 from gpupool.canonical import DEMAND_METRICS
-from gpupool.staging.schema import allocation_plan, clean_sample, forecast, sample
+from gpupool.staging import reads
 
 POLICIES = ("static", "reactive", "predictive", "oracle")
 
@@ -31,20 +30,16 @@ class ReportError(ValueError):
 
 
 def _read_platform_series(engine: Engine, start: datetime, end: datetime) -> pd.DataFrame:
-    q = sa.select(sample.c.platform, sample.c.metric, sample.c.ts, sample.c.value).where(
-        sample.c.entity_kind == "platform", sample.c.ts >= start, sample.c.ts < end
-    )
-    with engine.connect() as conn:
-        frame = pd.read_sql(q, conn)
+    frame = reads.platform_series(engine, start, end)
     if frame.empty:
         raise ReportError(f"staging holds no platform samples in [{start.isoformat()}, {end.isoformat()})")
-    frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
     return frame
 
 
 def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path, step: str = "5min",
                  whatif: bool = True, progress: Callable[[str], None] | None = None) -> Path:
-    """Write `index.html`, the PNG plots, the what-if traces/scenario and `whatif.json` to `out`."""
+    """Write `index.html`, the PNG plots, `demand_hourly.csv` (the hourly demand plotted), the
+    what-if traces/scenario and `whatif.json` to `out`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -56,25 +51,11 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
     raw = _read_platform_series(engine, start, end)
     wide = raw.pivot_table(index="ts", columns=["platform", "metric"], values="value", aggfunc="mean").sort_index()
     platforms = sorted(raw["platform"].unique())
-    with engine.connect() as conn:
-        anomalies = pd.read_sql(
-            sa.select(clean_sample.c.platform, clean_sample.c.metric, clean_sample.c.ts, clean_sample.c.value, clean_sample.c.expected).where(
-                clean_sample.c.is_anomaly.is_(True), clean_sample.c.ts >= start, clean_sample.c.ts < end
-            ),
-            conn,
-        )
-        fc = pd.read_sql(
-            sa.select(forecast).where(forecast.c.issued_at >= start, forecast.c.issued_at <= end, forecast.c.step == 1), conn
-        )
-        plans = conn.execute(
-            sa.select(allocation_plan.c.decided_at, allocation_plan.c.moves, allocation_plan.c.policy).where(
-                allocation_plan.c.decided_at >= start, allocation_plan.c.decided_at <= end
-            ).order_by(allocation_plan.c.decided_at)
-        ).all()
-    for f in (anomalies, fc):
-        for col in ("ts", "issued_at"):
-            if col in f:
-                f[col] = pd.to_datetime(f[col], utc=True)
+    anomalies = reads.anomalies(engine, start, end)
+    fc = reads.forecasts_issued_between(engine, start, end, step=1)
+    plans = reads.plans_between(engine, start, end)
+    hourly = {p: reads.hourly_demand(engine, p, start, end)[0] for p in platforms}
+    _demand_table(hourly).to_csv(out / "demand_hourly.csv", index=False)
 
     figures: list[tuple[str, str]] = []
     # 1. demand vs capacity
@@ -105,8 +86,7 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
         fig, axes = plt.subplots(len(platforms), 1, figsize=(11, 2.6 * len(platforms)), sharex=True, squeeze=False)
         for ax, p in zip(axes[:, 0], platforms):
             f = fc[fc["platform"] == p].sort_values("ts")
-            cols = [(p, m) for m in DEMAND_METRICS if (p, m) in wide]
-            actual = sum(wide[c] for c in cols).resample("1h").mean() if cols else pd.Series(dtype=float)
+            actual = hourly[p]  # the demand the forecast is fitted on
             ax.plot(actual.index, actual.to_numpy(), color="#0969da", lw=1.2, label="actual (hourly mean)")
             if len(f):
                 ax.fill_between(f["ts"], f["yhat_lower"], f["yhat_upper"], color="#bf8700", alpha=0.25, label="interval")
@@ -142,6 +122,12 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
     page = _html(start, end, platforms, figures, table, len(anomalies), len(moves))
     (out / "index.html").write_text(page)
     return out / "index.html"
+
+
+def _demand_table(hourly: dict[str, pd.Series]) -> pd.DataFrame:
+    """platform, ts, demand: the hourly demand the report plots (and the forecast is fitted on)."""
+    rows = [pd.DataFrame({"platform": p, "ts": s.index, "demand": s.to_numpy()}) for p, s in hourly.items() if len(s)]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["platform", "ts", "demand"])
 
 
 def what_if(raw: pd.DataFrame, out: Path, step: str = "5min", progress: Callable[[str], None] | None = None) -> list[dict]:

@@ -35,7 +35,8 @@ from gpupool.allocate import handover as ho
 from gpupool.allocate.actuators.base import Actuator, Command, is_gpupool_reason
 from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.allocate.policy import Policy
-from gpupool.staging.schema import action_audit, allocation_plan, forecast_run, handover
+from gpupool.staging import reads
+from gpupool.staging.schema import action_audit, allocation_plan, handover
 
 #: GPU models that can be partitioned with MIG
 MIG_MODELS = ("A100", "A30", "H100", "H200", "H20", "B200", "GB200")
@@ -85,15 +86,9 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
     out of the pool (it serves nobody and gpupool must not touch it). Nodes outside an explicit
     ``pool.nodes`` list are fixed capacity (planned as in a handover: they never move).
     """
-    from gpupool.pipeline import read_inventory
-
-    inv = read_inventory(engine, at, platforms)
+    inv = reads.read_inventory(engine, at, platforms)
     open_h = {h.node: h for h in ho.list_handovers(engine, ho.BLOCKING_STATES) if not h.dry_run}
-    last_move: dict[str, pd.Timestamp] = {}
-    with engine.connect() as conn:
-        for node, ts in conn.execute(sa.select(handover.c.node, sa.func.max(handover.c.updated_at)).where(
-                handover.c.state == ho.DONE, handover.c.dry_run.is_(False)).group_by(handover.c.node)):
-            last_move[node] = _utc(ts)
+    last_move = reads.last_moves(engine, ho.DONE)
     members = None
     if config is not None and config.pool.nodes and not config.pool.all_nodes:
         members = {n.node for n in config.pool.nodes}
@@ -146,14 +141,12 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
     without such a forecast, and the ``reactive``/``static`` policies, use the last hour's mean
     demand taken as certain.
     """
-    from gpupool.pipeline import demand_history, read_forecasts
-
     end = _utc(window.end)
     demand: dict[str, dict] = {}
     source: dict[str, str] = {}
     if kind == "predictive":
-        fc = read_forecasts(engine, end.to_pydatetime(), platforms)
-        levels = _forecast_levels(engine, end, platforms)
+        fc = reads.read_forecasts(engine, end.to_pydatetime(), platforms)
+        levels = reads.forecast_levels(engine, end.to_pydatetime(), platforms)
         z_want = float(ndtri(headroom_quantile))
         for p in platforms:
             rows = fc[fc["platform"] == p].sort_values("step").head(horizon)
@@ -168,7 +161,7 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
     for p in platforms:
         if p in demand:
             continue
-        hist, _ = demand_history(engine, p, (end - pd.Timedelta(hours=1)).to_pydatetime(), end.to_pydatetime())
+        hist, _ = reads.hourly_demand(engine, p, (end - pd.Timedelta(hours=1)).to_pydatetime(), end.to_pydatetime())
         hist = hist.dropna()
         last = float(hist.iloc[-1]) if len(hist) else 0.0
         last = max(last, 0.0) if math.isfinite(last) else 0.0
@@ -177,14 +170,6 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
         if kind == "predictive":
             source[p] += "; no forecast issued at the window's end"
     return demand, source
-
-
-def _forecast_levels(engine: Engine, issued_at: pd.Timestamp, platforms: list[str]) -> dict[str, float]:
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(forecast_run.c.platform, forecast_run.c.level).where(
-            forecast_run.c.issued_at == issued_at.to_pydatetime(), forecast_run.c.series == "demand",
-            forecast_run.c.platform.in_(platforms)))
-        return {r.platform: float(r.level) for r in rows}
 
 
 def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[str, Any]:

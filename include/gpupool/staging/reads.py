@@ -1,0 +1,293 @@
+"""Every read of staging that a stage, the pool page or the report makes.
+
+This module knows the tables and no stage: it returns frames, series and plain values, and
+decides nothing. It holds the one definition of a platform's hourly GPU demand
+(:func:`hourly_demand`) that forecasting, planning, the pool page and the report all use.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from gpupool.canonical import DEMAND_METRICS
+from gpupool.staging.schema import (
+    allocation_plan,
+    clean_sample,
+    extract_run,
+    forecast,
+    forecast_run,
+    handover,
+    inventory_node,
+    sample,
+)
+
+
+def _utc_column(frame: pd.DataFrame, *cols: str) -> pd.DataFrame:
+    for col in cols:
+        if col in frame:
+            frame[col] = pd.to_datetime(frame[col], utc=True)
+    return frame
+
+
+# --- samples and demand ------------------------------------------------------------------
+
+
+def read_samples(engine: Engine, start: datetime, end: datetime, platform: str | None = None, **match: str) -> pd.DataFrame:
+    """Rows of `sample` in [start, end), optionally for one platform / series fields."""
+    q = sa.select(sample).where(sample.c.ts >= start, sample.c.ts < end)
+    if platform:
+        q = q.where(sample.c.platform == platform)
+    for k, v in match.items():
+        q = q.where(sample.c[k] == v)
+    with engine.connect() as conn:
+        frame = pd.read_sql(q, conn)
+    if len(frame):
+        frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
+    return frame
+
+
+def platform_series(engine: Engine, start: datetime, end: datetime, platform: str | None = None) -> pd.DataFrame:
+    """The platform totals (`entity_kind = platform`) of `sample` in [start, end):
+    columns platform, metric, ts (UTC), value."""
+    q = sa.select(sample.c.platform, sample.c.metric, sample.c.ts, sample.c.value).where(
+        sample.c.entity_kind == "platform", sample.c.ts >= start, sample.c.ts < end
+    )
+    if platform:
+        q = q.where(sample.c.platform == platform)
+    with engine.connect() as conn:
+        frame = pd.read_sql(q, conn)
+    return _utc_column(frame, "ts")
+
+
+def hourly_demand(engine: Engine, platform: str, start: datetime, end: datetime) -> tuple[pd.Series, dict]:
+    """THE hourly GPU demand of a platform in [start, end): allocated + pending, each point
+    cleaned where cleaning ran, else raw; an instant counts only where every demand metric the
+    platform reports has a value; the hourly mean of those instants. Returns the series
+    (hourly, UTC, NaN for an hour without data) and how many clean and raw points fed it."""
+    q = sa.select(clean_sample.c.metric, clean_sample.c.ts, clean_sample.c.clean_value).where(
+        clean_sample.c.platform == platform,
+        clean_sample.c.entity_kind == "platform",
+        clean_sample.c.metric.in_(DEMAND_METRICS),
+        clean_sample.c.ts >= start,
+        clean_sample.c.ts < end,
+    )
+    with engine.connect() as conn:
+        clean = pd.read_sql(q, conn).rename(columns={"clean_value": "value"})
+    raw = platform_series(engine, start, end, platform)
+    raw = raw[raw["metric"].isin(DEMAND_METRICS)][["metric", "ts", "value"]]
+    return demand_from_points(clean, raw)
+
+
+def demand_from_points(clean: pd.DataFrame, raw: pd.DataFrame) -> tuple[pd.Series, dict]:
+    """:func:`hourly_demand` from the points read (metric, ts, value): clean ones win over raw."""
+    # convert even when empty: an object-typed ts column would break the pivot's resample
+    clean = clean.assign(ts=pd.to_datetime(clean["ts"], utc=True)).dropna(subset=["value"])
+    raw = raw.assign(ts=pd.to_datetime(raw["ts"], utc=True))
+    both = pd.concat([clean.assign(src=0), raw.assign(src=1)], ignore_index=True)
+    both = both.sort_values("src", kind="stable").drop_duplicates(["metric", "ts"], keep="first")
+    info = {"clean_points": int((both["src"] == 0).sum()), "raw_points": int((both["src"] == 1).sum())}
+    if both.empty:
+        return pd.Series(dtype="float64"), info
+    wide = both.pivot(index="ts", columns="metric", values="value").sort_index()
+    for m in DEMAND_METRICS:
+        if m not in wide:
+            wide[m] = 0.0  # a platform with no pending-work metric has no queue to report
+    demand = wide[list(DEMAND_METRICS)].sum(axis=1, min_count=len(DEMAND_METRICS))
+    return demand.resample("1h").mean(), info
+
+
+def hourly_metric(engine: Engine, platform: str, metric: str, start: datetime, end: datetime) -> pd.Series:
+    """The hourly mean of one raw platform metric (e.g. gpu_capacity) in [start, end)."""
+    raw = platform_series(engine, start, end, platform)
+    raw = raw[raw["metric"] == metric]
+    if raw.empty:
+        return pd.Series(dtype="float64")
+    return raw.set_index("ts")["value"].sort_index().resample("1h").mean()
+
+
+def sampled_platforms(engine: Engine, start: datetime, end: datetime) -> list[str]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(sample.c.platform).distinct().where(sample.c.ts >= start, sample.c.ts < end))
+        return sorted(r[0] for r in rows)
+
+
+def anomalies(engine: Engine, start: datetime, end: datetime, platform: str | None = None) -> pd.DataFrame:
+    """Points flagged anomalous in [start, end): platform, metric, ts, value, expected, detector."""
+    c = clean_sample.c
+    q = sa.select(c.platform, c.metric, c.ts, c.value, c.expected, c.detector).where(
+        c.is_anomaly.is_(True), c.ts >= start, c.ts < end
+    )
+    if platform:
+        q = q.where(c.platform == platform)
+    with engine.connect() as conn:
+        return _utc_column(pd.read_sql(q, conn), "ts")
+
+
+# --- inventory ---------------------------------------------------------------------------
+
+
+def latest_snapshot(platform: str, at: datetime):
+    """The platform's newest inventory snapshot time at or before `at` (a scalar subquery)."""
+    return (
+        sa.select(sa.func.max(inventory_node.c.snapshot_at))
+        .where(inventory_node.c.platform == platform, inventory_node.c.snapshot_at <= at)
+        .scalar_subquery()
+    )
+
+
+def read_inventory(engine: Engine, at: datetime, platforms: list[str]) -> pd.DataFrame:
+    """Each platform's latest inventory snapshot at or before `at`."""
+    frames = []
+    with engine.connect() as conn:
+        for p in platforms:
+            q = sa.select(inventory_node).where(
+                inventory_node.c.platform == p, inventory_node.c.snapshot_at == latest_snapshot(p, at)
+            )
+            frames.append(pd.read_sql(q, conn))
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[c.name for c in inventory_node.columns])
+
+
+def inventory_totals(engine: Engine, platform: str, at: datetime) -> tuple[int, int]:
+    """(nodes, GPUs) of the platform's latest snapshot at or before `at`; (0, 0) if none."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(sa.func.count(), sa.func.sum(inventory_node.c.gpus)).where(
+                inventory_node.c.platform == platform, inventory_node.c.snapshot_at == latest_snapshot(platform, at)
+            )
+        ).first()
+    return int(row[0]), int(row[1] or 0)
+
+
+# --- forecasts ---------------------------------------------------------------------------
+
+
+def read_forecasts(engine: Engine, issued_at: datetime, platforms: list[str]) -> pd.DataFrame:
+    q = sa.select(forecast).where(forecast.c.issued_at == issued_at, forecast.c.platform.in_(platforms), forecast.c.series == "demand")
+    with engine.connect() as conn:
+        return pd.read_sql(q.order_by(forecast.c.platform, forecast.c.step), conn)
+
+
+def forecast_levels(engine: Engine, issued_at: datetime, platforms: list[str]) -> dict[str, float]:
+    """The prediction-interval level of each platform's demand forecast issued at `issued_at`."""
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(forecast_run.c.platform, forecast_run.c.level).where(
+            forecast_run.c.issued_at == issued_at, forecast_run.c.series == "demand",
+            forecast_run.c.platform.in_(platforms)))
+        return {r.platform: float(r.level) for r in rows}
+
+
+def recent_forecast_summary(engine: Engine, platform: str, at: datetime, within: timedelta = timedelta(days=1)) -> Any:
+    """The model summary of the platform's last demand forecast issued in [at - within, at), or None."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(forecast_run.c.summary)
+            .where(forecast_run.c.platform == platform, forecast_run.c.series == "demand",
+                   forecast_run.c.issued_at < at, forecast_run.c.issued_at >= at - within)
+            .order_by(forecast_run.c.issued_at.desc())
+            .limit(1)
+        ).first()
+    return None if row is None else row.summary
+
+
+def latest_forecast(engine: Engine, platform: str, at: datetime) -> tuple[datetime | None, list]:
+    """The platform's newest demand forecast issued at or before `at`: (issue time, rows by step)."""
+    with engine.connect() as conn:
+        issued = conn.execute(
+            sa.select(sa.func.max(forecast.c.issued_at)).where(forecast.c.platform == platform, forecast.c.issued_at <= at)
+        ).scalar()
+        if issued is None:
+            return None, []
+        rows = conn.execute(
+            sa.select(forecast).where(forecast.c.platform == platform, forecast.c.issued_at == issued,
+                                      forecast.c.series == "demand").order_by(forecast.c.step)
+        ).all()
+    return issued, rows
+
+
+def forecasts_issued_between(engine: Engine, start: datetime, end: datetime, step: int = 1) -> pd.DataFrame:
+    """Forecast rows of one step ahead issued in [start, end]."""
+    q = sa.select(forecast).where(forecast.c.issued_at >= start, forecast.c.issued_at <= end, forecast.c.step == step)
+    with engine.connect() as conn:
+        return _utc_column(pd.read_sql(q, conn), "ts", "issued_at")
+
+
+def newest_instant(engine: Engine) -> datetime | None:
+    """The newest forecast issue time, else the newest sample time, else None."""
+    with engine.connect() as conn:
+        at = conn.execute(sa.select(sa.func.max(forecast.c.issued_at))).scalar()
+        if at is None:
+            at = conn.execute(sa.select(sa.func.max(sample.c.ts))).scalar()
+    return at
+
+
+# --- plans and handovers -----------------------------------------------------------------
+
+
+def latest_plan(engine: Engine, at: datetime):
+    """The newest allocation plan decided at or before `at`."""
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.select(allocation_plan).where(allocation_plan.c.decided_at <= at)
+            .order_by(allocation_plan.c.decided_at.desc(), allocation_plan.c.id.desc()).limit(1)
+        ).first()
+
+
+def plans_between(engine: Engine, start: datetime, end: datetime) -> list:
+    """(decided_at, moves, policy) of the plans decided in [start, end], oldest first."""
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.select(allocation_plan.c.decided_at, allocation_plan.c.moves, allocation_plan.c.policy).where(
+                allocation_plan.c.decided_at >= start, allocation_plan.c.decided_at <= end
+            ).order_by(allocation_plan.c.decided_at)
+        ).all()
+
+
+def handovers_in(engine: Engine, states: tuple[str, ...]) -> list[dict]:
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(
+            sa.select(handover).where(handover.c.state.in_(states)).order_by(handover.c.id))]
+
+
+def last_moves(engine: Engine, done_state: str) -> dict[str, pd.Timestamp]:
+    """When each node last finished a live handover (state `done_state`)."""
+    out: dict[str, pd.Timestamp] = {}
+    with engine.connect() as conn:
+        for node, ts in conn.execute(sa.select(handover.c.node, sa.func.max(handover.c.updated_at)).where(
+                handover.c.state == done_state, handover.c.dry_run.is_(False)).group_by(handover.c.node)):
+            t = pd.Timestamp(ts)
+            out[node] = t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
+    return out
+
+
+# --- one window, read back ---------------------------------------------------------------
+
+
+def window_record(engine: Engine, start: datetime, end: datetime) -> dict[str, list]:
+    """What each stage left for the window [start, end): extract runs (oldest first), clean
+    points and anomalies per platform, forecast rows issued at `end`, the plan decided at `end`."""
+    with engine.connect() as conn:
+        runs = conn.execute(
+            sa.select(extract_run.c.platform, extract_run.c.status, extract_run.c.rows)
+            .where(extract_run.c.window_start == start, extract_run.c.window_end == end)
+            .order_by(extract_run.c.id)
+        ).all()
+        clean = conn.execute(
+            sa.select(clean_sample.c.platform, sa.func.count(), sa.func.sum(sa.case((clean_sample.c.is_anomaly, 1), else_=0)))
+            .where(clean_sample.c.ts >= start, clean_sample.c.ts < end)
+            .group_by(clean_sample.c.platform)
+        ).all()
+        fc = conn.execute(
+            sa.select(forecast.c.platform, forecast.c.step, forecast.c.yhat, forecast.c.yhat_lower, forecast.c.yhat_upper)
+            .where(forecast.c.issued_at == end)
+            .order_by(forecast.c.platform, forecast.c.step)
+        ).all()
+        plan = conn.execute(
+            sa.select(allocation_plan).where(allocation_plan.c.decided_at == end).order_by(allocation_plan.c.id.desc()).limit(1)
+        ).first()
+    return {"extract_runs": runs, "clean": clean, "forecast": fc, "plan": plan}
