@@ -1,4 +1,5 @@
-"""`dag.test()` of gpupool_pipeline on the embedded default: every stage leaves real rows."""
+"""`dag.test()` of gpupool_pipeline on the embedded default, with staging on SQLite and on the
+real PostgreSQL: every stage leaves real rows."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ END = datetime(2026, 11, 1, 12, tzinfo=timezone.utc)
 
 
 @pytest.mark.slow
-def test_pipeline_dag_runs_end_to_end(airflow_home, dags_root):
+def test_pipeline_dag_runs_end_to_end(airflow_home, dags_root, staging_url, monkeypatch):
     from airflow.dag_processing.dagbag import DagBag
 
     from gpupool import pipeline
     from gpupool.staging import db
     from gpupool.staging.schema import action_audit, allocation_plan, clean_sample, extract_run, forecast, sample
 
+    monkeypatch.setenv("GPUPOOL_STAGING_URL", staging_url)  # the DAG's tasks run in this process
     ctx = pipeline.Context.load()
+    assert ctx.engine.dialect.name == staging_url.split(":")[0].split("+")[0]
     db.upgrade(ctx.engine)
     # two days of history first, as a backfill leaves it, then the DAG's own hour
     history = pipeline.Window(END - timedelta(days=2, hours=1), END - timedelta(hours=1))
