@@ -36,3 +36,20 @@ def test_retention_keeps_recent_days_and_reports_sizes(engine):
         assert report["sizes"]["sample"]["bytes"] > 0
     else:
         assert report["rows_deleted"]["sample"] == 12
+
+
+def test_vacuum_is_not_cut_short_by_the_statement_timeout(pg_engine):
+    """Every staging statement has a timeout; the daily VACUUM runs without one, and the
+    connection goes back to the pool with the engine's timeout."""
+    seen = []
+
+    def before(conn, cursor, statement, *_):
+        if statement.startswith("VACUUM"):
+            seen.append(conn.connection.driver_connection.execute("SHOW statement_timeout").fetchone()[0])
+
+    sa.event.listen(pg_engine, "before_cursor_execute", before)
+    maintenance.maintain(pg_engine, datetime(2026, 3, 10, tzinfo=timezone.utc))
+    sa.event.remove(pg_engine, "before_cursor_execute", before)
+    assert seen == ["0"]
+    with pg_engine.connect() as conn:
+        assert conn.execute(sa.text("SHOW statement_timeout")).scalar() == "5min"

@@ -45,8 +45,14 @@ def maintain(engine: Engine, at: datetime, retention_days: int = 90, ahead_days:
 def _analyze(engine: Engine) -> None:
     if engine.dialect.name == "postgresql":
         # VACUUM cannot run inside a transaction block
+        # and may take longer than the statement timeout staging engines set for every other
+        # statement: lift it for this one, then back to the engine's setting for the pool
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(sa.text("VACUUM (ANALYZE)"))
+            conn.execute(sa.text("SET statement_timeout = 0"))
+            try:
+                conn.execute(sa.text("VACUUM (ANALYZE)"))
+            finally:
+                conn.execute(sa.text("RESET statement_timeout"))
     else:
         with engine.begin() as conn:
             conn.execute(sa.text("ANALYZE"))
