@@ -29,9 +29,11 @@ from airflow.timetables.interval import CronDataIntervalTimetable
 def gpupool_handover():
     @task(pool="gpupool_actuation")
     def advance() -> dict:
+        from airflow.sdk import BaseHook
+
         from gpupool.airflow_glue import advance_from_context
 
-        return advance_from_context(get_current_context())
+        return advance_from_context(get_current_context(), lookup=BaseHook.get_connection)
 
     advance()
 

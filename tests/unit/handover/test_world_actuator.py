@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gpupool.allocate import handover as ho
-from gpupool.allocate.actuators.simulator import WorldActuator
+from gpupool.sim.actuator import WorldActuator
 from gpupool.sim.world import World, default_world
 
 
