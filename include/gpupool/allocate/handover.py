@@ -341,7 +341,8 @@ def advance_all(
             if h.state != FAILED and not _past_deadline(h, at):
                 report["skipped"].append(h.id)
                 continue
-            after = _settle(engine, h, actuators, at, may_send_back=False)
+            why = f"timed out in state {h.state}" if h.state != FAILED else None
+            after = _settle(engine, h, actuators, at, may_send_back=False, why=why)
         elif h.state == FAILED:
             after = _settle(engine, h, actuators, at, may_send_back=True)
         else:
