@@ -30,19 +30,12 @@ import sqlalchemy as sa
 from scipy.special import ndtri
 from sqlalchemy.engine import Engine
 
+from gpupool import mig
 from gpupool.allocate import handover as ho
 from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason
 from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.allocate.policy import Policy
 from gpupool.staging.schema import action_audit, allocation_plan, forecast_run, handover
-
-#: GPU models that can be partitioned with MIG
-MIG_MODELS = ("A100", "A30", "H100", "H200", "H20", "B200", "GB200")
-
-
-def _is_mig_capable(model: str | None) -> bool:
-    return any(tag in (model or "").upper() for tag in MIG_MODELS)
-
 
 def _utc(ts: Any) -> pd.Timestamp:
     t = pd.Timestamp(ts)
@@ -130,7 +123,7 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
             busy_gpus=0.0 if busy is None or pd.isna(busy) else min(float(busy), float(gpus)),
             in_handover=h is not None or (members is not None and name not in members),
             last_moved_at=last_move.get(name),
-            mig_capable=_is_mig_capable(owner_row.get("gpu_model")),
+            mig_capable=mig.is_mig_capable(owner_row.get("gpu_model")),
             mig_layout=layout if isinstance(layout, str) else None,
         ))
     return nodes, excluded
