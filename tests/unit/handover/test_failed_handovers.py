@@ -180,3 +180,34 @@ def test_a_platform_name_given_to_two_pool_nodes_is_refused():
     with pytest.raises(ConfigError, match="'a01' is given to two pool nodes"):
         parse_config({"platforms": [{"name": "slurm", "kind": "slurm"}], "pool": {"nodes": [
             {"node": "x", "gpus": 1, "names": {"slurm": "a01"}}, {"node": "y", "gpus": 1, "names": {"slurm": "a01"}}]}})
+
+
+def test_cli_rollback_with_dry_run_in_the_config_sends_nothing(tmp_path, capsys):
+    """`gpupool rollback ID` under `dry_run: true`: prints what it would send, audits it as a dry
+    run, changes nothing — even with no connection to build the actuators from."""
+    import json
+
+    import sqlalchemy as sa
+
+    from gpupool.cli import main
+    from gpupool.staging import db
+
+    cfg = tmp_path / "platforms.yaml"
+    cfg.write_text("dry_run: true\nplatforms:\n  - {name: slurm, kind: slurm, conn_id: hpc, actuation: true}\n"
+                   "  - {name: kubernetes, kind: kubernetes, conn_id: ai, actuation: true}\n")
+    url = f"sqlite:///{tmp_path / 'staging.db'}"
+    engine = sa.create_engine(url)
+    db.upgrade(engine)
+    hid = ho.open_handover(engine, "n1", "slurm", "kubernetes", T0, dry_run=False, state=ho.RELEASING)
+    from gpupool.staging.schema import action_audit
+
+    with engine.begin() as conn:  # the drain went out earlier
+        conn.execute(action_audit.insert().values(
+            handover_id=hid, platform="slurm", node="n1", action="drain", request={}, status="ok", response="{}",
+            dry_run=False, created_at=T0, finished_at=T0))
+    assert main(["rollback", str(hid), "--config", str(cfg), "--staging-url", url]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dry_run"] and out["would_send"] and out["would_send"][0]["platform"] == "slurm"
+    assert ho.get_handover(engine, hid).state == ho.RELEASING
+    rows = ho.audit_rows(engine, hid)
+    assert [(r["action"], r["status"]) for r in rows] == [("drain", "ok"), ("attach", "dry_run")]
