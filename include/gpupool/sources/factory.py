@@ -17,6 +17,7 @@ looked up by Airflow (the task passes its lookup in); outside Airflow it is read
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -117,6 +118,13 @@ def _parse_uri(conn_id: str, value: str) -> Conn:
     """Airflow's URI form ``type://[login[:password]@]host[:port][/schema][?extra]``."""
     if "://" not in value:
         raise ConnectionError_(f"connection {conn_id!r}: expected a URI like type://login:password@host:port/schema")
+    rest = value.split("://", 1)[1]
+    if rest.count("://") == 1 and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", rest.split("://", 1)[0]):
+        # Airflow's host-with-protocol form: type://protocol://[login:password@]host...
+        inner = _parse_uri(conn_id, rest)
+        inner.host = f"{rest.split('://', 1)[0]}://{inner.host}"
+        inner.conn_type = value.split("://", 1)[0].replace("-", "_")
+        return inner
     try:
         parts = urlsplit(value)
     except ValueError:  # e.g. an unbalanced '[' in the netloc
@@ -129,9 +137,7 @@ def _parse_uri(conn_id: str, value: str) -> Conn:
     if "@" in after_authority and "@" not in parts.netloc:
         raise ConnectionError_(f"connection {conn_id!r}: {_MALFORMED}")
     if value.count("://") > 1:
-        # Airflow's host-with-protocol form: type://protocol://host...; no userinfo before it
-        raise ConnectionError_(f"connection {conn_id!r}: a host with its own protocol is not supported here; "
-                               "give the protocol as the connection type (http://, https://)")
+        raise ConnectionError_(f"connection {conn_id!r}: {_MALFORMED}")
     try:
         port = parts.port
     except ValueError:

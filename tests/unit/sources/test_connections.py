@@ -42,6 +42,17 @@ def test_percent_encoded_userinfo_is_decoded():
     assert parse_connection("prom", "http://admin:p@ss@host:1/").password == "p@ss"
 
 
+def test_airflows_host_with_protocol_form():
+    c = parse_connection("prom", "prometheus://https://admin:Sup3r%2FS3cretFAKE@prom.example:9443/api")
+    assert (c.conn_type, c.host, c.port, c.password) == ("prometheus", "https://prom.example", 9443, "Sup3r/S3cretFAKE")
+    assert c.url() == "https://prom.example:9443/api"
+    for bad in ("prometheus://https://admin:Sup3r/S3cretFAKE@prom.example:9443/",
+                "prometheus://admin:Sup3r@https://prom.example", "a://b://c://d"):
+        with pytest.raises(ConnectionError_, match="malformed URI") as err:
+            parse_connection("prom", bad)
+        assert _clean(str(err.value))
+
+
 @pytest.mark.parametrize("value, why", [
     ("http://admin:x@127.0.0.1:port9504/", "port is not a number"),
     ("http://127.0.0.1:99999/", "port is not a number"),
