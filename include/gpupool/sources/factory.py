@@ -1,8 +1,10 @@
-"""Configuration + connection -> a source object.
+"""Connections (Airflow's URI and JSON forms, Airflow's own lookup) and connection -> a source.
 
 A platform's `conn_id` names an Airflow connection. Inside a DAG task the connection is
 looked up by Airflow (the task passes its lookup in); outside Airflow it is read from
-`AIRFLOW_CONN_<CONN_ID>` in the environment, as an Airflow URI or JSON. Connection fields:
+`AIRFLOW_CONN_<CONN_ID>` in the environment, as an Airflow URI or JSON. The one lookup is
+`gpupool.platforms.platform_connection`: sources and actuators share it. No error here quotes
+any part of a connection. Connection fields the sources read:
 
     slurm       host/port/schema = Prometheus URL; password = bearer token (login+password =
                 basic auth); extra: slurm_conf, restd_url, restd_token, cluster, verify,

@@ -7,7 +7,6 @@ it; `usage` for a window raises, because no history exists to recover.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from types import ModuleType
 from typing import Any
