@@ -4,7 +4,9 @@
 A node that is being moved drains at its source platform between the hourly pipeline runs.
 Every five minutes this DAG advances each open handover by one safe step
 (`planned → releasing → released → attaching → done`), times out stuck ones, and writes every
-command to `action_audit` before it is sent. It shares the one-slot `gpupool_actuation` pool
+command to `action_audit` before it is sent. A handover that fails or times out gets gpupool's
+hold lifted (or the node sent back) and then fails this task, so Airflow alerts; deadlines are
+checked even while `dry_run` is on. It shares the one-slot `gpupool_actuation` pool
 with the pipeline's actuation, so two writers never act on the platforms at once.
 """
 
@@ -27,11 +29,15 @@ from airflow.timetables.interval import CronDataIntervalTimetable
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
 )
 def gpupool_handover():
-    @task(pool="gpupool_actuation")
+    # never retried: a failed handover is settled (hold lifted) and reported by the attempt that
+    # saw it, so a retry would succeed and hide the alert; the next run advances the rest
+    @task(pool="gpupool_actuation", retries=0)
     def advance() -> dict:
+        from airflow.sdk import BaseHook
+
         from gpupool.airflow_glue import advance_from_context
 
-        return advance_from_context(get_current_context())
+        return advance_from_context(get_current_context(), lookup=BaseHook.get_connection)
 
     advance()
 

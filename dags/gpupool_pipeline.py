@@ -97,9 +97,11 @@ def gpupool_pipeline():
 
     @task(pool="gpupool_actuation", retries=0)
     def actuate(window: dict, plan_result: dict) -> dict:
+        from airflow.sdk import BaseHook
+
         from gpupool.airflow_glue import actuate_from_context
 
-        return actuate_from_context(get_current_context(), window, plan_result)
+        return actuate_from_context(get_current_context(), window, plan_result, lookup=BaseHook.get_connection)
 
     window = resolve_window()
     names = selected_platforms()

@@ -60,8 +60,9 @@ def plan_from_context(context: Any, window: dict, platforms: list[str]) -> dict:
     return {"plan_id": result["plan_id"], "moves": len(result["moves"]), "dry_run": dry_run}
 
 
-def actuate_from_context(context: Any, window: dict, plan_result: dict) -> dict:
-    """Turn the plan into handovers. Backfills and stale windows never actuate."""
+def actuate_from_context(context: Any, window: dict, plan_result: dict, lookup=None) -> dict:
+    """Turn the plan into handovers. Backfills and stale windows never actuate. ``lookup`` is
+    Airflow's connection lookup (the same the extract uses). Raises when a handover failed."""
     from gpupool.allocate.service import actuate_plan
 
     ctx = pipeline.Context.load()
@@ -73,7 +74,8 @@ def actuate_from_context(context: Any, window: dict, plan_result: dict) -> dict:
     backfill = is_backfill(context)
     too_old = age_h > ctx.config.limits.max_actuation_age_hours
     dry_run = bool(plan_result.get("dry_run", True)) or backfill or too_old
-    return actuate_plan(ctx, plan_result["plan_id"], dry_run=dry_run, backfill=backfill, allow_evict=ctx.config.limits.allow_evict)
+    return actuate_plan(ctx, plan_result["plan_id"], dry_run=dry_run, backfill=backfill,
+                        allow_evict=ctx.config.limits.allow_evict, lookup=lookup)
 
 
 
@@ -89,13 +91,15 @@ def maintain_from_context(context: Any) -> dict:
     return maintain(ctx.engine, window.end, int(params.get("retention_days", 90)), int(params.get("ahead_days", 3)))
 
 
-def advance_from_context(context: Any) -> dict:
-    """Advance every open handover one safe step; backfills only look, never act."""
+def advance_from_context(context: Any, lookup=None) -> dict:
+    """Advance every open handover one safe step; backfills only look, never act (but a
+    handover past its deadline still gets gpupool's hold lifted). Raises when one failed."""
     from gpupool.allocate.service import advance_handovers
 
     window = pipeline.resolve_window({}, context.get("data_interval_start"), context.get("data_interval_end"))
     ctx = pipeline.Context.load()
     db.upgrade(ctx.engine)
     return advance_handovers(
-        ctx, at=window.end, dry_run=ctx.config.dry_run or is_backfill(context), allow_evict=ctx.config.limits.allow_evict
+        ctx, at=window.end, dry_run=ctx.config.dry_run or is_backfill(context), allow_evict=ctx.config.limits.allow_evict,
+        lookup=lookup,
     )

@@ -66,6 +66,27 @@ class PoolConfig(_Strict):
     #: when no explicit node list is given, every node the sources report is a member
     all_nodes: bool = True
 
+    def node_id(self, platform: str, name: str) -> str:
+        """The pool node id of the machine ``platform`` calls ``name`` (``name`` when unmapped)."""
+        return self._by_platform_name().get((platform, name), name)
+
+    def _by_platform_name(self) -> dict[tuple[str, str], str]:
+        return {(p, alias): n.node for n in self.nodes for p, alias in n.names.items()}
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "PoolConfig":
+        ids = [n.node for n in self.nodes]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"pool node ids must be unique, repeated: {dup}")
+        seen: dict[tuple[str, str], str] = {}
+        for n in self.nodes:
+            for p, alias in n.names.items():
+                if seen.setdefault((p, alias), n.node) != n.node:
+                    raise ValueError(f"platform {p!r} name {alias!r} is given to two pool nodes: "
+                                     f"{seen[(p, alias)]!r} and {n.node!r}")
+        return self
+
 
 class LimitsConfig(_Strict):
     max_moves_per_run: int = Field(default=4, ge=0)

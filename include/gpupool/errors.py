@@ -33,6 +33,14 @@ def is_user_error(exc: BaseException) -> bool:
     except ImportError:
         pass
     try:
+        from gpupool.allocate.actuators.base import ActuationConfigError
+        from gpupool.allocate.handover import HandoverError
+        from gpupool.sources.factory import ConnectionError_
+
+        known += (ConnectionError_, ActuationConfigError, HandoverError)
+    except ImportError:
+        pass
+    try:
         from gpupool.allocate.planner import PlanningError
 
         known += (PlanningError,)

@@ -1,8 +1,15 @@
-"""From a platform's configuration to the source object that extracts from it.
+"""From a platform's configuration to the source that extracts from it and the actuator that
+moves its nodes — the one place that does so, with one connection lookup for both.
 
-The real platforms are reached through their APIs (`gpupool.sources`). The embedded
-default (`kind: simulator`) reads the virtual datacenter's world in process, so
-`make demo` and the DAG tests run with no service at all.
+The real platforms are reached through their APIs (`gpupool.sources`, the actuators in
+`gpupool.allocate.actuators`). A platform's `conn_id` names an Airflow connection: inside a task
+the DAG passes Airflow's own lookup in (`lookup(conn_id)`, so this package never imports
+Airflow); outside Airflow it is `AIRFLOW_CONN_<CONN_ID>` in the environment, as a URI or JSON.
+Errors name the platform and the connection id, never any part of the connection.
+
+The embedded default (`kind: simulator`) reads the virtual datacenter's world in process, so
+`make demo` and the DAG tests run with no service at all; its actuator
+(`gpupool.sim.actuator.WorldActuator`) acts on a World the caller holds.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 from functools import lru_cache
+from typing import Any, Mapping
 
 import pandas as pd
 
@@ -71,11 +79,138 @@ def _embedded_world(start: str, end: str, seed: int):
     return default_world(start, end, seed=seed)
 
 
-def build_source(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None):
+def platform_connection(pcfg: PlatformConfig, lookup=None, env: Mapping[str, str] | None = None):
+    """The connection of one platform (a :class:`gpupool.sources.factory.Conn`).
+
+    ``lookup(conn_id)`` is Airflow's connection lookup inside a task; without it the connection
+    is ``AIRFLOW_CONN_<CONN_ID>`` of ``env`` (default: the process environment). A missing
+    ``conn_id`` or connection, or one that cannot be parsed, raises
+    :class:`~gpupool.sources.factory.ConnectionError_` naming the platform and the id only.
+    """
+    from gpupool.sources.factory import ConnectionError_, lookup_connection
+
+    if not pcfg.conn_id:
+        raise ConnectionError_(f"platform {pcfg.name!r} ({pcfg.kind}) has no conn_id")
+    try:
+        return lookup_connection(pcfg.conn_id, lookup, os.environ if env is None else env)
+    except ConnectionError_ as exc:
+        raise ConnectionError_(f"platform {pcfg.name!r}: {exc}") from None
+
+
+def build_source(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: Mapping[str, str] | None = None):
     """The source object for one configured platform; `lookup(conn_id)` is Airflow's
     connection lookup inside a task, else connections come from the environment."""
     if pcfg.kind == "simulator":
         return EmbeddedWorldSource(pcfg.name, seed=cfg.simulator.seed)
     from gpupool.sources.factory import source_for
 
-    return source_for(pcfg, os.environ, lookup)
+    return source_for(pcfg, platform_connection(pcfg, lookup, env))
+
+
+def build_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: Mapping[str, str] | None = None,
+                   world=None):
+    """The actuator of one configured platform, from the same connection as its source.
+
+    Connection fields the actuators read (besides host/login/password):
+
+    * slurm: ``extra.slurm_conf`` (else ``$SLURM_CONF``), optional ``extra.bin_dir``;
+    * openstack: ``extra.cloud`` (a clouds.yaml entry) or ``host`` (auth URL), ``login``,
+      ``password``, ``extra.project_name``/``user_domain_name``/``project_domain_name``/
+      ``region_name``; ``extra.manage_compute_service`` (default true);
+    * kubernetes: ``extra.kubeconfig`` (+ ``extra.context``), ``extra.in_cluster: true``, or
+      ``host`` + ``password`` (bearer token) + ``extra.ca_cert``/``verify``;
+    * simulator: no connection; ``world`` is the :class:`~gpupool.sim.world.World` to act on
+      (the embedded world is rebuilt on every run, so there is none to act on by default).
+
+    The actuator speaks pool node ids: :func:`with_pool_names` maps them to this platform's own
+    names (``pool.nodes[].names``).
+    """
+    from gpupool.allocate.actuators.base import ActuationConfigError
+
+    if pcfg.kind == "simulator":
+        if world is None:
+            raise ActuationConfigError(
+                f"platform {pcfg.name!r} (simulator): the embedded world is rebuilt on every run; "
+                "pass the World to act on")
+        from gpupool.sim.actuator import WorldActuator
+
+        return with_pool_names(cfg, {pcfg.name: WorldActuator(world, pcfg.name)})[pcfg.name]
+    conn = platform_connection(pcfg, lookup, env)
+    env = os.environ if env is None else env
+    x = conn.extra
+    if pcfg.kind == "slurm":
+        from gpupool.allocate.actuators.slurm import SlurmActuator
+
+        conf = x.get("slurm_conf") or env.get("SLURM_CONF")
+        if not conf:
+            raise ActuationConfigError(
+                f"platform {pcfg.name!r}: no slurm_conf in connection {pcfg.conn_id!r} and no SLURM_CONF")
+        act = SlurmActuator(pcfg.name, slurm_conf=conf, bin_dir=x.get("bin_dir"))
+    elif pcfg.kind == "openstack":
+        import openstack
+
+        if x.get("cloud"):
+            os_conn = openstack.connect(cloud=x["cloud"])
+        else:
+            os_conn = openstack.connect(
+                auth_url=conn.url(), username=conn.login, password=conn.password,
+                project_name=x.get("project_name"), user_domain_name=x.get("user_domain_name", "Default"),
+                project_domain_name=x.get("project_domain_name", "Default"),
+                region_name=x.get("region_name"), load_envvars=False, load_yaml_config=False,
+            )
+        from gpupool.allocate.actuators.openstack import OpenStackActuator
+
+        act = OpenStackActuator(os_conn, pcfg.name, manage_compute_service=_flag(x.get("manage_compute_service", True)))
+    elif pcfg.kind == "kubernetes":
+        from kubernetes import client, config as kconfig
+
+        from gpupool.allocate.actuators.kubernetes import KubernetesActuator
+
+        if _flag(x.get("in_cluster", False)):
+            kconfig.load_incluster_config()
+            api = client.ApiClient()
+        elif x.get("kubeconfig"):
+            api = kconfig.new_client_from_config(config_file=x.get("kubeconfig"), context=x.get("context"))
+        else:
+            kc = client.Configuration()
+            kc.host = conn.url("https")
+            if conn.password:
+                kc.api_key = {"authorization": conn.password}
+                kc.api_key_prefix = {"authorization": "Bearer"}
+            kc.ssl_ca_cert = x.get("ca_cert")
+            kc.verify_ssl = _flag(x.get("verify", True))
+            api = client.ApiClient(kc)
+        act = KubernetesActuator(api, pcfg.name)
+    else:  # pragma: no cover - PlatformKind is closed
+        raise ActuationConfigError(f"platform {pcfg.name!r}: no actuator for kind {pcfg.kind!r}")
+    return with_pool_names(cfg, {pcfg.name: act})[pcfg.name]
+
+
+def build_actuators(cfg: GpupoolConfig, platforms: list[str] | None = None, lookup=None,
+                    env: Mapping[str, str] | None = None, world=None) -> dict:
+    """Actuators of the platforms configured with ``actuation: true`` (of ``platforms`` if
+    given). Simulator platforms get one only when ``world`` is given."""
+    out = {}
+    for p in cfg.platforms:
+        if platforms is not None and p.name not in platforms:
+            continue
+        if not p.actuation or (p.kind == "simulator" and world is None):
+            continue
+        out[p.name] = build_actuator(p, cfg, lookup, env, world)
+    return out
+
+
+def with_pool_names(cfg: GpupoolConfig, actuators: Mapping[str, Any]) -> dict:
+    """Wrap each actuator so that it takes pool node ids and speaks to its platform in the
+    platform's own node names (``pool.nodes[].names``). Already wrapped ones are left as they are."""
+    from gpupool.allocate.actuators.base import NamedActuator
+
+    out = {}
+    for platform, act in actuators.items():
+        names = {n.node: n.names[platform] for n in cfg.pool.nodes if n.names.get(platform, n.node) != n.node}
+        out[platform] = NamedActuator(act, names) if names and not isinstance(act, NamedActuator) else act
+    return out
+
+
+def _flag(value: Any) -> bool:
+    return str(value).strip().lower() not in ("false", "0", "no", "off", "")

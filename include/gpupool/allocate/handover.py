@@ -25,8 +25,20 @@ Safety rules, enforced here and re-checked by every actuator:
   then marked ``ok`` or ``failed`` with the answer; all commands are idempotent, so a command
   whose outcome is unknown is simply sent again by the next run;
 * a platform API that fails leaves the handover in its state with the error recorded: the next
-  run resumes it; past its ``deadline`` a handover still on its source is rolled back (the
-  source's hold lifted) and one already attaching is marked ``failed`` for an operator;
+  run resumes it;
+* the target must know the node (and not be held there by someone else) *before* the source
+  is drained: otherwise the handover fails with nothing sent;
+* a handover that fails or passes its ``deadline`` never leaves the node held by gpupool:
+  while nothing was sent to the target, gpupool's own hold at the source is lifted; once the
+  target was touched, a reverse handover sends the node back the same safe way. Either way
+  the handover ends ``rolled_back`` with its error saying what failed, the step is in
+  ``action_audit``, and :func:`advance_all` reports it under ``failed`` so the caller fails
+  the task (:class:`HandoverFailed`) and Airflow alerts. When lifting the hold itself fails the
+  handover stays ``failed`` and the next run tries again (and fails the task again);
+* deadlines of live handovers are checked even in a dry-run pass, and gpupool's own holds
+  lifted there: lifting gpupool's hold only gives a node back to the platform it came from,
+  the safe direction. A dry-run pass never drains nor attaches, so a handover whose target was
+  touched is only flagged then;
 * gpupool never lifts a hold it did not place (reasons start with ``gpupool:``): such a node
   fails the handover and is left exactly as found;
 * a ``dry_run`` handover writes the audit rows of every command it would send (status
@@ -78,6 +90,18 @@ class HandoverError(ValueError):
 
 class HandoverConflict(HandoverError):
     """The node already has a handover that is open or failed."""
+
+
+class HandoverFailed(RuntimeError):
+    """Handovers failed or timed out in this run (their nodes' holds lifted or being sent back
+    where gpupool could); raised after every other handover was processed, so the task fails
+    and Airflow alerts. ``report`` is :func:`advance_all`'s report."""
+
+    def __init__(self, report: dict[str, Any]):
+        self.report = report
+        items = "; ".join(f"#{f['id']} {f['node']} {f['from']} -> {f['to']}: {f['state']}: {f['error']}"
+                          for f in report.get("failed", []))
+        super().__init__(f"{len(report.get('failed', []))} handover(s) failed: {items}")
 
 
 @dataclass(frozen=True)
@@ -296,25 +320,52 @@ def advance_all(
 
     Each handover takes at most ``max_steps`` transitions and stops at the first wait (the
     source still busy, a MIG re-layout in progress) or failure. ``dry_run`` handovers are
-    completed on paper. With ``dry_run=True`` nothing is sent at all: live handovers are left
-    untouched (and reported as skipped). ``allow_evict`` lets actuators that can evict (the
-    Kubernetes Eviction API) ask running GPU work to leave; otherwise release waits for it.
+    completed on paper. With ``dry_run=True`` nothing is drained or attached: live handovers
+    are skipped (and reported so) — except that their deadlines are still checked and
+    gpupool's own hold at the source lifted when one has passed or the handover failed (see
+    the module's safety rules). ``allow_evict`` lets actuators that can evict (the Kubernetes
+    Eviction API) ask running GPU work to leave; otherwise release waits for it.
 
-    Returns ``{"handovers": [{id, node, from, to, before, state, error}], "skipped": [ids]}``.
+    Returns ``{"handovers": [{id, node, from, to, before, state, error}], "skipped": [ids],
+    "failed": [...]}``; ``failed`` lists the handovers that failed or timed out in this pass
+    or are still failed, for the caller to raise :class:`HandoverFailed` on.
     """
     at = _utc(at)
-    report: dict[str, Any] = {"at": at.isoformat(), "handovers": [], "skipped": []}
-    for h in sorted(list_handovers(engine, OPEN_STATES), key=lambda x: x.id):
+    report: dict[str, Any] = {"at": at.isoformat(), "handovers": [], "skipped": [], "failed": []}
+    for h in sorted(list_handovers(engine, BLOCKING_STATES), key=lambda x: x.id):
         if h.dry_run:
+            if h.state == FAILED:
+                continue
             after = _complete_on_paper(engine, h, actuators, at)
         elif dry_run:
-            report["skipped"].append(h.id)
-            continue
+            if h.state != FAILED and not _past_deadline(h, at):
+                report["skipped"].append(h.id)
+                continue
+            why = f"timed out in state {h.state}" if h.state != FAILED else None
+            after = _settle(engine, h, actuators, at, may_send_back=False, why=why)
+        elif h.state == FAILED:
+            after = _settle(engine, h, actuators, at, may_send_back=True)
         else:
             after = advance_one(engine, h, actuators, at, allow_evict=allow_evict, max_steps=max_steps)
-        report["handovers"].append({"id": h.id, "node": h.node, "from": h.from_platform, "to": h.to_platform,
-                                    "before": h.state, "state": after.state, "error": after.error})
+        entry = {"id": h.id, "node": h.node, "from": h.from_platform, "to": h.to_platform,
+                 "before": h.state, "state": after.state, "error": after.error}
+        report["handovers"].append(entry)
+        if _failed(h, after, at):
+            report["failed"].append(entry)
     return report
+
+
+def _past_deadline(h: Handover, at: datetime) -> bool:
+    return h.deadline is not None and at >= h.deadline
+
+
+def _failed(before: Handover, after: Handover, at: datetime) -> bool:
+    """Whether this pass left ``after`` failed, or ended it by a failure or a timeout."""
+    if after.state == FAILED:
+        return True
+    if after.state == ROLLED_BACK and before.state != ROLLED_BACK:
+        return True  # advance_all only rolls back on failure or deadline
+    return after.state in OPEN_STATES and _past_deadline(after, at)  # nothing could be done
 
 
 def advance_one(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime,
@@ -324,10 +375,12 @@ def advance_one(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], 
     src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
     missing = [p for p, a in ((h.from_platform, src), (h.to_platform, dst)) if a is None]
     if missing:
-        return _set(engine, h, at, error=f"no actuator for platform(s) {missing}; waiting")
+        late = "; past its deadline" if _past_deadline(h, at) else ""
+        return _set(engine, h, at, error=f"no actuator for platform(s) {missing}; waiting{late}")
     try:
-        if h.deadline is not None and at >= h.deadline and h.state in OPEN_STATES:
-            return _time_out(engine, h, src, dst, at)
+        if _past_deadline(h, at) and h.state in OPEN_STATES:
+            return _settle(engine, h, actuators, at, may_send_back=True,
+                           why=f"timed out in state {h.state}")
         for _ in range(max_steps):
             nxt = _step(engine, h, src, dst, at, allow_evict)
             if nxt is None:
@@ -335,11 +388,13 @@ def advance_one(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], 
             h = nxt
             if h.state not in OPEN_STATES:
                 break
-        return h
     except ForeignHoldError as exc:
-        return _set(engine, h, at, state=FAILED, error=f"left alone: {exc}")
+        h = _set(engine, h, at, state=FAILED, error=f"left alone: {exc}")
     except ActuationError as exc:
         return _set(engine, h, at, error=f"will retry: {exc}")
+    if h.state == FAILED:
+        return _settle(engine, h, actuators, at, may_send_back=True)
+    return h
 
 
 def _step(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetime, allow_evict: bool) -> Handover | None:
@@ -349,6 +404,12 @@ def _step(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetim
         st = src.owner_state(node)
         if not st.present:
             return _set(engine, h, at, state=FAILED, error=f"{h.from_platform} does not know node {node!r}")
+        # the target must be able to take the node before the source lets it go
+        st_t = dst.owner_state(node)
+        if not st_t.present and not dst.attach_brings_node:
+            return _set(engine, h, at, state=FAILED,
+                        error=f"{h.to_platform} does not know node {node!r}; nothing sent to {h.from_platform}")
+        dst.refuse_foreign(st_t, "attach")
         src.refuse_foreign(st, "release")
         return _set(engine, h, at, state=RELEASING, error=None)
     if h.state == RELEASING:
@@ -397,20 +458,59 @@ def _step(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetim
     return None
 
 
-def _time_out(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetime) -> Handover:
-    """Past the deadline: give the node back to its source, or flag it when it is half attached."""
-    if h.state in _SOURCE_SIDE and not _target_touched(engine, h):
-        _lift_source_hold(engine, h, src)
-        return _set(engine, h, at, state=ROLLED_BACK, error=f"timed out in state {h.state}; returned to {h.from_platform}")
-    return _set(engine, h, at, state=FAILED, error=f"timed out in state {h.state}; needs `gpupool rollback {h.id}`")
+def _settle(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime,
+            may_send_back: bool, why: str | None = None) -> Handover:
+    """A failed or timed-out live handover: never leave the node held by gpupool.
+
+    Nothing sent to the target yet: lift gpupool's own hold at the source (only a hold whose
+    reason is gpupool's) and end ``rolled_back``. Target touched: open a reverse handover that
+    sends the node back (only when ``may_send_back``: a dry-run pass sends no drain), else stay
+    ``failed``. A lift that fails keeps the handover ``failed``; the next run tries again.
+    """
+    why = why or (h.error or f"failed in state {h.state}")
+    src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
+    if not _target_touched(engine, h):
+        if src is None:
+            return _set(engine, h, at, state=FAILED,
+                        error=f"{why}; no actuator for {h.from_platform} to lift gpupool's hold")
+        try:
+            lifted = _lift_source_hold(engine, h, src)
+        except ActuationError as exc:
+            return _set(engine, h, at, state=FAILED,
+                        error=f"{why}; lifting gpupool's hold at {h.from_platform} failed, retried next run: {exc}")
+        done = f"gpupool's hold at {h.from_platform} lifted" if lifted else f"nothing of gpupool's held at {h.from_platform}"
+        return _set(engine, h, at, state=ROLLED_BACK, error=f"{why}; {done}")
+    if not may_send_back or (h.reason or "").startswith("rollback of handover"):
+        note = "dry run: not sent back" if not may_send_back else "a rollback that failed"
+        return _set(engine, h, at, state=FAILED, error=f"{why}; {note}; needs `gpupool rollback {h.id}`")
+    rid = _open_reverse(engine, h, at, DEFAULT_TIMEOUT, f"{why}; sent back")
+    if src is not None and dst is not None:
+        advance_one(engine, get_handover(engine, rid), actuators, at)
+    return get_handover(engine, h.id)
 
 
-def _lift_source_hold(engine: Engine, h: Handover, src: Actuator) -> None:
+def _lift_source_hold(engine: Engine, h: Handover, src: Actuator) -> bool:
     """Re-open the node at its source, when (and only when) gpupool's hold is on it."""
     st = src.owner_state(h.node)
     if st.held_by_gpupool:
         for cmd in src.attach_commands(h.node):
             send_audited(engine, h.id, src, cmd, dry_run=False)
+        return True
+    return False
+
+
+def _open_reverse(engine: Engine, h: Handover, at: datetime, timeout: timedelta, error: str) -> int:
+    """Close ``h`` as rolled back and open its reverse target -> source, atomically."""
+    with engine.begin() as conn:
+        _lock_node(conn, h.node)
+        conn.execute(handover.update().where(handover.c.id == h.id).values(
+            state=ROLLED_BACK, error=f"{error}: reverse handover opened", updated_at=at))
+        _refuse_blocking(conn, h.node)
+        return int(conn.execute(handover.insert().values(
+            node=h.node, from_platform=h.to_platform, to_platform=h.from_platform, state=PLANNED,
+            plan_id=None, reason=f"rollback of handover #{h.id}", error=None, dry_run=False,
+            created_at=at, updated_at=at, deadline=at + timeout,
+        )).inserted_primary_key[0])
 
 
 def _complete_on_paper(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime) -> Handover:
@@ -467,22 +567,35 @@ def rollback(
       node leaves the target the same safe way it came (drain, wait until empty, attach).
 
     ``at`` defaults to now (an operator's command). A dry-run handover is just closed.
+
+    With ``dry_run`` nothing is sent and no state changes: the commands the rollback would send
+    are written to ``action_audit`` with status ``dry_run`` and returned under ``would_send``.
     """
     at = _utc(at) if at is not None else _wall()
     h = get_handover(engine, handover_id)
     if h.state == ROLLED_BACK:
         raise HandoverError(f"handover #{h.id} is already rolled back")
     if h.dry_run or h.state == PLANNED:
+        if dry_run:
+            return {"id": h.id, "state": h.state, "action": "would close it (nothing was sent)", "would_send": [],
+                    "dry_run": True}
         _set(engine, h, at, state=ROLLED_BACK, error="rolled back before anything was sent")
         return {"id": h.id, "state": ROLLED_BACK, "action": "closed"}
     src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
     if not _target_touched(engine, h) and h.state in _SOURCE_SIDE + (FAILED,):
+        if dry_run:
+            if src is None:
+                cmds = [Command(h.from_platform, h.node, "attach",
+                                {"note": "no actuator for this platform: described, not built; "
+                                         "lifts gpupool's hold only if the reason is gpupool's"})]
+            else:
+                cmds = src.attach_commands(h.node) if src.owner_state(h.node).held_by_gpupool else []
+            for cmd in cmds:
+                send_audited(engine, h.id, None, cmd, dry_run=True)
+            return {"id": h.id, "state": h.state, "action": "would return the node to its source",
+                    "would_send": [asdict(c) for c in cmds], "dry_run": True}
         if src is None:
             raise HandoverError(f"handover #{h.id}: no actuator for {h.from_platform} to lift the hold")
-        if dry_run:
-            for cmd in src.attach_commands(h.node) if src.owner_state(h.node).held_by_gpupool else []:
-                send_audited(engine, h.id, None, cmd, dry_run=True)
-            return {"id": h.id, "state": h.state, "action": "would return the node to its source"}
         try:
             _lift_source_hold(engine, h, src)
         except ActuationError as exc:
@@ -491,20 +604,21 @@ def rollback(
         _set(engine, h, at, state=ROLLED_BACK, error=f"rolled back from {h.state}")
         return {"id": h.id, "state": ROLLED_BACK, "action": f"returned to {h.from_platform}"}
     if dry_run:
-        return {"id": h.id, "state": h.state, "action": f"would open a reverse handover {h.to_platform} -> {h.from_platform}"}
-    with engine.begin() as conn:  # close this one and open its reverse atomically
-        _lock_node(conn, h.node)
-        conn.execute(handover.update().where(handover.c.id == h.id).values(
-            state=ROLLED_BACK, error=f"rolled back from {h.state}: reverse handover opened", updated_at=at))
-        _refuse_blocking(conn, h.node)
-        rid = conn.execute(handover.insert().values(
-            node=h.node, from_platform=h.to_platform, to_platform=h.from_platform, state=PLANNED,
-            plan_id=None, reason=f"rollback of handover #{h.id}", error=None, dry_run=False,
-            created_at=at, updated_at=at, deadline=at + timeout,
-        )).inserted_primary_key[0]
+        reason = moving_reason(h.from_platform)
+        if dst is None:
+            cmds = [Command(h.to_platform, h.node, "release",
+                            {"reason": reason, "note": "no actuator for this platform: described, not built"})]
+        else:
+            cmds = dst.release_commands(h.node, reason)
+        for cmd in cmds:
+            send_audited(engine, h.id, None, cmd, dry_run=True)
+        return {"id": h.id, "state": h.state,
+                "action": f"would open a reverse handover {h.to_platform} -> {h.from_platform}",
+                "would_send": [asdict(c) for c in cmds], "dry_run": True}
+    rid = _open_reverse(engine, h, at, timeout, f"rolled back from {h.state}")
     if src is not None and dst is not None:
-        advance_one(engine, get_handover(engine, int(rid)), actuators, at)
-    return {"id": h.id, "state": ROLLED_BACK, "action": "reverse handover opened", "reverse_id": int(rid)}
+        advance_one(engine, get_handover(engine, rid), actuators, at)
+    return {"id": h.id, "state": ROLLED_BACK, "action": "reverse handover opened", "reverse_id": rid}
 
 
 # ------------------------------------------------------------------------------------ helpers

@@ -51,18 +51,12 @@ import pandas as pd
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.special import ndtr, ndtri
 
+from gpupool import mig
 from gpupool.allocate.policy import Policy
 
-#: MIG profile -> slices of that profile one GPU holds (A100/H100/H200 families)
-SLICES_PER_GPU: dict[str, int] = {
-    "1g.5gb": 7, "1g.10gb": 7, "1g.12gb": 7, "1g.18gb": 7, "1g.20gb": 4, "1g.24gb": 4,
-    "2g.10gb": 3, "2g.20gb": 3, "2g.24gb": 3, "2g.35gb": 3,
-    "3g.20gb": 2, "3g.40gb": 2, "3g.47gb": 2, "3g.71gb": 2,
-    "4g.20gb": 1, "4g.40gb": 1, "4g.47gb": 1, "4g.71gb": 1,
-    "7g.40gb": 1, "7g.80gb": 1, "7g.94gb": 1, "7g.141gb": 1,
-}
-#: layouts in which a MIG-capable node serves whole GPUs
-WHOLE_LAYOUTS = (None, "", "all-disabled")
+#: the MIG table lives in gpupool.mig; re-exported here for the planner's callers
+SLICES_PER_GPU = mig.SLICES_PER_GPU
+WHOLE_LAYOUTS = mig.WHOLE_LAYOUTS
 GPU_UNIT = "gpu"
 
 _BOUND_PENALTY = 1e4  # per node outside a platform's min/max: above any realistic demand gain
@@ -206,7 +200,7 @@ def ideal_layout(node: NodeRecord, unit: str) -> str | None:
     """The MIG layout that serves ``unit`` best on ``node`` (unchanged for a non-MIG node)."""
     if not node.mig_capable:
         return node.mig_layout
-    return "all-disabled" if unit == GPU_UNIT else f"all-{unit}"
+    return mig.uniform_layout(None if unit == GPU_UNIT else unit)
 
 
 def node_capacity(node: NodeRecord, unit: str, layout: str | None) -> float:
@@ -217,7 +211,7 @@ def node_capacity(node: NodeRecord, unit: str, layout: str | None) -> float:
     """
     if layout in WHOLE_LAYOUTS or not node.mig_capable:
         return float(node.gpus)
-    profile = layout[4:] if layout.startswith("all-") else layout
+    profile = mig.layout_profile(layout)
     if profile not in SLICES_PER_GPU:
         return 0.0
     if unit == GPU_UNIT:

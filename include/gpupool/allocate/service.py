@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
@@ -31,24 +30,13 @@ import sqlalchemy as sa
 from scipy.special import ndtri
 from sqlalchemy.engine import Engine
 
+from gpupool import mig
 from gpupool.allocate import handover as ho
-from gpupool.allocate.actuators.base import Actuator, Command, is_gpupool_reason
+from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason
 from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.allocate.policy import Policy
 from gpupool.staging import reads
 from gpupool.staging.schema import action_audit, allocation_plan, handover
-
-#: GPU models that can be partitioned with MIG
-MIG_MODELS = ("A100", "A30", "H100", "H200", "H20", "B200", "GB200")
-
-
-class ActuationConfigError(ValueError):
-    """A platform set to actuate whose connection cannot be turned into an actuator."""
-
-
-def _is_mig_capable(model: str | None) -> bool:
-    return any(tag in (model or "").upper() for tag in MIG_MODELS)
-
 
 def _utc(ts: Any) -> pd.Timestamp:
     t = pd.Timestamp(ts)
@@ -85,8 +73,12 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
     handover is open, the handover's target. A node another tool drained at its owner is left
     out of the pool (it serves nobody and gpupool must not touch it). Nodes outside an explicit
     ``pool.nodes`` list are fixed capacity (planned as in a handover: they never move).
+    Inventory rows carry each platform's own node name; with ``config`` they are mapped back to
+    pool node ids (``pool.nodes[].names``) so one machine is one node.
     """
     inv = reads.read_inventory(engine, at, platforms)
+    if config is not None:  # each platform reports its own name of a machine: plan on pool ids
+        inv = inv.assign(node=[config.pool.node_id(p, n) for p, n in zip(inv["platform"], inv["node"])])
     open_h = {h.node: h for h in ho.list_handovers(engine, ho.BLOCKING_STATES) if not h.dry_run}
     last_move = reads.last_moves(engine, ho.DONE)
     members = None
@@ -126,7 +118,7 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
             busy_gpus=0.0 if busy is None or pd.isna(busy) else min(float(busy), float(gpus)),
             in_handover=h is not None or (members is not None and name not in members),
             last_moved_at=last_move.get(name),
-            mig_capable=_is_mig_capable(owner_row.get("gpu_model")),
+            mig_capable=mig.is_mig_capable(owner_row.get("gpu_model")),
             mig_layout=layout if isinstance(layout, str) else None,
         ))
     return nodes, excluded
@@ -218,84 +210,25 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
 # ------------------------------------------------------------------------------------ actuators
 
 
-def _connection(conn_id: str | None, env: Mapping[str, str]) -> dict[str, Any] | None:
-    """An Airflow connection from ``AIRFLOW_CONN_<ID>`` (JSON form), or None."""
-    if not conn_id:
-        return None
-    raw = env.get(f"AIRFLOW_CONN_{conn_id.upper()}")
-    if not raw:
-        return None
-    try:
-        conn = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ActuationConfigError(
-            f"connection {conn_id}: give AIRFLOW_CONN_{conn_id.upper()} in Airflow's JSON form ({exc})") from exc
-    extra = conn.get("extra") or {}
-    if isinstance(extra, str):
-        extra = json.loads(extra) if extra else {}
-    conn["extra"] = extra
-    return conn
-
-
-def build_actuators(config, platforms: list[str] | None = None, env: Mapping[str, str] | None = None) -> dict[str, Actuator]:
+def build_actuators(config, platforms: list[str] | None = None, env: Mapping[str, str] | None = None,
+                    lookup=None) -> dict[str, Actuator]:
     """Actuators of the platforms configured with ``actuation: true`` (never simulator ones).
 
-    Connections come from ``AIRFLOW_CONN_<CONN_ID>`` in Airflow's JSON form:
-
-    * slurm: ``extra.slurm_conf`` (else ``$SLURM_CONF``), optional ``extra.bin_dir``;
-    * openstack: ``extra.cloud`` (a clouds.yaml entry) or ``host`` (auth URL), ``login``,
-      ``password``, ``extra.project_name``/``user_domain_name``/``project_domain_name``/
-      ``region_name``; ``extra.manage_compute_service`` (default true);
-    * kubernetes: ``extra.kubeconfig`` (+ ``extra.context``) or ``extra.in_cluster: true``.
-
-    A platform set to actuate whose connection is missing raises :class:`ActuationConfigError`.
+    Built by :func:`gpupool.platforms.build_actuators` from the same connection lookup as the
+    sources: Airflow's (``lookup``) inside a task, else ``AIRFLOW_CONN_<CONN_ID>`` (URI or JSON).
+    A platform set to actuate whose connection is missing or unusable raises a one-line error
+    naming the platform and the connection id.
     """
-    env = os.environ if env is None else env
-    out: dict[str, Actuator] = {}
-    for p in config.platforms:
-        if platforms is not None and p.name not in platforms:
-            continue
-        if not p.actuation or p.kind == "simulator":
-            continue
-        conn = _connection(p.conn_id, env)
-        extra = (conn or {}).get("extra", {})
-        if p.kind == "slurm":
-            from gpupool.allocate.actuators.slurm import SlurmActuator
+    from gpupool.platforms import build_actuators as _build
 
-            conf = extra.get("slurm_conf") or env.get("SLURM_CONF")
-            if not conf:
-                raise ActuationConfigError(f"platform {p.name}: no slurm_conf in connection {p.conn_id} and no SLURM_CONF")
-            out[p.name] = SlurmActuator(p.name, slurm_conf=conf, bin_dir=extra.get("bin_dir"))
-        elif p.kind == "openstack":
-            if conn is None:
-                raise ActuationConfigError(f"platform {p.name}: connection {p.conn_id} not found")
-            import openstack
+    return _build(config, platforms, lookup=lookup, env=env)
 
-            if extra.get("cloud"):
-                os_conn = openstack.connect(cloud=extra["cloud"])
-            else:
-                os_conn = openstack.connect(
-                    auth_url=conn.get("host"), username=conn.get("login"), password=conn.get("password"),
-                    project_name=extra.get("project_name"), user_domain_name=extra.get("user_domain_name", "Default"),
-                    project_domain_name=extra.get("project_domain_name", "Default"),
-                    region_name=extra.get("region_name"), load_envvars=False, load_yaml_config=False,
-                )
-            from gpupool.allocate.actuators.openstack import OpenStackActuator
 
-            out[p.name] = OpenStackActuator(os_conn, p.name,
-                                            manage_compute_service=bool(extra.get("manage_compute_service", True)))
-        elif p.kind == "kubernetes":
-            from kubernetes import client, config as kconfig
+def _named(config, actuators: Mapping[str, Actuator]) -> dict[str, Actuator]:
+    """The actuators, taking pool node ids (see :func:`gpupool.platforms.with_pool_names`)."""
+    from gpupool.platforms import with_pool_names
 
-            from gpupool.allocate.actuators.kubernetes import KubernetesActuator
-
-            if extra.get("in_cluster"):
-                kconfig.load_incluster_config()
-                api = client.ApiClient()
-            else:
-                api = kconfig.new_client_from_config(config_file=extra.get("kubeconfig"), context=extra.get("context"))
-            out[p.name] = KubernetesActuator(api, p.name)
-    return out
+    return with_pool_names(config, actuators)
 
 
 # ------------------------------------------------------------------------------------ actuation
@@ -307,13 +240,18 @@ def _live_platforms(config) -> set[str]:
 
 def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False,
                  actuators: Mapping[str, Actuator] | None = None, at: datetime | None = None,
-                 allow_evict: bool = False) -> dict[str, Any]:
+                 allow_evict: bool = False, lookup=None) -> dict[str, Any]:
     """Open the handovers of plan ``plan_id`` and advance every open handover.
 
     ``at`` (default: the plan's decision time) is the logical time of this run. A plan older
     than ``limits.max_actuation_age_hours`` at ``at`` opens nothing (its inventory is stale);
     open handovers are still advanced. Moves whose node already has a handover are skipped and
     reported. Returns ``{"plan_id", "live", "opened": [...], "skipped": [...], "advance": {...}}``.
+
+    Raises :class:`~gpupool.allocate.handover.HandoverFailed` after everything was processed
+    when a handover failed or timed out (its node's hold lifted or the node sent back where
+    gpupool could), so the Airflow task fails and alerts. ``lookup`` is Airflow's connection
+    lookup (inside a task).
     """
     engine = ctx.engine
     with engine.connect() as conn:
@@ -330,8 +268,7 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
                 "note": "backfill run: nothing sent, nothing opened"}
     live_ok = (not dry_run) and (not ctx.config.dry_run)
     live_platforms = _live_platforms(ctx.config)
-    if actuators is None:
-        actuators = build_actuators(ctx.config) if live_ok else {}
+    actuators = _actuators_for(ctx, at, live_ok, actuators, lookup)
     lim = ctx.config.limits
     timeout = timedelta(hours=lim.max_actuation_age_hours) if lim.max_actuation_age_hours > 0 else ho.DEFAULT_TIMEOUT
     opened, skipped = [], []
@@ -357,16 +294,46 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
             continue
         opened.append({"id": hid, "node": node, "from": src, "to": dst, "dry_run": not live})
     advance = ho.advance_all(engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
-    return {"plan_id": plan_id, "live": live_ok, "opened": opened, "skipped": skipped, "advance": advance}
+    out = {"plan_id": plan_id, "live": live_ok, "opened": opened, "skipped": skipped, "advance": advance}
+    if advance["failed"]:
+        raise ho.HandoverFailed(advance)
+    return out
 
 
 def advance_handovers(ctx, at: datetime, dry_run: bool = True, actuators: Mapping[str, Actuator] | None = None,
-                      allow_evict: bool = False) -> dict[str, Any]:
-    """Advance every open handover (the short-interval handover DAG's one task)."""
+                      allow_evict: bool = False, lookup=None) -> dict[str, Any]:
+    """Advance every open handover (the short-interval handover DAG's one task).
+
+    In a dry run live handovers are not moved, but their deadlines are checked and gpupool's
+    own holds lifted (see :mod:`gpupool.allocate.handover`). Raises
+    :class:`~gpupool.allocate.handover.HandoverFailed` after processing all of them when one
+    failed or timed out, so the task fails and Airflow alerts.
+    """
+    at = _utc(at).to_pydatetime()
     live_ok = (not dry_run) and (not ctx.config.dry_run)
+    actuators = _actuators_for(ctx, at, live_ok, actuators, lookup)
+    report = ho.advance_all(ctx.engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
+    if report["failed"]:
+        raise ho.HandoverFailed(report)
+    return report
+
+
+def _actuators_for(ctx, at: datetime, live_ok: bool, actuators: Mapping[str, Actuator] | None,
+                   lookup) -> dict[str, Actuator]:
+    """The actuators this pass needs, taking pool node ids.
+
+    A live pass builds every actuating platform's. A dry-run pass builds only those of platforms
+    with a live handover that failed or passed its deadline: it may lift gpupool's hold there.
+    """
     if actuators is None:
-        actuators = build_actuators(ctx.config) if live_ok else {}
-    return ho.advance_all(ctx.engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
+        if live_ok:
+            actuators = build_actuators(ctx.config, lookup=lookup)
+        else:
+            need = sorted({p for h in ho.list_handovers(ctx.engine, ho.BLOCKING_STATES) if not h.dry_run
+                           and (h.state == ho.FAILED or (h.deadline is not None and _utc(at) >= _utc(h.deadline)))
+                           for p in (h.from_platform, h.to_platform)})
+            actuators = build_actuators(ctx.config, need, lookup=lookup) if need else {}
+    return _named(ctx.config, actuators)
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -408,12 +375,25 @@ def format_handovers(rows: list[dict[str, Any]]) -> str:
 
 
 def rollback_handover(ctx, handover_id: int, actuators: Mapping[str, Actuator] | None = None,
-                      at: datetime | None = None, dry_run: bool = False) -> dict[str, Any]:
-    """``gpupool rollback ID``: undo a handover (see :func:`gpupool.allocate.handover.rollback`)."""
+                      at: datetime | None = None, dry_run: bool = False, lookup=None) -> dict[str, Any]:
+    """``gpupool rollback ID``: undo a handover (see :func:`gpupool.allocate.handover.rollback`).
+
+    ``dry_run: true`` in the configuration makes it a dry run too: what would be sent is
+    returned and audited as ``dry_run``, nothing is sent. A dry run whose platforms' actuators
+    cannot be built describes the commands instead of building them.
+    """
+    from gpupool.sources.factory import ConnectionError_
+
+    dry_run = bool(dry_run) or ctx.config.dry_run
     h = ho.get_handover(ctx.engine, handover_id)
     if actuators is None:
-        actuators = {} if h.dry_run else build_actuators(ctx.config, [h.from_platform, h.to_platform])
-    return ho.rollback(ctx.engine, handover_id, actuators, at=at, dry_run=dry_run)
+        try:
+            actuators = {} if h.dry_run else build_actuators(ctx.config, [h.from_platform, h.to_platform], lookup=lookup)
+        except (ActuationConfigError, ConnectionError_):
+            if not dry_run:
+                raise
+            actuators = {}
+    return ho.rollback(ctx.engine, handover_id, _named(ctx.config, actuators), at=at, dry_run=dry_run)
 
 
 __all__ = [

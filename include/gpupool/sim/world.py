@@ -25,13 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpupool import mig
 from gpupool.canonical import CANONICAL_METRICS, SAMPLE_COLUMNS, empty_samples
 from gpupool.sim.scenario import Scenario, scenario_from_dict
 from gpupool.sim.synthetic import glitch_factors, generate
 from gpupool.sim.traces import read_helios
 
 TRANSIT = -1
-MIG_MODELS = ("A100", "A30", "H100", "H200", "H20", "B200", "GB200")
+MIG_MODELS = mig.MIG_MODELS
 
 #: how the platforms name their nodes (a pool node keeps its name when it changes owner)
 _NAME_PREFIX = {"openstack": "compute-gpu", "slurm": "gpu-n", "kubernetes": "k8s-gpu"}
@@ -52,9 +53,8 @@ class Node:
     home: str
 
 
-def mig_capable(gpu_model: str) -> bool:
-    """Whether a GPU model supports MIG partitioning."""
-    return any(tag in gpu_model.upper() for tag in MIG_MODELS)
+#: whether a GPU model supports MIG partitioning (one definition: gpupool.mig)
+mig_capable = mig.is_mig_capable
 
 
 class World:
@@ -84,7 +84,7 @@ class World:
             self.owner_[j, :] = self._pidx[node.home]
         self.cordoned_ = np.zeros((n_nodes, n_steps), dtype=bool)
         self.mig_layout_: dict[str, str | None] = {
-            n.name: ("all-disabled" if n.mig_capable else None) for n in self.nodes
+            n.name: (mig.DISABLED if n.mig_capable else None) for n in self.nodes
         }
         self.events_: list[dict] = []  # moves, cordons and MIG changes, in clock order
         self._nidx = {n.name: j for j, n in enumerate(self.nodes)}
@@ -214,7 +214,7 @@ class World:
     def set_mig_layout(self, node: str, layout: str | None) -> None:
         """Record a MIG layout change of ``node`` (MIG-capable nodes only)."""
         j = self._node(node)
-        if not self.nodes[j].mig_capable and layout not in (None, "", "all-disabled"):
+        if not self.nodes[j].mig_capable and layout not in mig.WHOLE_LAYOUTS:
             raise WorldError(f"node {node!r} ({self.nodes[j].gpu_model}) is not MIG-capable")
         self._require_open("set a MIG layout")
         self.mig_layout_[node] = layout

@@ -1,8 +1,10 @@
-"""Configuration + connection -> a source object.
+"""Connections (Airflow's URI and JSON forms, Airflow's own lookup) and connection -> a source.
 
 A platform's `conn_id` names an Airflow connection. Inside a DAG task the connection is
 looked up by Airflow (the task passes its lookup in); outside Airflow it is read from
-`AIRFLOW_CONN_<CONN_ID>` in the environment, as an Airflow URI or JSON. Connection fields:
+`AIRFLOW_CONN_<CONN_ID>` in the environment, as an Airflow URI or JSON. The one lookup is
+`gpupool.platforms.platform_connection`: sources and actuators share it. No error here quotes
+any part of a connection. Connection fields the sources read:
 
     slurm       host/port/schema = Prometheus URL; password = bearer token (login+password =
                 basic auth); extra: slurm_conf, restd_url, restd_token, cluster, verify,
@@ -17,6 +19,7 @@ looked up by Airflow (the task passes its lookup in); outside Airflow it is read
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -58,32 +61,97 @@ class Conn:
         if extra is None:
             raw = getattr(c, "extra", None) or "{}"
             extra = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        if not isinstance(extra, dict):
+            raise ConnectionError_("extra must be a JSON object")
         return cls(getattr(c, "conn_type", "") or "", getattr(c, "host", "") or "", getattr(c, "port", None),
                    getattr(c, "login", None), getattr(c, "password", None), getattr(c, "schema", "") or "", dict(extra))
 
 
 def parse_connection(conn_id: str, value: str) -> Conn:
-    """An `AIRFLOW_CONN_*` value: Airflow's URI form or its JSON form."""
+    """An `AIRFLOW_CONN_*` value: Airflow's URI form or its JSON form.
+
+    URIs follow Airflow's rules: login and password are percent-encoded (``%2F`` for ``/``,
+    ``%23`` for ``#``, ``%3F`` for ``?``, ``%40`` for ``@``). An unencoded ``/``, ``#`` or ``?``
+    inside them cuts the URI in the wrong place, so such a URI is refused. No error here quotes
+    any part of the value: it may hold a secret.
+    """
     value = value.strip()
     if value.startswith("{"):
         try:
             d = json.loads(value)
         except json.JSONDecodeError as exc:
             raise ConnectionError_(f"connection {conn_id!r}: not valid JSON ({exc.msg} at {exc.pos})") from None
+        if not isinstance(d, dict):
+            raise ConnectionError_(f"connection {conn_id!r}: JSON form must be an object")
         extra = d.get("extra") or {}
         if isinstance(extra, str):
-            extra = json.loads(extra)
-        return Conn(d.get("conn_type", ""), d.get("host", "") or "", d.get("port"), d.get("login"), d.get("password"),
-                    d.get("schema", "") or "", dict(extra))
-    parts = urlsplit(value)
+            extra = _extra_json(conn_id, extra)
+        if not isinstance(extra, dict):
+            raise ConnectionError_(f"connection {conn_id!r}: 'extra' must be a JSON object")
+        port = d.get("port")
+        if port not in (None, ""):
+            try:
+                port = int(port)
+            except (TypeError, ValueError):
+                raise ConnectionError_(f"connection {conn_id!r}: port is not a number") from None
+        else:
+            port = None
+        return Conn(str(d.get("conn_type", "") or ""), str(d.get("host", "") or ""), port, d.get("login"),
+                    d.get("password"), str(d.get("schema", "") or ""), dict(extra))
+    return _parse_uri(conn_id, value)
+
+
+def _extra_json(conn_id: str, raw: str) -> dict:
+    if not raw.strip():
+        return {}
+    try:
+        extra = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConnectionError_(f"connection {conn_id!r}: extra is not valid JSON ({exc.msg} at {exc.pos})") from None
+    if not isinstance(extra, dict):
+        raise ConnectionError_(f"connection {conn_id!r}: extra must be a JSON object")
+    return extra
+
+
+_MALFORMED = "malformed URI (encode special characters in the login and password as %XX)"
+
+
+def _parse_uri(conn_id: str, value: str) -> Conn:
+    """Airflow's URI form ``type://[login[:password]@]host[:port][/schema][?extra]``."""
+    if "://" not in value:
+        raise ConnectionError_(f"connection {conn_id!r}: expected a URI like type://login:password@host:port/schema")
+    rest = value.split("://", 1)[1]
+    if rest.count("://") == 1 and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", rest.split("://", 1)[0]):
+        # Airflow's host-with-protocol form: type://protocol://[login:password@]host...
+        inner = _parse_uri(conn_id, rest)
+        inner.host = f"{rest.split('://', 1)[0]}://{inner.host}"
+        inner.conn_type = value.split("://", 1)[0].replace("-", "_")
+        return inner
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # e.g. an unbalanced '[' in the netloc
+        raise ConnectionError_(f"connection {conn_id!r}: {_MALFORMED}") from None
     if not parts.scheme:
         raise ConnectionError_(f"connection {conn_id!r}: expected a URI like type://login:password@host:port/schema")
-    extra = dict(parse_qsl(parts.query))
+    # an '@' after the authority means the userinfo held an unencoded '/', '?' or '#': the split
+    # above cut it there, and what it calls path, query or fragment holds the rest of a secret
+    after_authority = value.split("://", 1)[1][len(parts.netloc):]
+    if "@" in after_authority and "@" not in parts.netloc:
+        raise ConnectionError_(f"connection {conn_id!r}: {_MALFORMED}")
+    if value.count("://") > 1:
+        raise ConnectionError_(f"connection {conn_id!r}: {_MALFORMED}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConnectionError_(f"connection {conn_id!r}: port is not a number in 0-65535 ({_MALFORMED})") from None
+    try:
+        extra: dict = dict(parse_qsl(parts.query, keep_blank_values=True))
+    except ValueError:
+        raise ConnectionError_(f"connection {conn_id!r}: malformed query string") from None
     if "__extra__" in extra:
-        extra = json.loads(extra.pop("__extra__"))
+        extra = _extra_json(conn_id, extra.pop("__extra__"))
     host = unquote(parts.hostname or "")
-    # Airflow URIs may carry a scheme for the host itself: http://... is encoded as the type
-    return Conn(parts.scheme.replace("-", "_"), host, parts.port, unquote(parts.username) if parts.username else None,
+    return Conn(parts.scheme.replace("-", "_"), host, port, unquote(parts.username) if parts.username else None,
                 unquote(parts.password) if parts.password else None, unquote(parts.path.lstrip("/")), extra)
 
 
@@ -94,13 +162,40 @@ def env_connection(conn_id: str, env: Mapping[str, str]) -> Conn:
     return parse_connection(conn_id, env[key])
 
 
-def source_for(pcfg: PlatformConfig, env: Mapping[str, str], lookup: Callable[[str], Any] | None = None):
-    """The configured platform's source, with its connection resolved."""
+def lookup_connection(conn_id: str, lookup: Callable[[str], Any] | None = None,
+                      env: Mapping[str, str] | None = None) -> Conn:
+    """The one connection lookup: Airflow's (``lookup``, inside a task) or ``AIRFLOW_CONN_<ID>``.
+
+    Whatever the lookup raises is turned into a :class:`ConnectionError_` that names the
+    connection id and the kind of failure only: Airflow's own messages may quote the URI.
+    """
+    if lookup is None:
+        import os
+
+        return env_connection(conn_id, os.environ if env is None else env)
+    try:
+        found = lookup(conn_id)
+    except ConnectionError_:
+        raise
+    except Exception as exc:
+        name = type(exc).__name__
+        if "notfound" in name.lower():
+            raise ConnectionError_(f"connection {conn_id!r} not found in Airflow") from None
+        raise ConnectionError_(f"connection {conn_id!r}: Airflow could not read it ({name}); "
+                               "check its URI (encode special characters in the password as %XX)") from None
+    try:
+        return Conn.from_airflow(found)
+    except ConnectionError_:
+        raise
+    except Exception as exc:
+        raise ConnectionError_(f"connection {conn_id!r}: could not be read ({type(exc).__name__})") from None
+
+
+def source_for(pcfg: PlatformConfig, conn: Conn):
+    """The configured platform's source from its resolved connection
+    (see :func:`gpupool.platforms.platform_connection`)."""
     from gpupool.sources import source_class
 
-    if not pcfg.conn_id:
-        raise ConnectionError_(f"platform {pcfg.name!r} ({pcfg.kind}) has no conn_id")
-    conn = Conn.from_airflow(lookup(pcfg.conn_id)) if lookup else env_connection(pcfg.conn_id, env)
     cls = source_class(pcfg.kind)
     x = conn.extra
     verify = str(x.get("verify", "true")).lower() not in ("false", "0", "no")

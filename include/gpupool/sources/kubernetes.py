@@ -33,6 +33,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from gpupool import mig
 from gpupool.canonical import empty_samples, normalize_samples
 from gpupool.sources.base import (
     PermanentError,
@@ -99,7 +100,7 @@ class KubernetesSource:
         api_client: k8s.ApiClient | None = None,
         cluster: str = "",
         gpu_resource: str = "nvidia.com/gpu",
-        mig_prefix: str = "nvidia.com/mig-",
+        mig_prefix: str = mig.RESOURCE_PREFIX,
         model_label: str = "nvidia.com/gpu.product",
         count_label: str = "nvidia.com/gpu.count",
         page_size: int = 500,

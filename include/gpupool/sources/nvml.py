@@ -7,13 +7,13 @@ it; `usage` for a window raises, because no history exists to recover.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from types import ModuleType
 from typing import Any
 
 import pandas as pd
 
+from gpupool import mig as mig_table
 from gpupool.canonical import normalize_samples
 from gpupool.sources.base import SourceError, as_utc, format_window, inventory_record
 
@@ -97,8 +97,7 @@ class NvmlSource:
                 mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
             except nv.NVMLError_NotFound:
                 continue  # an empty slot
-            m = re.search(r"(\d+g\.\d+gb)", _text(nv.nvmlDeviceGetName(mig)))
-            profile = m.group(1) if m else "unknown"
+            profile = mig_table.profile_in(_text(nv.nvmlDeviceGetName(mig))) or "unknown"
             slices[profile] = slices.get(profile, 0) + 1
         return slices
 

@@ -81,7 +81,9 @@ class MemActuator(Actuator):
 
     def owner_state(self, node: str) -> OwnerState:
         self._maybe_fail("read", "before")
-        slot = self.dc.slots[(self.platform, node)]
+        slot = self.dc.slots.get((self.platform, node))
+        if slot is None:  # this platform does not know the node (by this name)
+            return OwnerState(self.platform, node, present=False, schedulable=False)
         return OwnerState(self.platform, node, present=True, schedulable=slot.schedulable,
                           hold_reason=None if slot.schedulable else slot.reason, busy=slot.jobs)
 
@@ -93,7 +95,7 @@ class MemActuator(Actuator):
         return [Command(self.platform, node, "drain", {"node": node, "reason": reason})]
 
     def evict_commands(self, node: str) -> list[Command]:
-        slot = self.dc.slots[(self.platform, node)]
+        slot = self.dc.slots.get((self.platform, node), Slot(False))
         return [Command(self.platform, node, "evict", {"node": node})] if slot.jobs else []
 
     def attach_commands(self, node: str) -> list[Command]:
@@ -103,7 +105,9 @@ class MemActuator(Actuator):
 
     def send(self, command: Command):
         self._maybe_fail(command.action, "before")
-        slot = self.dc.slots[(self.platform, command.node)]
+        slot = self.dc.slots.get((self.platform, command.node))
+        if slot is None:
+            raise ActuationError(self.platform, command.node, command.action, "no such node")
         if command.action == "drain":
             slot.schedulable, slot.reason = False, command.request["reason"]
         elif command.action == "resume":

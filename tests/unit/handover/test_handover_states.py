@@ -87,26 +87,45 @@ def test_foreign_drain_is_left_alone(sqlite_engine, datacenter):
     dc.slots[("slurm", "n1")].schedulable = False
     dc.slots[("slurm", "n1")].reason = "bad GPU, ticket 4711"
     hid = _open(sqlite_engine)
-    ho.advance_all(sqlite_engine, acts, T0, dry_run=False)
+    rep = ho.advance_all(sqlite_engine, acts, T0, dry_run=False)
     h = ho.get_handover(sqlite_engine, hid)
-    assert h.state == ho.FAILED and "ticket 4711" in h.error
+    # failed and closed: nothing of gpupool's to lift, so the node is left exactly as found
+    assert h.state == ho.ROLLED_BACK and "ticket 4711" in h.error and "nothing of gpupool's" in h.error
+    assert [f["id"] for f in rep["failed"]] == [hid]
     assert ho.audit_rows(sqlite_engine, hid) == []
-    ho.rollback(sqlite_engine, hid, acts, at=T0)  # rollback must not resume it either
+    with pytest.raises(ho.HandoverError, match="already rolled back"):
+        ho.rollback(sqlite_engine, hid, acts, at=T0)
     assert dc.slots[("slurm", "n1")].reason == "bad GPU, ticket 4711"
     assert not dc.slots[("slurm", "n1")].schedulable
     assert all(a.sent == [] for a in acts.values())
 
 
-def test_target_held_by_someone_else_is_not_attached(sqlite_engine, datacenter):
+def test_target_held_by_someone_else_is_checked_before_the_drain(sqlite_engine, datacenter):
     dc, acts = datacenter
     dc.slots[("kubernetes", "n1")].reason = "cordoned for kernel upgrade"
     hid = _open(sqlite_engine)
-    ho.advance_all(sqlite_engine, acts, T0, dry_run=False)
+    rep = ho.advance_all(sqlite_engine, acts, T0, dry_run=False)
     h = ho.get_handover(sqlite_engine, hid)
-    assert h.state == ho.FAILED and "kernel upgrade" in h.error
-    assert dc.open_on("n1") == []  # released at the source, not opened anywhere
-    out = ho.rollback(sqlite_engine, hid, acts, at=T0)
-    assert out["state"] == ho.ROLLED_BACK and dc.open_on("n1") == ["slurm"]
+    assert h.state == ho.ROLLED_BACK and "kernel upgrade" in h.error
+    assert [f["id"] for f in rep["failed"]] == [hid]
+    assert dc.open_on("n1") == ["slurm"]  # never drained
+    assert all(a.sent == [] for a in acts.values())
+
+
+def test_target_held_by_someone_else_after_the_drain_lifts_gpupools_hold(sqlite_engine, datacenter):
+    dc, acts = datacenter
+    dc.slots[("slurm", "n1")].jobs = 1
+    hid = _open(sqlite_engine)
+    ho.advance_all(sqlite_engine, acts, T0, dry_run=False)
+    assert ho.get_handover(sqlite_engine, hid).state == ho.RELEASING and dc.open_on("n1") == []
+    dc.slots[("kubernetes", "n1")].reason = "cordoned for kernel upgrade"  # meanwhile, on the target
+    dc.finish_jobs()
+    rep = ho.advance_all(sqlite_engine, acts, T0 + timedelta(minutes=5), dry_run=False)
+    h = ho.get_handover(sqlite_engine, hid)
+    assert h.state == ho.ROLLED_BACK and "kernel upgrade" in h.error and "lifted" in h.error
+    assert [f["id"] for f in rep["failed"]] == [hid]
+    assert dc.open_on("n1") == ["slurm"]
+    assert [r["action"] for r in ho.audit_rows(sqlite_engine, hid)] == ["drain", "resume"]
 
 
 def test_source_reopened_by_someone_else_stops_the_attach(sqlite_engine, datacenter):
@@ -120,9 +139,10 @@ def test_source_reopened_by_someone_else_stops_the_attach(sqlite_engine, datacen
     ho.advance_all(sqlite_engine, acts, T0, dry_run=False, max_steps=1)  # -> attaching
     assert ho.get_handover(sqlite_engine, hid).state == ho.ATTACHING
     dc.slots[("slurm", "n1")].schedulable = True  # an operator resumed it meanwhile
-    ho.advance_all(sqlite_engine, acts, T0, dry_run=False)
+    rep = ho.advance_all(sqlite_engine, acts, T0, dry_run=False)
     h = ho.get_handover(sqlite_engine, hid)
-    assert h.state == ho.FAILED and "opened node" in h.error
+    assert h.state == ho.ROLLED_BACK and "opened node" in h.error
+    assert [f["id"] for f in rep["failed"]] == [hid]
     assert dc.open_on("n1") == ["slurm"]
 
 
@@ -167,22 +187,23 @@ def test_stuck_release_times_out_and_returns_the_node(engine, datacenter):
     assert [r["action"] for r in ho.audit_rows(engine, hid)] == ["drain", "resume"]
 
 
-def test_stuck_attach_times_out_as_failed_then_rolls_back_by_reverse_handover(sqlite_engine, datacenter):
+def test_stuck_attach_times_out_and_sends_the_node_back(sqlite_engine, datacenter):
     dc, acts = datacenter
     acts["kubernetes"].fail += [("resume", "before")] * 3
     hid = _open(sqlite_engine, timeout=timedelta(hours=1))
     ho.advance_all(sqlite_engine, acts, T0, dry_run=False)
-    ho.advance_all(sqlite_engine, acts, T0 + timedelta(hours=2), dry_run=False)
+    assert ho.get_handover(sqlite_engine, hid).state == ho.ATTACHING and dc.open_on("n1") == []
+    rep = ho.advance_all(sqlite_engine, acts, T0 + timedelta(hours=2), dry_run=False)
     h = ho.get_handover(sqlite_engine, hid)
-    assert h.state == ho.FAILED and f"gpupool rollback {hid}" in h.error
-    acts["kubernetes"].fail.clear()
-    out = ho.rollback(sqlite_engine, hid, acts, at=T0 + timedelta(hours=2))
-    assert out["state"] == ho.ROLLED_BACK and out["reverse_id"] > hid
-    rev = ho.get_handover(sqlite_engine, out["reverse_id"])
+    assert h.state == ho.ROLLED_BACK and "timed out in state attaching" in h.error
+    assert [f["id"] for f in rep["failed"]] == [hid]
+    rev = max(ho.list_handovers(sqlite_engine), key=lambda x: x.id)
     assert (rev.from_platform, rev.to_platform, rev.state) == ("kubernetes", "slurm", ho.DONE)
     assert rev.reason == f"rollback of handover #{hid}"
     assert dc.open_on("n1") == ["slurm"]
     assert dc.slots[("kubernetes", "n1")].reason.startswith("gpupool:")  # never opened there
+    assert [(r["platform"], r["action"], r["status"]) for r in ho.audit_rows(sqlite_engine, rev.id)] == [
+        ("slurm", "resume", "ok")]
 
 
 def test_rollback_of_done_handover_drains_target_and_waits(sqlite_engine, datacenter):

@@ -155,5 +155,5 @@ def test_build_actuators_reads_airflow_json_connections(tmp_path):
     env = {"AIRFLOW_CONN_SLURM_HPC": '{"conn_type": "generic", "extra": {"slurm_conf": "/etc/slurm/slurm.conf"}}'}
     acts = service.build_actuators(cfg, env=env)
     assert list(acts) == ["hpc"] and acts["hpc"].slurm_conf == "/etc/slurm/slurm.conf"
-    with pytest.raises(service.ActuationConfigError, match="slurm_conf"):
-        service.build_actuators(cfg, env={})
+    with pytest.raises(service.ActuationConfigError, match="'hpc'.*slurm_conf.*'slurm_hpc'"):
+        service.build_actuators(cfg, env={"AIRFLOW_CONN_SLURM_HPC": '{"conn_type": "generic"}'})

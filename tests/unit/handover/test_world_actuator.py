@@ -4,14 +4,32 @@ from __future__ import annotations
 
 import pandas as pd
 
+import pytest
+
 from gpupool.allocate import handover as ho
-from gpupool.allocate.actuators.simulator import WorldActuator
+from gpupool.allocate.actuators.base import ActuationConfigError
+from gpupool.config import default_config
+from gpupool.platforms import build_actuator, build_actuators
+from gpupool.sim.actuator import WorldActuator
 from gpupool.sim.world import World, default_world
+
+
+def test_platforms_builds_the_simulators_actuator_for_a_world_it_is_given():
+    cfg = default_config().model_copy(deep=True)
+    for p in cfg.platforms:
+        p.actuation = True
+    world = World(default_world("2026-03-01", "2026-03-02", seed=1).scenario, clock=pd.Timestamp("2026-03-01 04:00", tz="UTC"))
+    acts = build_actuators(cfg, world=world)
+    assert sorted(acts) == sorted(world.platforms) and all(isinstance(a, WorldActuator) for a in acts.values())
+    assert build_actuators(cfg) == {}  # the embedded world is rebuilt every run: nothing to act on
+    with pytest.raises(ActuationConfigError, match="'slurm' \\(simulator\\).*pass the World"):
+        build_actuator(cfg.platform("slurm"), cfg)
 
 
 def test_handover_moves_an_idle_node_in_the_world(sqlite_engine):
     world = World(default_world("2026-03-01", "2026-03-02", seed=1).scenario, clock=pd.Timestamp("2026-03-01 04:00", tz="UTC"))
-    acts = {p: WorldActuator(world, p) for p in world.platforms}
+    cfg = default_config()
+    acts = {p.name: build_actuator(p, cfg, world=world) for p in cfg.platforms}
     idle = next(n for n in world.pool() if n["platform"] == "openstack" and n["busy_gpus"] == 0)
     at = world.clock.to_pydatetime()
     hid = ho.open_handover(sqlite_engine, idle["name"], "openstack", "kubernetes", at, dry_run=False)

@@ -43,6 +43,10 @@ class ForeignHoldError(ActuationError):
     """The node is drained/cordoned/disabled by someone else than gpupool: hands off."""
 
 
+class ActuationConfigError(ValueError):
+    """A platform set to actuate whose connection cannot be turned into an actuator."""
+
+
 def is_gpupool_reason(reason: str | None) -> bool:
     """Whether a hold reason was written by gpupool."""
     return bool(reason) and reason.strip().startswith(REASON_PREFIX)
@@ -172,3 +176,60 @@ class Actuator:
                 f"held by someone else ({state.hold_reason or 'no reason given'}); gpupool only lifts "
                 f"holds whose reason starts with {REASON_PREFIX!r}",
             )
+
+
+class NamedActuator(Actuator):
+    """An actuator that takes pool node ids and speaks to its platform in the platform's names.
+
+    One machine may be ``gpu-a01`` in the pool, ``a01`` in Slurm and ``compute-gpu-a01.dc1`` in
+    OpenStack (``pool.nodes[].names``). The handover state machine and the planner speak pool
+    ids; every call that names a node is mapped here, so each platform only ever hears its own
+    name. Commands carry the platform's name (that is what is audited and sent); states read
+    back carry the pool id.
+    """
+
+    def __init__(self, inner: Actuator, names: dict[str, str]):
+        self.inner = inner
+        self.names = dict(names)
+
+    @property
+    def platform(self) -> str:  # type: ignore[override]
+        return self.inner.platform
+
+    @property
+    def can_evict(self) -> bool:  # type: ignore[override]
+        return self.inner.can_evict
+
+    @property
+    def attach_brings_node(self) -> bool:  # type: ignore[override]
+        return self.inner.attach_brings_node
+
+    def name_of(self, node: str) -> str:
+        """The platform's own name of pool node ``node``."""
+        return self.names.get(node, node)
+
+    def owner_state(self, node: str) -> OwnerState:
+        st = self.inner.owner_state(self.name_of(node))
+        return OwnerState(st.platform, node, st.present, st.schedulable, st.hold_reason, st.busy,
+                          {**st.detail, "platform_name": self.name_of(node)})
+
+    def is_released(self, node: str) -> bool:
+        return self.inner.is_released(self.name_of(node))
+
+    def is_prepared(self, node: str, mig_layout: str | None) -> bool:
+        return self.inner.is_prepared(self.name_of(node), mig_layout)
+
+    def release_commands(self, node: str, reason: str) -> list[Command]:
+        return self.inner.release_commands(self.name_of(node), reason)
+
+    def evict_commands(self, node: str) -> list[Command]:
+        return self.inner.evict_commands(self.name_of(node))
+
+    def prepare_commands(self, node: str, mig_layout: str | None) -> list[Command]:
+        return self.inner.prepare_commands(self.name_of(node), mig_layout)
+
+    def attach_commands(self, node: str) -> list[Command]:
+        return self.inner.attach_commands(self.name_of(node))
+
+    def send(self, command: Command) -> Any:
+        return self.inner.send(command)

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from gpupool import mig
 from gpupool.allocate.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, OwnerState
 
 OWNER_LABEL = "gpupool.io/owner"
 HOLD_ANNOTATION = "gpupool.io/hold-reason"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_CONFIG_LABEL = mig.CONFIG_LABEL
+MIG_STATE_LABEL = mig.STATE_LABEL
 _MOVING = f"{REASON_PREFIX} moving to "
 
 
@@ -35,7 +36,7 @@ def requests_gpu(pod: Any) -> bool:
         if res is None:
             continue
         for block in (res.requests or {}, res.limits or {}):
-            if any(k == "nvidia.com/gpu" or k.startswith("nvidia.com/mig-") for k in block):
+            if any(k == "nvidia.com/gpu" or k.startswith(mig.RESOURCE_PREFIX) for k in block):
                 return True
     return False
 

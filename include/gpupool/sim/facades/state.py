@@ -33,6 +33,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from gpupool import mig as mig_table
 from gpupool.sim.world import TRANSIT, World, WorldError
 
 #: job ids start here (Slurm-like numbers); pending jobs use a range of their own
@@ -41,8 +42,8 @@ PENDING_ID_BASE = 900_000_000
 #: the Kubernetes namespace the platform's GPU work runs in
 WORK_NAMESPACE = "ml-jobs"
 #: the MIG layout label of the NVIDIA GPU operator and the state label its mig-manager writes
-MIG_LABEL = "nvidia.com/mig.config"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_LABEL = mig_table.CONFIG_LABEL
+MIG_STATE_LABEL = mig_table.STATE_LABEL
 
 _NS = uuid.UUID("6f1c5d1e-8a4e-4d7e-9a55-5b0c2d8e1f00")
 
@@ -242,7 +243,7 @@ class SimState:
             "nvidia.com/gpu.count": str(node.gpus),
         }
         if node.mig_capable:
-            layout = self.world.mig_layout_.get(name) or "all-disabled"
+            layout = self.world.mig_layout_.get(name) or mig_table.DISABLED
             m.labels[MIG_LABEL] = layout
             m.labels[MIG_STATE_LABEL] = "success"
         m.annotations = {}

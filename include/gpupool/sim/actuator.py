@@ -8,7 +8,9 @@ handover state machine itself (audit, steps, rollback) on the simulator's clock.
 
 The pipeline's embedded simulator platforms rebuild their world on every run, so acting on it
 would be forgotten by the next run: :mod:`gpupool.allocate.service` keeps those platforms
-dry-run and this actuator serves closed-loop studies and tests that hold one World.
+dry-run and this actuator serves closed-loop studies and tests that hold one World. It lives
+with the simulator (not in ``gpupool.allocate``, which never knows whether a platform is
+simulated); :func:`gpupool.platforms.build_actuator` builds it for ``kind: simulator``.
 """
 
 from __future__ import annotations
