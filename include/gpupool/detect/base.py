@@ -142,6 +142,11 @@ def decode_floats(values, what: str) -> np.ndarray:
     """The inverse of `encode_floats`; raises ModelParamsError on anything else."""
     if not isinstance(values, list):
         raise ModelParamsError(f"{what}: expected a list of numbers, got {type(values).__name__}")
+    if set(map(type, values)) <= {float, int}:  # the common case, converted in one go
+        try:
+            return np.array(values, dtype="float64")
+        except OverflowError:
+            raise ModelParamsError(f"{what}: a number out of float range") from None
     out = np.empty(len(values), dtype="float64")
     for i, v in enumerate(values):
         if v is None:
@@ -151,7 +156,10 @@ def decode_floats(values, what: str) -> np.ndarray:
         elif v == "-inf":
             out[i] = -np.inf
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[i] = float(v)
+            try:
+                out[i] = float(v)
+            except OverflowError:
+                raise ModelParamsError(f"{what}[{i}]: out of float range") from None
         else:
             raise ModelParamsError(f"{what}[{i}]: expected a number, got {type(v).__name__}")
     return out

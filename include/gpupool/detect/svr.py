@@ -168,7 +168,8 @@ class SVRDetector:
         if fitted is not None:
             rbf = RBFSupportVectors.of(fitted)
             svm = {
-                "support_vectors": [encode_floats(row) for row in rbf.support_vectors_],
+                "n_features": int(rbf.support_vectors_.shape[1]),
+                "support_vectors": encode_floats(rbf.support_vectors_),  # row-major, n_features a row
                 "dual_coef": encode_floats(rbf.dual_coef_),
                 "intercept": rbf.intercept_,
                 "gamma": rbf.gamma_,
@@ -230,12 +231,13 @@ class SVRDetector:
         svm = param(params, "svm", dict, what, optional=True)
         det.model_ = None
         if svm is not None:
-            rows = param(svm, "support_vectors", list, f"{what}.svm")
-            sv = [decode_floats(r, f"{what}.svm.support_vectors[{i}]") for i, r in enumerate(rows)]
             width = n_lags + (2 if period else 0) + (4 if det.use_calendar_ else 0)
-            if not sv or any(r.size != width for r in sv):
+            if param(svm, "n_features", int, f"{what}.svm") != width:
+                raise ModelParamsError(f"{what}.svm.n_features: expected {width} features")
+            flat = decode_floats(param(svm, "support_vectors", list, f"{what}.svm"), f"{what}.svm.support_vectors")
+            if flat.size == 0 or flat.size % width:
                 raise ModelParamsError(f"{what}.svm.support_vectors: expected rows of {width} features")
-            sv_arr = np.vstack(sv)
+            sv_arr = flat.reshape(-1, width)
             coef = decode_floats(param(svm, "dual_coef", list, f"{what}.svm"), f"{what}.svm.dual_coef")
             if coef.size != sv_arr.shape[0]:
                 raise ModelParamsError(f"{what}.svm.dual_coef: expected one coefficient per support vector")
