@@ -147,7 +147,7 @@ def _jsonable(obj):
     """`obj` with numpy scalars as Python ones and non-finite floats as None (strict JSON)."""
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
+    if isinstance(obj, (list, tuple, np.ndarray)):
         return [_jsonable(v) for v in obj]
     if isinstance(obj, np.generic):
         obj = obj.item()
