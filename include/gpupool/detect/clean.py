@@ -93,7 +93,7 @@ class FittedSeriesModel:
             "detector_name": self.detector_name,
             "reason": self.reason,
             "detector": to_params(),
-            "config": self.config.model_dump(mode="json"),
+            "config": self.config.to_params(),
             "metric": self.metric,
             "fitted_through": None if self.fitted_through is None else pd.Timestamp(self.fitted_through).isoformat(),
             "nonnegative": bool(self.nonnegative_),
@@ -112,10 +112,7 @@ class FittedSeriesModel:
         name = param(params, "detector_name", str, what)
         if name not in DETECTOR_CLASSES:
             raise ModelParamsError(f"{what}.detector_name: unknown detector {name!r}; expected one of {DETECTORS}")
-        try:
-            config = RouterConfig.model_validate(param(params, "config", dict, what))
-        except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            raise ModelParamsError(f"{what}.config: {str(exc).splitlines()[0]}") from None
+        config = RouterConfig.from_params(param(params, "config", dict, what))
         detector = DETECTOR_CLASSES[name].from_params(param(params, "detector", dict, what))
         through = param(params, "fitted_through", str, what, optional=True)
         try:

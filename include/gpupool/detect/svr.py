@@ -206,6 +206,8 @@ class SVRDetector:
         if n_lags < 1 or (period is not None and period < 2):
             raise ModelParamsError(f"{what}: n_lags must be >= 1 and period >= 2")
         gamma = param(params, "gamma", (str, int, float), what)
+        if isinstance(gamma, str) and gamma not in ("scale", "auto"):
+            raise ModelParamsError(f"{what}.gamma: expected 'scale', 'auto' or a number, got {gamma!r}")
         det = cls(
             n_lags=n_lags,
             period=period,
