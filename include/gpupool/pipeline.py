@@ -8,6 +8,7 @@ what to do.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -264,9 +265,12 @@ def _series(frame: pd.DataFrame, key: tuple, freq: pd.Timedelta) -> pd.Series:
 
 
 def _model_for(engine: Engine, key: tuple, series: pd.Series, window: Window, fit):
-    """The series' model fitted at most a day before the window end, else a refit stored now."""
-    import pickle
+    """The series' model fitted at most a day before the window end, else a refit stored now.
 
+    Models are stored as JSON parameters (`FittedSeriesModel.to_params`) and rebuilt with
+    `from_params`, never unpickled: a staging row is data, not code. A stored row that does
+    not rebuild (malformed, from an older format) is logged and replaced by a refit.
+    """
     cond = [series_profile.c[c] == v for c, v in zip(SERIES_KEY, key)]
     with engine.connect() as conn:
         row = conn.execute(
@@ -279,7 +283,9 @@ def _model_for(engine: Engine, key: tuple, series: pd.Series, window: Window, fi
         computed = pd.Timestamp(row.computed_at)
         computed = computed.tz_localize("UTC") if computed.tzinfo is None else computed
         if computed > pd.Timestamp(window.end) - REFIT_EVERY:
-            return pickle.loads(row.model), False
+            stored = _stored_model(row.model, key, computed)
+            if stored is not None:
+                return stored, False
     history = series.loc[series.index < window.start]
     if history.notna().sum() < 3:
         history = series  # first sight of a series: its window is all there is
@@ -290,12 +296,32 @@ def _model_for(engine: Engine, key: tuple, series: pd.Series, window: Window, fi
         features=_jsonable(model.profile),
         detector=model.detector_name,
         reason=model.reason,
-        model=pickle.dumps(model),
+        model=json.dumps(model.to_params(), allow_nan=False, separators=(",", ":")),
     )
     with engine.begin() as conn:
         conn.execute(series_profile.delete().where(*cond, series_profile.c.computed_at == window.end))
         conn.execute(series_profile.insert().values(**rec))
     return model, True
+
+
+def _stored_model(text: Any, key: tuple, computed: pd.Timestamp):
+    """The model stored as JSON text in a `series_profile` row, or None (logged) when it does not rebuild."""
+    from gpupool.detect.base import ModelParamsError
+    from gpupool.detect.clean import FittedSeriesModel
+
+    series = "/".join(str(v) for v in key)
+    try:
+        if not isinstance(text, str):
+            raise ModelParamsError(f"expected JSON text, got {type(text).__name__}")
+        return FittedSeriesModel.from_params(json.loads(text))
+    except (ModelParamsError, ValueError, RecursionError) as exc:  # json's decode error is a ValueError
+        log.warning(
+            "series_profile model for series %s computed at %s is not valid model parameters (%s): refitting",
+            series,
+            computed.isoformat(),
+            str(exc)[:200],
+        )
+        return None
 
 
 def _jsonable(obj: Any) -> Any:

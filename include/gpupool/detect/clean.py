@@ -6,8 +6,9 @@ Two shapes of the same steps:
   (or everything before `score_from`) is history only; every later point is judged on the
   points before it.
 - `fit_series_model(history)` once a day, then `score_window(model, y, start, end)` every
-  hour: the fitted model (profile, detector, thresholds) is picklable and reused, and each
-  run scores only its window, with the history it needs as context.
+  hour: the fitted model (profile, detector, thresholds) is stored as data
+  (`FittedSeriesModel.to_params()`, JSON; `from_params` rebuilds it, never unpickling) and
+  reused, and each run scores only its window, with the history it needs as context.
 
 Flagging: for SVR and Prophet a point is anomalous when |x_t - x̂_t| > τ, τ =
 `tau_multiplier` x the robust spread (1.4826 MAD) of the history's residuals; for SR when
@@ -43,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from gpupool.detect._robust import ffill_array, robust_sigma
-from gpupool.detect.base import _aligned, prepare
+from gpupool.detect.base import ModelParamsError, _aligned, decode_floats, encode_floats, param, prepare
 from gpupool.detect.features import profile_series
 from gpupool.detect.prophet import ProphetDetector
 from gpupool.detect.router import DETECTORS, RouterConfig, route
@@ -58,7 +59,10 @@ MIN_STEP_SHARE = 0.02
 
 @dataclass
 class FittedSeriesModel:
-    """Everything an hourly run needs to score one series without refitting (picklable)."""
+    """Everything an hourly run needs to score one series without refitting.
+
+    Stored as data: `to_params()` gives a JSON-able dict, `from_params()` rebuilds the model.
+    """
 
     profile: dict
     detector_name: str
@@ -74,6 +78,84 @@ class FittedSeriesModel:
     tau_: float = float("nan")
     nonnegative_: bool = False
     extra: dict = field(default_factory=dict)
+
+    PARAMS_FORMAT = 1
+    _SCALARS = ("score_center_", "score_scale_", "residual_scale_", "threshold_", "tau_")
+
+    def to_params(self) -> dict:
+        """The fitted model as a JSON-able dict (numbers, strings, lists; no NaN or inf)."""
+        to_params = getattr(self.detector, "to_params", None)
+        if to_params is None:
+            raise TypeError(f"detector {self.detector_name!r} cannot be stored as data")
+        out = {
+            "format": self.PARAMS_FORMAT,
+            "profile": _jsonable(self.profile),
+            "detector_name": self.detector_name,
+            "reason": self.reason,
+            "detector": to_params(),
+            "config": self.config.to_params(),
+            "metric": self.metric,
+            "fitted_through": None if self.fitted_through is None else pd.Timestamp(self.fitted_through).isoformat(),
+            "nonnegative": bool(self.nonnegative_),
+            "extra": _jsonable(self.extra),
+        }
+        out.update({name.rstrip("_"): encode_floats([getattr(self, name)])[0] for name in self._SCALARS})
+        return out
+
+    @classmethod
+    def from_params(cls, params: dict) -> "FittedSeriesModel":
+        """The model `to_params` described; raises ModelParamsError when anything is malformed."""
+        what = "model params"
+        if not isinstance(params, dict) or params.get("format") != cls.PARAMS_FORMAT:
+            got = params.get("format") if isinstance(params, dict) else type(params).__name__
+            raise ModelParamsError(f"{what}: expected format {cls.PARAMS_FORMAT}, got {got!r}")
+        name = param(params, "detector_name", str, what)
+        if name not in DETECTOR_CLASSES:
+            raise ModelParamsError(f"{what}.detector_name: unknown detector {name!r}; expected one of {DETECTORS}")
+        config = RouterConfig.from_params(param(params, "config", dict, what))
+        detector = DETECTOR_CLASSES[name].from_params(param(params, "detector", dict, what))
+        through = param(params, "fitted_through", str, what, optional=True)
+        try:
+            fitted_through = None if through is None else pd.Timestamp(through)
+        except ValueError:
+            raise ModelParamsError(f"{what}.fitted_through: not a timestamp") from None
+        model = cls(
+            profile=param(params, "profile", dict, what),
+            detector_name=name,
+            reason=param(params, "reason", str, what),
+            detector=detector,
+            config=config,
+            metric=param(params, "metric", str, what, optional=True),
+            fitted_through=fitted_through,
+            extra=param(params, "extra", dict, what),
+        )
+        model.nonnegative_ = param(params, "nonnegative", bool, what)
+        for attr in cls._SCALARS:
+            key = attr.rstrip("_")
+            if key not in params:
+                raise ModelParamsError(f"{what}: missing {key!r}")
+            setattr(model, attr, float(decode_floats([params[key]], f"{what}.{key}")[0]))
+        if not model.score_scale_ > 0:
+            raise ModelParamsError(f"{what}.score_scale: must be positive")
+        return model
+
+
+def _jsonable(obj):
+    """`obj` with numpy scalars as Python ones and non-finite floats as None (strict JSON)."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    if isinstance(obj, pd.Timestamp):
+        return obj.isoformat()
+    return obj
+
+
+DETECTOR_CLASSES = {"sr": SpectralResidualDetector, "svr": SVRDetector, "prophet": ProphetDetector}
 
 
 def make_detector(name: str, profile: dict, config: RouterConfig | None = None):

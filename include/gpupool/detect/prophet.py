@@ -19,7 +19,18 @@ import logging
 import numpy as np
 import pandas as pd
 
-from gpupool.detect.base import StreamingContext, judged_from, past_median, prepare, to_frame
+from gpupool.detect.base import (
+    ModelParamsError,
+    StreamingContext,
+    check_kind,
+    context_from_params,
+    context_to_params,
+    judged_from,
+    param,
+    past_median,
+    prepare,
+    to_frame,
+)
 
 _DAY = 86400.0
 
@@ -115,6 +126,91 @@ class ProphetDetector:
         expected = self._expected(joined, first)
         score = np.abs(joined.to_numpy() - expected)
         return to_frame(y, work.index, expected[offset:], score[offset:])
+
+    PARAMS_FORMAT = 1
+
+    def to_params(self) -> dict:
+        """Settings, Prophet's fitted state (`prophet.serialize.model_to_dict`, plain JSON) and
+        the level context as a JSON-able dict (see `from_params`).
+
+        The history's residuals serve the per-series threshold at fit time only and are
+        not kept.
+        """
+        fitted = getattr(self, "model_", None)
+        prophet_state = None
+        if fitted is not None:
+            import copy
+
+            from prophet.serialize import model_to_dict
+
+            # predict() on given dates never reads the training frame (only its presence, as
+            # "fitted"): keeping its newest row makes the stored state and its rebuild, done
+            # every hour, a fraction of the size and time
+            light = copy.copy(fitted)
+            light.history = fitted.history.tail(1)
+            light.history_dates = fitted.history_dates.tail(1)
+            prophet_state = model_to_dict(light)
+        level = getattr(self, "fallback_level_", None)
+        half = getattr(self, "interval_halfwidth_", None)
+        return {
+            "detector": self.name,
+            "format": self.PARAMS_FORMAT,
+            "daily": self.daily,
+            "weekly": self.weekly,
+            "extra_period_days": self.extra_period_days,
+            "max_train": self.max_train,
+            "bias_window": self.bias_window,
+            "interval_width": self.interval_width,
+            "fallback_level": None if level is None or not np.isfinite(level) else float(level),
+            "interval_halfwidth": None if half is None or not np.isfinite(half) else float(half),
+            "fitted": hasattr(self, "context_"),
+            "n_history": getattr(self, "n_history_", None),
+            "prophet": prophet_state,
+            "context": context_to_params(getattr(self, "context_", None)),
+        }
+
+    @classmethod
+    def from_params(cls, params: dict) -> "ProphetDetector":
+        """The fitted detector `to_params` described; raises ModelParamsError when malformed.
+
+        Prophet is rebuilt with `prophet.serialize.model_from_dict` (JSON fields, no pickle).
+        """
+        check_kind(params, cls.name, cls.PARAMS_FORMAT)
+        what = "prophet params"
+        bias_window = param(params, "bias_window", int, what)
+        if bias_window < 1:
+            raise ModelParamsError(f"{what}.bias_window: must be positive")
+        extra = param(params, "extra_period_days", (int, float), what, optional=True)
+        det = cls(
+            daily=param(params, "daily", bool, what),
+            weekly=param(params, "weekly", bool, what),
+            extra_period_days=None if extra is None else float(extra),
+            max_train=param(params, "max_train", int, what),
+            bias_window=bias_window,
+            interval_width=float(param(params, "interval_width", (int, float), what)),
+        )
+        if not param(params, "fitted", bool, what):
+            return det
+        level = param(params, "fallback_level", (int, float), what, optional=True)
+        half = param(params, "interval_halfwidth", (int, float), what, optional=True)
+        det.fallback_level_ = np.nan if level is None else float(level)
+        det.interval_halfwidth_ = np.nan if half is None else float(half)
+        n = param(params, "n_history", int, what, optional=True)
+        if n is not None:
+            det.n_history_ = n
+        det.context_ = context_from_params(param(params, "context", dict, what), f"{what}.context")
+        state = param(params, "prophet", dict, what, optional=True)
+        det.model_ = None
+        if state is not None:
+            _quiet_prophet()
+            from prophet.serialize import model_from_dict
+
+            _quiet_prophet()
+            try:
+                det.model_ = model_from_dict(dict(state))
+            except Exception as exc:  # any malformed field: pandas, numpy or KeyError from Prophet
+                raise ModelParamsError(f"{what}.prophet: cannot rebuild the fitted model ({type(exc).__name__}: {exc})") from None
+        return det
 
     def _expected(self, s: pd.Series, first: int) -> np.ndarray:
         n = len(s)

@@ -92,6 +92,22 @@ class RouterConfig(BaseModel):
         default_factory=dict, description="metric name -> fields to override for that metric"
     )
 
+    def to_params(self) -> dict:
+        """This config as a JSON-able dict (stored with every fitted model)."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_params(cls, params: dict) -> "RouterConfig":
+        """The config `to_params` gave, validated; raises ModelParamsError when malformed."""
+        from gpupool.detect.base import ModelParamsError
+
+        if not isinstance(params, dict):
+            raise ModelParamsError(f"router config: expected an object, got {type(params).__name__}")
+        try:
+            return cls.model_validate(params)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise ModelParamsError(f"router config: {' '.join(str(exc).split())[:300]}") from None
+
     def for_metric(self, metric: str | None) -> "RouterConfig":
         """This config with the overrides for `metric` applied (validated like the rest)."""
         if not metric or metric not in self.overrides:

@@ -26,7 +26,18 @@ from numpy.lib.stride_tricks import sliding_window_view
 from scipy.ndimage import uniform_filter1d
 
 from gpupool.detect._robust import ffill_array
-from gpupool.detect.base import StreamingContext, judged_from, past_median, prepare, to_frame
+from gpupool.detect.base import (
+    ModelParamsError,
+    StreamingContext,
+    check_kind,
+    context_from_params,
+    context_to_params,
+    judged_from,
+    param,
+    past_median,
+    prepare,
+    to_frame,
+)
 
 _EPS = 1e-8
 _CHUNK = 4096
@@ -73,6 +84,46 @@ class SpectralResidualDetector:
         res = self._score_prepared(joined, offset, start)
         res = res.iloc[offset:]
         return to_frame(y, work.index, res["expected"].to_numpy(), res["score"].to_numpy())
+
+    PARAMS_FORMAT = 1
+
+    def to_params(self) -> dict:
+        """The settings and remembered context as a JSON-able dict (see `from_params`).
+
+        The history's scores and residuals serve the per-series threshold at fit time
+        only and are not kept.
+        """
+        return {
+            "detector": self.name,
+            "format": self.PARAMS_FORMAT,
+            "window": self.window,
+            "q": self.q,
+            "z": self.z,
+            "m": self.m,
+            "expected_window": self.expected_window,
+            "n_history": getattr(self, "n_history_", None),
+            "context": context_to_params(getattr(self, "context_", None)),
+        }
+
+    @classmethod
+    def from_params(cls, params: dict) -> "SpectralResidualDetector":
+        """The detector `to_params` described; raises ModelParamsError when malformed."""
+        check_kind(params, cls.name, cls.PARAMS_FORMAT)
+        what = "sr params"
+        ints = {k: param(params, k, int, what) for k in ("window", "q", "z", "m", "expected_window")}
+        if min(ints.values()) < 1:
+            raise ModelParamsError(f"{what}: window, q, z, m and expected_window must be positive")
+        try:
+            det = cls(**ints)
+        except ValueError as exc:
+            raise ModelParamsError(f"{what}: {exc}") from None
+        ctx = context_from_params(param(params, "context", dict, what, optional=True), f"{what}.context")
+        if ctx is not None:
+            det.context_ = ctx
+        n = param(params, "n_history", int, what, optional=True)
+        if n is not None:
+            det.n_history_ = n
+        return det
 
     def _score_prepared(self, s: pd.Series, offset: int, start: pd.Timestamp | None) -> pd.DataFrame:
         raw = s.to_numpy(dtype="float64")

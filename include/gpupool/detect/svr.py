@@ -21,7 +21,52 @@ import pandas as pd
 from sklearn.svm import SVR
 
 from gpupool.detect._robust import ffill_array, robust_sigma, step_seconds
-from gpupool.detect.base import StreamingContext, judged_from, prepare, to_frame
+from gpupool.detect.base import (
+    ModelParamsError,
+    StreamingContext,
+    check_kind,
+    context_from_params,
+    context_to_params,
+    decode_floats,
+    encode_floats,
+    judged_from,
+    param,
+    prepare,
+    to_frame,
+)
+
+
+class RBFSupportVectors:
+    """The decision function of a fitted RBF-kernel SVR, from its stored arrays.
+
+    f(x) = Σ_i α_i exp(-γ ||x - s_i||²) + b over the support vectors s_i with dual
+    coefficients α_i: what `SVR.predict` computes, rebuilt from data alone.
+    """
+
+    def __init__(self, support_vectors: np.ndarray, dual_coef: np.ndarray, intercept: float, gamma: float) -> None:
+        self.support_vectors_ = np.asarray(support_vectors, dtype="float64")
+        self.dual_coef_ = np.asarray(dual_coef, dtype="float64").ravel()
+        self.intercept_ = float(intercept)
+        self.gamma_ = float(gamma)
+
+    @classmethod
+    def of(cls, model) -> "RBFSupportVectors":
+        """The arrays of a fitted `sklearn.svm.SVR` (RBF kernel) or of another instance."""
+        if isinstance(model, cls):
+            return model
+        if getattr(model, "kernel", None) != "rbf":
+            raise ValueError(f"only RBF-kernel SVR models can be stored, not {getattr(model, 'kernel', model)!r}")
+        return cls(model.support_vectors_, model.dual_coef_, float(np.ravel(model.intercept_)[0]), float(model._gamma))
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype="float64")
+        out = np.empty(X.shape[0])
+        sv_sq = np.einsum("ij,ij->i", self.support_vectors_, self.support_vectors_)
+        for lo in range(0, X.shape[0], 2048):  # bounded memory: rows x support vectors
+            chunk = X[lo : lo + 2048]
+            sq = np.einsum("ij,ij->i", chunk, chunk)[:, None] + sv_sq[None, :] - 2.0 * chunk @ self.support_vectors_.T
+            out[lo : lo + 2048] = np.exp(-self.gamma_ * np.maximum(sq, 0.0)) @ self.dual_coef_ + self.intercept_
+        return out
 
 
 class SVRDetector:
@@ -69,7 +114,7 @@ class SVRDetector:
         X, target, level, ok = self._design(h, 0)
         rows = np.flatnonzero(ok & np.isfinite(raw))
         rows = rows[-self.max_train :]
-        self.model_: SVR | None = None
+        self.model_: SVR | RBFSupportVectors | None = None
         self.offset_ = 0.0
         self.constant_ = rows.size < 10 or float(np.ptp(target[rows])) == 0.0
         # residuals for the threshold must be out of sample: in-sample SVR residuals are
@@ -109,6 +154,105 @@ class SVRDetector:
         raw = joined.to_numpy(dtype="float64")
         score = np.abs(raw - expected)
         return to_frame(y, work.index, expected[offset:], score[offset:])
+
+    PARAMS_FORMAT = 1
+
+    def to_params(self) -> dict:
+        """Settings, scale, support vectors and context as a JSON-able dict (see `from_params`).
+
+        The history's residuals serve the per-series threshold at fit time only and are
+        not kept.
+        """
+        fitted = getattr(self, "model_", None)
+        svm = None
+        if fitted is not None:
+            rbf = RBFSupportVectors.of(fitted)
+            svm = {
+                "n_features": int(rbf.support_vectors_.shape[1]),
+                "support_vectors": encode_floats(rbf.support_vectors_),  # row-major, n_features a row
+                "dual_coef": encode_floats(rbf.dual_coef_),
+                "intercept": rbf.intercept_,
+                "gamma": rbf.gamma_,
+            }
+        return {
+            "detector": self.name,
+            "format": self.PARAMS_FORMAT,
+            "n_lags": self.n_lags,
+            "period": self.period,
+            "calendar": self.calendar,
+            "C": self.C,
+            "epsilon": self.epsilon,
+            "gamma": self.gamma,
+            "max_train": self.max_train,
+            "scale": getattr(self, "scale_", None),
+            "use_calendar": getattr(self, "use_calendar_", None),
+            "constant": getattr(self, "constant_", None),
+            "offset": getattr(self, "offset_", None),
+            "n_history": getattr(self, "n_history_", None),
+            "svm": svm,
+            "context": context_to_params(getattr(self, "context_", None)),
+        }
+
+    @classmethod
+    def from_params(cls, params: dict) -> "SVRDetector":
+        """The fitted detector `to_params` described; raises ModelParamsError when malformed.
+
+        The regression is rebuilt as `RBFSupportVectors` (numpy), never by unpickling.
+        """
+        check_kind(params, cls.name, cls.PARAMS_FORMAT)
+        what = "svr params"
+        n_lags = param(params, "n_lags", int, what)
+        period = param(params, "period", int, what, optional=True)
+        if n_lags < 1 or (period is not None and period < 2):
+            raise ModelParamsError(f"{what}: n_lags must be >= 1 and period >= 2")
+        gamma = param(params, "gamma", (str, int, float), what)
+        if isinstance(gamma, str) and gamma not in ("scale", "auto"):
+            raise ModelParamsError(f"{what}.gamma: expected 'scale', 'auto' or a number, got {gamma!r}")
+        det = cls(
+            n_lags=n_lags,
+            period=period,
+            calendar=param(params, "calendar", bool, what),
+            C=float(param(params, "C", (int, float), what)),
+            epsilon=float(param(params, "epsilon", (int, float), what)),
+            gamma=gamma,
+            max_train=param(params, "max_train", int, what),
+        )
+        scale = param(params, "scale", (int, float), what, optional=True)
+        if scale is None:  # never fitted
+            return det
+        if scale <= 0:
+            raise ModelParamsError(f"{what}.scale: must be positive")
+        det.scale_ = float(scale)
+        det.use_calendar_ = param(params, "use_calendar", bool, what)
+        det.constant_ = param(params, "constant", bool, what)
+        det.offset_ = float(param(params, "offset", (int, float), what))
+        n = param(params, "n_history", int, what, optional=True)
+        if n is not None:
+            det.n_history_ = n
+        det.context_ = context_from_params(param(params, "context", dict, what), f"{what}.context")
+        svm = param(params, "svm", dict, what, optional=True)
+        det.model_ = None
+        if svm is not None:
+            width = n_lags + (2 if period else 0) + (4 if det.use_calendar_ else 0)
+            if param(svm, "n_features", int, f"{what}.svm") != width:
+                raise ModelParamsError(f"{what}.svm.n_features: expected {width} features")
+            flat = decode_floats(param(svm, "support_vectors", list, f"{what}.svm"), f"{what}.svm.support_vectors")
+            if flat.size == 0 or flat.size % width:
+                raise ModelParamsError(f"{what}.svm.support_vectors: expected rows of {width} features")
+            sv_arr = flat.reshape(-1, width)
+            coef = decode_floats(param(svm, "dual_coef", list, f"{what}.svm"), f"{what}.svm.dual_coef")
+            if coef.size != sv_arr.shape[0]:
+                raise ModelParamsError(f"{what}.svm.dual_coef: expected one coefficient per support vector")
+            if not (np.isfinite(sv_arr).all() and np.isfinite(coef).all()):
+                raise ModelParamsError(f"{what}.svm: support vectors and coefficients must be finite")
+            intercept = param(svm, "intercept", (int, float), f"{what}.svm")
+            g = param(svm, "gamma", (int, float), f"{what}.svm")
+            if g <= 0:
+                raise ModelParamsError(f"{what}.svm.gamma: must be positive")
+            det.model_ = RBFSupportVectors(sv_arr, coef, float(intercept), float(g))
+        elif not det.constant_:
+            raise ModelParamsError(f"{what}: a non-constant fit needs its support vectors")
+        return det
 
     def _fit_rows(self, X: np.ndarray, target: np.ndarray, rows: np.ndarray) -> None:
         self.model_ = SVR(C=self.C, epsilon=self.epsilon, gamma=self.gamma, cache_size=200)

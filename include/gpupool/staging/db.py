@@ -197,9 +197,24 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+def head_revision() -> str:
+    """The newest migration this package ships."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
 def require_migrated(engine: Engine) -> None:
-    if current_revision(engine) is None:
+    """Raise unless the staging schema is at this package's newest migration."""
+    current = current_revision(engine)
+    if current is None:
         raise StagingError(f"staging database ({label(engine)}) has no schema: run `gpupool db upgrade`")
+    head = head_revision()
+    if current != head:
+        raise StagingError(
+            f"staging database ({label(engine)}) is at schema revision {current}, this gpupool needs {head}: "
+            "run `gpupool db upgrade`"
+        )
 
 
 # --- day partitions of `sample` on PostgreSQL -------------------------------------------

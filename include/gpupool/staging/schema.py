@@ -12,7 +12,6 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
-    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     String,
@@ -88,7 +87,9 @@ series_profile = Table(
     Column("features", JSON, nullable=False),
     Column("detector", String(16), nullable=False),
     Column("reason", Text, nullable=False),
-    Column("model", LargeBinary),  # pickled fitted model, reused by the hourly runs
+    # the fitted model as JSON parameters (FittedSeriesModel.to_params), reused by the hourly
+    # runs; text, never a pickle: nothing read back from staging is executed
+    Column("model", Text),
     PrimaryKeyConstraint(*SERIES_PK, "computed_at", name="pk_series_profile"),
 )
 

@@ -151,6 +151,21 @@ def test_greedy_fallback_when_the_solver_fails(monkeypatch):
         plan(nodes, demand, Policy(), at=AT, solver="milp")
 
 
+def test_greedy_on_request_uses_no_milp(monkeypatch):
+    nodes, demand = _two_platforms()
+    best = plan(nodes, demand, Policy(), at=AT)
+    assert best.solver == "milp"
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the MILP ran although greedy was requested")
+
+    monkeypatch.setattr(planner_mod, "milp", must_not_run)
+    greedy = plan(nodes, demand, Policy(), at=AT, solver="greedy")
+    assert greedy.solver == "greedy" and greedy.status == "greedy (requested)"
+    assert greedy.objective_after < greedy.objective_before  # it does move nodes towards demand
+    assert greedy.objective_after == pytest.approx(best.objective_after, rel=0.05)
+
+
 def test_static_policy_never_moves():
     nodes, demand = _two_platforms()
     result = plan(nodes, demand, Policy(kind="static"))

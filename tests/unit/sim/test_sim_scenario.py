@@ -6,6 +6,7 @@ import datetime as dt
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from gpupool.sim.scenario import ScenarioError, load_scenario
@@ -94,6 +95,26 @@ def test_the_shipped_helios_scenario_loads():
     sc = load_scenario(REPO / "config/scenarios/helios-3platforms.yaml")
     assert set(sc.platforms) == {"kubernetes", "slurm", "openstack"}
     assert all(len(p.trace) == 2 and all(t.is_file() for t in p.trace) for p in sc.platforms.values())
+    # the traces ship with the repository: nothing outside it is read
+    assert all(t.is_relative_to(REPO.resolve()) for p in sc.platforms.values() for t in p.trace)
+
+
+def test_the_shipped_helios_traces_are_the_month_the_readme_reports():
+    from gpupool.sim.traces import read_helios
+
+    sc = load_scenario(REPO / "config/scenarios/helios-3platforms.yaml")
+    frames = {name: read_helios(p.trace, step="5min") for name, p in sc.platforms.items()}
+    for frame in frames.values():
+        assert len(frame) == 31 * 288
+        assert frame.index[0] == pd.Timestamp("2020-05-01", tz="UTC")
+        assert frame.index[-1] == pd.Timestamp("2020-05-31 23:55", tz="UTC")
+        assert (frame["demand"] >= 0).all() and frame["util"].between(0, 1).all()
+    # GPU-hours of demand in the README's what-if table (310,327), and 61 8-GPU nodes
+    gpu_hours = sum(f["demand"].sum() for f in frames.values()) * 5 / 60
+    assert round(gpu_hours) == 310327
+    from gpupool.sim.world import World
+
+    assert len(World(sc).nodes) == 61
 
 
 def test_the_shipped_synthetic_scenario_matches_the_default_world():
