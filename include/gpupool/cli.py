@@ -10,6 +10,13 @@ from typing import Sequence
 from gpupool import __version__
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (the usage stays behind --help)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="platforms.yaml (default: $GPUPOOL_CONFIG, else the embedded virtual datacenter)")
     p.add_argument("--staging-url", help="SQLAlchemy URL of staging (default: $GPUPOOL_STAGING_URL, the Airflow "
@@ -22,7 +29,7 @@ def _add_window(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpupool", description=__doc__)
+    parser = _Parser(prog="gpupool", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub.add_parser("version", help="print the version")
@@ -54,16 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("detect", help="detect and clean point anomalies of one series in a CSV")
     p.add_argument("input")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="CSV out (not the input; its directory must exist)")
     p.add_argument("--time-col")
     p.add_argument("--value-col")
     p.add_argument("--detector", default="auto", choices=["auto", "sr", "svr", "prophet"])
 
     p = sub.add_parser("forecast", help="forecast a series in a CSV, or a platform's demand from staging")
     p.add_argument("input", nargs="?", help="CSV with a time column and a value column")
-    p.add_argument("--horizon", type=int, default=None, help="steps ahead (CSV mode: required)")
-    p.add_argument("--out", help="CSV out: step,timestamp,yhat,yhat_lower,yhat_upper")
-    p.add_argument("--level", type=float, default=90.0)
+    p.add_argument("--horizon", type=int, default=None,
+                   help="steps ahead, 1 to 8784 = 24 x 366 (CSV mode: required; staging mode: default limits.horizon_hours)")
+    p.add_argument("--out", help="CSV out: step,timestamp,yhat,yhat_lower,yhat_upper (not the input; its directory must exist)")
+    p.add_argument("--level", type=float, default=90.0, help="prediction-interval level in percent, in (0, 100)")
     p.add_argument("--season", type=int, default=None, help="season length hint in steps")
     p.add_argument("--summary-json")
     p.add_argument("--platform", help="staging mode: forecast this platform's demand")
@@ -119,13 +127,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # one clear line for a shell user; the traceback is for -v runs
+    except Exception as exc:  # one clear line for a user's error; a bug keeps its traceback
         from gpupool.errors import is_user_error
 
-        if not is_user_error(exc):
-            raise
-        print(f"gpupool {args.command}: error: {exc}", file=sys.stderr)
+        if is_user_error(exc):
+            message = str(exc)
+        else:
+            message = _staging_failure(exc, args)
+            if message is None:
+                raise
+        print(f"gpupool {args.command}: error: {' '.join(message.split())}", file=sys.stderr)
         return 2
+
+
+def _staging_failure(exc: BaseException, args: argparse.Namespace) -> str | None:
+    """One line for a staging database that cannot be reached (or has no schema), naming where
+    its URL came from and never any part of the URL; None for any other error."""
+    try:
+        from sqlalchemy.exc import InterfaceError, OperationalError
+    except ImportError:  # pragma: no cover
+        return None
+    if not isinstance(exc, (OperationalError, InterfaceError)):
+        return None
+    import os
+
+    if getattr(args, "staging_url", None):
+        source = "given by --staging-url"
+    elif os.environ.get("GPUPOOL_STAGING_URL"):
+        source = "given by GPUPOOL_STAGING_URL"
+    elif os.environ.get("AIRFLOW_CONN_GPUPOOL_STAGING"):
+        source = "connection gpupool_staging"
+    else:
+        source = "the default SQLite file"
+    orig = str(getattr(exc, "orig", exc)).lower()
+    if "no such table" in orig or ("relation" in orig and "does not exist" in orig):
+        return f"staging database ({source}) has no gpupool schema: run `gpupool db upgrade`"
+    kind = type(getattr(exc, "orig", None) or exc).__name__
+    return f"staging database ({source}) cannot be reached or failed ({kind}); check that it runs and accepts connections"
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -213,18 +251,24 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _forecast(args: argparse.Namespace) -> int:
+    from gpupool.errors import UsageError
+    from gpupool.forecast.io import check_horizon_level
+
     if args.platform:
         from gpupool import pipeline
 
         if not args.at:
-            raise SystemExit("gpupool forecast --platform needs --at")
-        ctx = pipeline.Context.load(args.config, args.staging_url)
+            raise UsageError("--platform needs --at (the issue time)")
         at = pipeline.parse_time(args.at)
+        ctx = pipeline.Context.load(args.config, args.staging_url)
+        check_horizon_level(args.horizon or ctx.config.limits.horizon_hours, args.level)
+        ctx.config.platform(args.platform)  # a platform the config does not name: one line listing those it does
         window = pipeline.Window(at - pipeline.timedelta(hours=1), at)
         print(json.dumps(pipeline.forecast_demand(ctx, args.platform, window, horizon=args.horizon, level=args.level), default=str))
         return 0
-    if not args.input or not args.out or not args.horizon:
-        raise SystemExit("gpupool forecast INPUT.csv needs --horizon and --out (or use --platform NAME --at TIME)")
+    if not args.input or not args.out or args.horizon is None:
+        raise UsageError("INPUT.csv needs --horizon and --out (or use --platform NAME --at TIME)")
+    check_horizon_level(args.horizon, args.level)
     from gpupool.forecast.io import forecast_csv
 
     info = forecast_csv(args.input, args.horizon, args.out, level=args.level, season=args.season, summary_json=args.summary_json)

@@ -4,6 +4,11 @@ one clear line from the CLI instead of a traceback."""
 from __future__ import annotations
 
 
+class UsageError(ValueError):
+    """A command-line option or argument out of its range, or an input/output clash; the message
+    names the option."""
+
+
 def is_user_error(exc: BaseException) -> bool:
     from gpupool.canonical import CanonicalFrameError
     from gpupool.config import ConfigError
@@ -11,7 +16,9 @@ def is_user_error(exc: BaseException) -> bool:
     from gpupool.staging.loader import LoadError
     from gpupool.tsio import SeriesInputError
 
-    known: tuple[type[BaseException], ...] = (ConfigError, StagingError, LoadError, CanonicalFrameError, SeriesInputError, FileNotFoundError)
+    known: tuple[type[BaseException], ...] = (
+        UsageError, ConfigError, StagingError, LoadError, CanonicalFrameError, SeriesInputError, FileNotFoundError
+    )
     try:
         from gpupool.pipeline import WindowError
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from gpupool.canonical import SERIES_KEY, add_platform_totals, normalize_samples
-from gpupool.config import GpupoolConfig, default_config, load_config
+from gpupool.config import ConfigError, GpupoolConfig, default_config, load_config
 from gpupool.staging import db, loader, reads
 from gpupool.staging.schema import (
     allocation_plan,
@@ -64,8 +64,13 @@ class Window:
 
 
 def parse_time(value: Any) -> datetime:
-    """Parse an ISO time (or datetime); naive times are UTC."""
-    ts = pd.Timestamp(value)
+    """Parse an ISO time (or datetime); naive times are UTC. Anything else is a WindowError."""
+    try:
+        ts = pd.Timestamp(value)
+    except (ValueError, TypeError, OverflowError):
+        raise WindowError(f"not a time: {str(value)[:80]!r} (give ISO 8601, e.g. 2026-11-01T00:00Z)") from None
+    if ts is pd.NaT:
+        raise WindowError(f"not a time: {str(value)[:80]!r} (give ISO 8601, e.g. 2026-11-01T00:00Z)")
     if ts.tzinfo is None:
         ts = ts.tz_localize("UTC")
     return ts.tz_convert("UTC").to_pydatetime()
@@ -111,7 +116,7 @@ class Context:
         if only:
             unknown = sorted(set(only) - set(names))
             if unknown:
-                raise ValueError(f"unknown platforms {unknown}; configured: {names}")
+                raise ConfigError(f"unknown platforms {unknown}; configured: {names}")
             names = [n for n in names if n in only]
         return names
 

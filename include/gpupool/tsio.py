@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
+import numpy as np
 import pandas as pd
 
 
@@ -11,17 +17,30 @@ class SeriesInputError(ValueError):
     """An input file that does not hold a usable time series."""
 
 
+#: largest magnitude a value may have: beyond it the detectors' and the forecaster's sums of
+#: squares overflow double precision; GPU counts, shares and byte counters stay far below it
+MAX_ABS_VALUE = 1e100
+
+
 def read_series_csv(path: str | Path, time_col: str | None = None, value_col: str | None = None) -> pd.Series:
     """Read a CSV into a float Series indexed by timestamp, in file order.
 
     By default the time column is the first column that parses as datetimes and the
     value column the first numeric column after it; other columns are ignored.
-    Unparseable values become NaN (a gap), never zero. Row order and duplicates are kept
-    as in the file; the caller decides what to do with them.
+    Unparseable values become NaN (a gap), never zero. Row order is kept as in the file.
+    Timestamps with different UTC offsets in one column are converted to UTC (naive ones are
+    then read as UTC too).
+
+    Refused with :class:`SeriesInputError` naming the file and the line (line 1 is the header):
+    a file that is not UTF-8 text, a timestamp that repeats an earlier one (which of the two
+    values is the genuine one cannot be known), and a value that is infinite or beyond
+    ±:data:`MAX_ABS_VALUE`.
     """
     path = Path(path)
     try:
         raw = pd.read_csv(path)
+    except UnicodeDecodeError as exc:
+        raise SeriesInputError(f"{path}: not a UTF-8 text CSV (undecodable byte at offset {exc.start})") from None
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise SeriesInputError(f"{path}: cannot read CSV ({exc})") from exc
     if raw.empty:
@@ -50,9 +69,80 @@ def read_series_csv(path: str | Path, time_col: str | None = None, value_col: st
             raise SeriesInputError(f"{path}: no numeric column after {time_col!r}; pass --value-col")
     elif value_col not in cols:
         raise SeriesInputError(f"{path}: value column {value_col!r} not in {cols}")
-    values = pd.to_numeric(raw[value_col], errors="coerce").astype("float64")
-    series = pd.Series(values.to_numpy(), index=pd.DatetimeIndex(times, name="timestamp"), name=value_col)
-    return series
+    values = pd.to_numeric(raw[value_col], errors="coerce").astype("float64").to_numpy()
+    index = pd.DatetimeIndex(times, name="timestamp")
+    _check_values(path, value_col, values)
+    _check_unique(path, time_col, index)
+    return pd.Series(values, index=index, name=value_col)
+
+
+def _line(row: int) -> int:
+    """The file line of a data row (the header is line 1)."""
+    return int(row) + 2
+
+
+def _check_values(path: Path, col: str, values: np.ndarray) -> None:
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isnan(values) & ~(np.abs(values) <= MAX_ABS_VALUE)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        what = "is not finite" if not math.isfinite(values[i]) else f"is beyond ±{MAX_ABS_VALUE:g}"
+        raise SeriesInputError(f"{path}: line {_line(i)}, column {col!r}: value {float(values[i])!r} {what}")
+
+
+def _check_unique(path: Path, col: str, index: pd.DatetimeIndex) -> None:
+    dup = index.duplicated(keep="first") & ~index.isna()
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0])
+        first = int(np.flatnonzero(index == index[i])[0])
+        raise SeriesInputError(
+            f"{path}: line {_line(i)}, column {col!r}: timestamp {index[i].isoformat()} repeats line {_line(first)}; "
+            "give one value per timestamp"
+        )
+
+
+def check_output(target: str | Path, inputs: dict[str, str | Path | None], option: str = "--out") -> Path:
+    """Refuse an output path that is one of ``inputs`` (by any name: relative path, symlink,
+    hard link) or whose directory does not exist; returns it as a Path. ``inputs`` maps a label
+    ("input", "--out file") to a path."""
+    from gpupool.errors import UsageError
+
+    out = Path(target)
+    for label, given in inputs.items():
+        if given is None:
+            continue
+        src = Path(given)
+        same = out.resolve() == src.resolve()
+        if not same and out.exists() and src.exists():
+            with contextlib.suppress(OSError):
+                same = os.path.samefile(out, src)
+        if same:
+            raise UsageError(f"{option} {out} is the {label} {src}; refusing to overwrite it")
+    parent = out.parent
+    if not parent.is_dir():
+        raise UsageError(f"{option} {out}: directory {parent} does not exist")
+    if out.is_dir():
+        raise UsageError(f"{option} {out} is a directory")
+    return out
+
+
+@contextlib.contextmanager
+def atomic_output(out: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``out``; on success it replaces ``out`` in one step, on
+    failure it is removed — a reader never sees a half-written file."""
+    out = Path(out)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would have created it
+        yield Path(tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _parse_times(col: pd.Series) -> pd.DatetimeIndex | None:
@@ -60,7 +150,12 @@ def _parse_times(col: pd.Series) -> pd.DatetimeIndex | None:
         return None
     try:
         parsed = pd.to_datetime(col, errors="coerce", format="mixed")
-    except (ValueError, TypeError):
+    except ValueError:  # mixed UTC offsets (or aware and naive together): bring them to UTC
+        try:
+            parsed = pd.to_datetime(col, errors="coerce", format="mixed", utc=True)
+        except (ValueError, TypeError):
+            return None
+    except TypeError:
         return None
     if parsed.notna().mean() < 0.9:
         return None

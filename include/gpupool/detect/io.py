@@ -17,7 +17,7 @@ import pandas as pd
 
 from gpupool.detect.clean import detect_and_clean
 from gpupool.detect.router import RouterConfig
-from gpupool.tsio import read_series_csv
+from gpupool.tsio import atomic_output, check_output, read_series_csv
 
 CLI_COLUMNS = ["timestamp", "value", "expected", "score", "is_anomaly", "detector", "clean_value"]
 DETECTOR_CHOICES = ("auto", "sr", "svr", "prophet")
@@ -35,10 +35,13 @@ def detect_csv(
 
     The summary holds input, out, rows, judged (rows with a score), anomalies, filled,
     detector, reason and value_col. Raises `gpupool.tsio.SeriesInputError` on unusable
-    input and ValueError on an unknown detector.
+    input, `gpupool.errors.UsageError` when OUT is INPUT (by any name) or its directory does
+    not exist, and ValueError on an unknown detector. OUT is replaced in one step, never left
+    half-written.
     """
     if detector not in DETECTOR_CHOICES:
         raise ValueError(f"unknown detector {detector!r}; expected one of {', '.join(DETECTOR_CHOICES)}")
+    out = check_output(out, {"input": input})
     y = read_series_csv(input, time_col=time_col, value_col=value_col)
     cfg = config or RouterConfig()
     frame = detect_and_clean(y, detector=detector, config=cfg)
@@ -55,10 +58,8 @@ def detect_csv(
             "clean_value": frame["clean_value"].to_numpy(),
         }
     )
-    out = Path(out)
-    if out.parent and not out.parent.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out, index=False, columns=CLI_COLUMNS)
+    with atomic_output(out) as tmp:
+        table.to_csv(tmp, index=False, columns=CLI_COLUMNS)
     name = str(frame["detector"].iloc[0]) if len(frame) else detector
     return {
         "input": str(input),

@@ -4,15 +4,27 @@ long-frame form for many series at once."""
 from __future__ import annotations
 
 import json
+import numbers
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from gpupool.forecast.arima import ArimaForecaster, jsonable
-from gpupool.tsio import read_series_csv
+from gpupool.errors import UsageError
+from gpupool.tsio import atomic_output, check_output, read_series_csv
 
 OUTPUT_COLUMNS = ["step", "timestamp", "yhat", "yhat_lower", "yhat_upper"]
+#: the longest horizon a forecast may ask for, in steps: a year of hours (24 x 366)
+MAX_HORIZON = 24 * 366
+
+
+def check_horizon_level(horizon: Any, level: Any) -> None:
+    """Refuse a horizon outside 1..MAX_HORIZON steps or a level outside (0, 100) percent."""
+    if isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or not 1 <= horizon <= MAX_HORIZON:
+        raise UsageError(f"--horizon {horizon}: give a whole number of steps from 1 to {MAX_HORIZON}")
+    if isinstance(level, bool) or not (isinstance(level, numbers.Real) and 0 < float(level) < 100):
+        raise UsageError(f"--level {level}: give a prediction-interval level in percent, above 0 and below 100")
 
 
 def forecast_csv(
@@ -30,9 +42,14 @@ def forecast_csv(
     ``step`` = 1..horizon. ``season`` is a period hint in steps; without it the period is detected.
     Returns the model summary (orders, Fourier terms, criterion values, ADF/KPSS/Ljung-Box
     p-values, fallback reason, clipping), also written to ``summary_json`` when given.
+    Refuses (:class:`gpupool.errors.UsageError`) a horizon outside 1..:data:`MAX_HORIZON`, a
+    level outside (0, 100), and an output that is the input or lies in a missing directory;
+    outputs are replaced in one step, never left half-written.
     """
-    if int(horizon) < 1:
-        raise ValueError("horizon must be at least 1")
+    check_horizon_level(horizon, level)
+    out = check_output(out, {"input": input})
+    if summary_json is not None:
+        summary_json = check_output(summary_json, {"input": input, "--out file": out}, option="--summary-json")
     series = read_series_csv(input)
     model = ArimaForecaster(level=level, season=season).fit(series)
     frame = model.predict(int(horizon))
@@ -46,11 +63,12 @@ def forecast_csv(
         },
         columns=OUTPUT_COLUMNS,
     )
-    out = Path(out)
-    table.to_csv(out, index=False)
+    with atomic_output(out) as tmp:
+        table.to_csv(tmp, index=False)
     summary = jsonable({**model.summary_, "input": str(input), "horizon": int(horizon)})
     if summary_json is not None:
-        Path(summary_json).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        with atomic_output(summary_json) as tmp:
+            tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
 

@@ -29,7 +29,7 @@ def csv_in(tmp_path, spiky):
 
 def test_contract_columns_and_one_row_per_input_row(tmp_path, csv_in, spiky):
     path, raw = csv_in
-    out = tmp_path / "sub" / "out.csv"
+    out = tmp_path / "out.csv"
     summary = detect_csv(path, out)
     table = pd.read_csv(out)
     assert list(table.columns) == CLI_COLUMNS
