@@ -1,7 +1,9 @@
 """The "GPU pool" page: an Airflow 3 plugin (a FastAPI app plus a nav entry).
 
 Both the page and its JSON API sit behind Airflow's own authentication: a request needs the
-UI's session cookie or an `Authorization: Bearer` token, exactly like the REST API.
+UI's session cookie or an `Authorization: Bearer` token, exactly like the REST API. If that
+guard cannot be imported the app fails closed (503 on every request); it publishes no OpenAPI
+schema or docs pages.
 """
 
 from __future__ import annotations
@@ -12,20 +14,31 @@ from fastapi.responses import HTMLResponse
 
 try:  # the dependency that resolves the caller from Airflow's JWT (cookie or bearer)
     from airflow.api_fastapi.core_api.security import requires_authenticated
-except ImportError:  # pragma: no cover - older layouts
-    requires_authenticated = None
 
-_guard = [Depends(requires_authenticated())] if requires_authenticated else []
+    _auth = requires_authenticated()
+except ImportError as exc:  # fail closed: without Airflow's guard, serve nobody
+    _why = f"authentication unavailable ({type(exc).__name__}: {exc}); the GPU pool page refuses every request"
 
-app = FastAPI(title="gpupool — GPU pool", dependencies=_guard)
+    def _auth() -> None:
+        raise HTTPException(status_code=503, detail=_why)
+
+
+# no /docs, /redoc or /openapi.json: the API is described in the README, and nothing here is
+# served without the guard
+app = FastAPI(title="gpupool — GPU pool", dependencies=[Depends(_auth)], docs_url=None, redoc_url=None,
+              openapi_url=None)
 
 
 def _state(at: str | None, hours: int) -> dict:
     from gpupool import pipeline, poolview
 
+    try:
+        when = pipeline.parse_time(at) if at else None
+    except pipeline.WindowError as exc:
+        raise HTTPException(status_code=422, detail=f"query parameter 'at': {exc}") from None
     engine = pipeline.Context.load().engine
     try:
-        return poolview.pool_state(engine, pipeline.parse_time(at) if at else None, hours=hours)
+        return poolview.pool_state(engine, when, hours=hours)
     except poolview.NoDataError as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from exc
 
