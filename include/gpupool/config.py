@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
+#: the kinds reached through an API, whose connection `conn_id` names
+CONNECTED_KINDS = ("openstack", "slurm", "kubernetes")
 
 class ConfigError(ValueError):
     """A configuration file that cannot be used; the message names file, key and reason."""
@@ -36,7 +38,7 @@ class PlatformConfig(_Strict):
     #: null drops a metric the deployment does not export. For OpenStack the value is the
     #: Gnocchi metric (Ceilometer meter) name or {metric, aggregation, group_by, entity_kind}.
     metrics: dict[str, str | dict[str, str] | None] = Field(default_factory=dict)
-    actuation: bool = False
+    actuation: StrictBool = False
     min_nodes: int = Field(default=0, ge=0)
     max_nodes: int | None = Field(default=None, ge=0)
     priority: float = Field(default=1.0, gt=0)
@@ -45,6 +47,8 @@ class PlatformConfig(_Strict):
     def _limits(self) -> "PlatformConfig":
         if self.max_nodes is not None and self.max_nodes < self.min_nodes:
             raise ValueError(f"max_nodes ({self.max_nodes}) < min_nodes ({self.min_nodes})")
+        if self.kind in CONNECTED_KINDS and not self.conn_id:
+            raise ValueError(f"conn_id: a {self.kind} platform needs one (the Airflow connection it is reached by)")
         return self
 
 
@@ -64,7 +68,7 @@ class PoolNode(_Strict):
 class PoolConfig(_Strict):
     nodes: list[PoolNode] = Field(default_factory=list)
     #: when no explicit node list is given, every node the sources report is a member
-    all_nodes: bool = True
+    all_nodes: StrictBool = True
 
     def node_id(self, platform: str, name: str) -> str:
         """The pool node id of the machine ``platform`` calls ``name`` (``name`` when unmapped)."""
@@ -97,7 +101,7 @@ class LimitsConfig(_Strict):
     max_actuation_age_hours: float = Field(default=2.0, ge=0)
     #: whether a release may evict running GPU work (Kubernetes Eviction API, respecting PDBs);
     #: off: a busy node waits until its work ends
-    allow_evict: bool = False
+    allow_evict: StrictBool = False
 
 
 class SimulatorConfig(_Strict):
@@ -116,6 +120,21 @@ class DetectConfig(_Strict):
     #: RouterConfig fields to override, e.g. {tau_multiplier: 5, overrides: {gpu_util: {detector: sr}}}
     router: dict = Field(default_factory=dict)
 
+    @field_validator("router")
+    @classmethod
+    def _router(cls, value: dict) -> dict:
+        from gpupool.detect.router import RouterConfig
+
+        try:
+            RouterConfig(**value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+            if first["type"] == "extra_forbidden":
+                raise ValueError(f"unknown key {key!r}; known: {', '.join(RouterConfig.model_fields)}") from None
+            raise ValueError(f"{key}: {first['msg']}") from None
+        return value
+
     def router_config(self):
         from gpupool.detect.router import RouterConfig
 
@@ -129,7 +148,8 @@ class GpupoolConfig(_Strict):
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
     detect: DetectConfig = Field(default_factory=DetectConfig)
     step: str = "5min"
-    dry_run: bool = True
+    #: only a YAML boolean (true/false): a string such as "off" is refused, not read as false
+    dry_run: StrictBool = True
 
     @field_validator("platforms")
     @classmethod
@@ -170,7 +190,14 @@ def parse_config(raw: dict, source: str = "<config>") -> GpupoolConfig:
         err = exc.errors()[0]
         key = _key_path(raw, err["loc"])
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise ConfigError(f"{source}: key '{key}': {err['msg']}{more}") from None
+        raise ConfigError(f"{source}: key '{key}': {_message(err)}{more}") from None
+
+
+def _message(err: dict) -> str:
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err.get("type") == "bool_type":
+        msg += f" (got {err.get('input')!r}; write true or false, unquoted)"
+    return msg
 
 
 def _key_path(raw: dict, loc: tuple) -> str:

@@ -64,6 +64,21 @@ _TANGENT_Z = np.linspace(-3.0, 3.0, 13)
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 
 
+def _infeasible_bounds(policy: Policy, platforms: Sequence[str], nodes: int) -> str | None:
+    """Why the platforms' node bounds cannot all hold with ``nodes`` nodes in all, or None.
+
+    The bounds count every node a platform holds (movable or not), so only the whole inventory
+    can tell: a pool listed in the configuration does not (its non-members count too)."""
+    low = sum(policy.min_nodes.get(p, 0) for p in platforms)
+    if low > nodes:
+        return f"infeasible bounds: platforms' min_nodes add up to {low} but the platforms hold {nodes} nodes in all"
+    if all(p in policy.max_nodes for p in platforms):
+        high = sum(policy.max_nodes[p] for p in platforms)
+        if high < nodes:
+            return f"infeasible bounds: platforms' max_nodes add up to {high} but the platforms hold {nodes} nodes in all"
+    return None
+
+
 class PlanningError(ValueError):
     """Inputs the planner cannot plan from (duplicate nodes, demand of unequal horizons, ...)."""
 
@@ -322,6 +337,9 @@ def plan(
         if demands[p] is None:
             demands[p] = PlatformDemand(mean=(0.0,) * hours, upper=(0.0,) * hours)
             reasons.append(f"{p}: no demand given, planned as zero")
+    infeasible = _infeasible_bounds(policy, platforms, len(records))
+    if infeasible:
+        reasons.append(infeasible)
     model = _Model(records, platforms, demands, policy, hours, at_ts)
     before = model.counts_keep()
     obj_before, unmet_before = model.evaluate(before)
@@ -346,6 +364,8 @@ def plan(
         reasons.append(f"solution ({obj_after:.3f}) not better than no change ({obj_before:.3f}); keeping all nodes")
         counts, obj_after, unmet_after = before, obj_before, unmet_before
     moves, changes, targets = model.realise(counts, reasons)
+    if infeasible:  # the bounds are soft (penalised), so the solver still says "optimal": say why not
+        status = f"{status}; {infeasible}"
     return Plan(
         at=at_ts,
         policy=policy.kind,

@@ -96,6 +96,21 @@ class Scenario(BaseModel):
     def _duration(cls, value: Any) -> dt.timedelta:
         return _timedelta(value)
 
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from gpupool.allocate.policy import Policy
+
+        try:
+            Policy.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+            if first["type"] == "extra_forbidden":
+                raise ValueError(f"unknown key {key!r}; known: {', '.join(Policy.model_fields)}") from None
+            raise ValueError(f"{key}: {first['msg']}") from None
+        return value
+
     @field_validator("start", "end", mode="before")
     @classmethod
     def _instant(cls, value: Any) -> Any:
@@ -171,7 +186,8 @@ def scenario_from_dict(raw: dict, base_dir: str | Path = ".", where: str = "scen
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"]) or "(top level)"
         more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
-        raise ScenarioError(f"{where}: {key}: {first['msg']}{more}") from exc
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        raise ScenarioError(f"{where}: {key}: {msg}{more}") from exc
     platforms = {}
     for name, spec in scenario.platforms.items():
         if spec.trace is not None:

@@ -32,10 +32,10 @@ def test_embedded_default_is_three_simulated_platforms():
         ("platforms:\n  - {name: hpc, kind: lsf}\n", "platforms[hpc].kind", "Input should be"),
         ("platforms:\n  - {name: hpc, kind: slurm, min_nodes: -1}\n", "platforms[hpc].min_nodes", "greater than or equal"),
         ("platforms:\n  - {name: hpc, kind: slurm, colour: red}\n", "platforms[hpc].colour", "Extra inputs"),
-        ("platforms:\n  - {name: a, kind: slurm}\n  - {name: a, kind: kubernetes}\n", "platforms", "unique"),
+        ("platforms:\n  - {name: a, kind: slurm, conn_id: p}\n  - {name: a, kind: kubernetes, conn_id: k}\n", "platforms", "unique"),
         ("platforms:\n  - {name: a, kind: slurm, min_nodes: 5, max_nodes: 2}\n", "platforms[a]", "max_nodes"),
         ("platforms: []\n", "platforms", "at least one platform"),
-        ("limits: {max_moves_per_run: x}\nplatforms:\n  - {name: a, kind: slurm}\n", "limits.max_moves_per_run", "integer"),
+        ("limits: {max_moves_per_run: x}\nplatforms:\n  - {name: a, kind: slurm, conn_id: p}\n", "limits.max_moves_per_run", "integer"),
     ],
 )
 def test_bad_files_name_file_key_and_reason(tmp_path, body, key, reason):

@@ -18,8 +18,8 @@ WINDOW = pipeline.Window(END - timedelta(hours=1), END)
 
 
 def _config(**extra):
-    raw = {"platforms": [{"name": "slurm", "kind": "slurm", "actuation": True},
-                         {"name": "kubernetes", "kind": "kubernetes", "actuation": True}],
+    raw = {"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc", "actuation": True},
+                         {"name": "kubernetes", "kind": "kubernetes", "conn_id": "kubernetes_ai", "actuation": True}],
            "limits": {"horizon_hours": 2, "max_moves_per_run": 2, "cooldown_hours": 0}}
     raw.update(extra)
     return parse_config(raw)
@@ -151,7 +151,7 @@ def test_build_actuators_reads_airflow_json_connections(tmp_path):
     cfg = parse_config({"platforms": [
         {"name": "hpc", "kind": "slurm", "conn_id": "slurm_hpc", "actuation": True},
         {"name": "sim", "kind": "simulator", "actuation": True},
-        {"name": "k8s", "kind": "kubernetes", "actuation": False}]})
+        {"name": "k8s", "kind": "kubernetes", "conn_id": "kubernetes_ai", "actuation": False}]})
     env = {"AIRFLOW_CONN_SLURM_HPC": '{"conn_type": "generic", "extra": {"slurm_conf": "/etc/slurm/slurm.conf"}}'}
     acts = service.build_actuators(cfg, env=env)
     assert list(acts) == ["hpc"] and acts["hpc"].slurm_conf == "/etc/slurm/slurm.conf"

@@ -1,0 +1,369 @@
+"""Hostile but fair input: every case is exit 2 with one line on stderr naming what and where,
+no traceback, inputs untouched and no output left behind (not even half of one)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpupool.cli import main
+
+UNREACHABLE = "postgresql+psycopg://gpupool:Sup3rS3cretFAKE@127.0.0.1:1/staging"
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        rc = main(list(argv))
+    except SystemExit as done:  # argparse's own errors
+        rc = done.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _one_line(err: str, *needles: str) -> str:
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    line = lines[0]
+    assert line.startswith("gpupool")
+    for needle in needles:
+        assert needle in line, (needle, line)
+    return line
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    """Every file under folder (hidden ones included) with its content hash."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    } | {str(p.relative_to(folder)): "link->" + os.readlink(p) for p in folder.rglob("*") if p.is_symlink()}
+
+
+def _refused(capsys, folder: Path, *argv: str, needles: tuple[str, ...] = ()) -> str:
+    before = _snapshot(folder)
+    rc, out, err = _cli(capsys, *argv)
+    assert rc == 2, (rc, out, err)
+    line = _one_line(err, *needles)
+    assert _snapshot(folder) == before  # inputs untouched, nothing written, no temporary left
+    return line
+
+
+def _series(n: int = 200, seed: int = 0) -> tuple[pd.DatetimeIndex, np.ndarray]:
+    ts = pd.date_range("2026-01-01", periods=n, freq="h", tz="UTC")
+    rng = np.random.default_rng(seed)
+    return ts, 10 + 3 * np.sin(np.arange(n) / 24 * 2 * np.pi) + rng.normal(0, 0.2, n)
+
+
+def _write(path: Path, ts, values) -> Path:
+    pd.DataFrame({"ts": [t.strftime("%Y-%m-%dT%H:%M:%S") if not isinstance(t, str) else t for t in ts], "v": values}).to_csv(
+        path, index=False
+    )
+    return path
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    ts, v = _series()
+    _write(folder / "good.csv", ts, v)
+    return folder
+
+
+@pytest.fixture
+def staging(tmp_path, monkeypatch) -> str:
+    monkeypatch.delenv("GPUPOOL_CONFIG", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_GPUPOOL_STAGING", raising=False)
+    url = f"sqlite:///{tmp_path / 'staging.db'}"
+    monkeypatch.setenv("GPUPOOL_STAGING_URL", url)
+    return url
+
+
+# --- CSV input of detect and forecast --------------------------------------------------------
+
+
+def test_detect_on_binary_garbage(capsys, data):
+    (data / "garbage.csv").write_bytes(np.random.default_rng(1).bytes(3000))
+    _refused(capsys, data, "detect", str(data / "garbage.csv"), "--out", str(data / "out.csv"),
+             needles=("garbage.csv", "UTF-8"))
+    (data / "table.csv").write_bytes(bytes(range(256)) * 12)
+    _refused(capsys, data, "detect", str(data / "table.csv"), "--out", str(data / "out.csv"),
+             needles=("table.csv", "cannot read CSV"))
+
+
+def test_detect_on_values_beyond_double_range(capsys, data):
+    ts, _ = _series()
+    _write(data / "huge.csv", ts, [1e308 if i % 2 == 0 else -1e308 for i in range(len(ts))])
+    _refused(capsys, data, "detect", str(data / "huge.csv"), "--out", str(data / "out.csv"),
+             needles=("huge.csv", "line 2", "'v'", "1e+308"))
+
+
+def test_forecast_on_an_all_inf_column(capsys, data):
+    ts, _ = _series()
+    _write(data / "inf.csv", ts, [np.inf] * len(ts))
+    _refused(capsys, data, "forecast", str(data / "inf.csv"), "--horizon", "3", "--out", str(data / "out.csv"),
+             needles=("inf.csv", "line 2", "'v'", "not finite"))
+
+
+def test_forecast_into_a_missing_directory(capsys, data):
+    _refused(capsys, data, "forecast", str(data / "good.csv"), "--horizon", "3", "--out", str(data / "nope" / "out.csv"),
+             needles=("--out", "nope", "does not exist"))
+
+
+def test_detect_into_a_missing_directory(capsys, data):
+    _refused(capsys, data, "detect", str(data / "good.csv"), "--out", str(data / "nope" / "out.csv"),
+             needles=("--out", "nope", "does not exist"))
+
+
+@pytest.mark.parametrize(
+    "option, value, needle",
+    [
+        ("--horizon", "-5", "--horizon -5"),
+        ("--horizon", "0", "--horizon 0"),
+        ("--horizon", "1000000000", "8784"),  # a documented maximum: 24 x 366 steps
+        ("--horizon", "1e9", "--horizon"),  # not an integer: argparse, on one line too
+        ("--level", "150", "--level"),
+        ("--level", "0", "--level"),
+        ("--level", "nan", "--level"),
+    ],
+)
+def test_forecast_option_out_of_range(capsys, data, option, value, needle):
+    args = {"--horizon": "3", "--level": "90", option: value}
+    _refused(capsys, data, "forecast", str(data / "good.csv"), "--out", str(data / "out.csv"),
+             "--horizon", args["--horizon"], "--level", args["--level"], needles=(needle,))
+
+
+def test_the_maximum_horizon_itself_is_accepted(capsys, data):
+    from gpupool.forecast.io import MAX_HORIZON
+
+    assert MAX_HORIZON == 24 * 366
+    rc, _, err = _cli(capsys, "forecast", str(data / "good.csv"), "--horizon", str(MAX_HORIZON), "--out", str(data / "out.csv"))
+    assert rc == 0, err
+    assert len(pd.read_csv(data / "out.csv")) == MAX_HORIZON
+
+
+@pytest.mark.parametrize("command", ["forecast", "detect"])
+@pytest.mark.parametrize("how", ["same", "relative", "symlink", "hardlink"])
+def test_output_that_is_the_input_is_refused(capsys, data, monkeypatch, command, how):
+    src = data / "good.csv"
+    if how == "same":
+        out = str(src)
+    elif how == "relative":
+        (data / "sub").mkdir()
+        monkeypatch.chdir(data / "sub")
+        out = "../good.csv"
+    elif how == "symlink":
+        (data / "link.csv").symlink_to(src)
+        out = str(data / "link.csv")
+    else:
+        os.link(src, data / "twin.csv")
+        out = str(data / "twin.csv")
+    extra = ["--horizon", "3"] if command == "forecast" else []
+    _refused(capsys, data, command, str(src), "--out", out, *extra, needles=("--out", "input"))
+
+
+def test_summary_json_that_is_the_input_is_refused(capsys, data):
+    src = data / "good.csv"
+    _refused(capsys, data, "forecast", str(src), "--horizon", "3", "--out", str(data / "out.csv"),
+             "--summary-json", str(src), needles=("--summary-json", "input"))
+
+
+def test_a_failed_write_leaves_no_half_written_output(capsys, data, monkeypatch):
+    """The output is written beside and moved into place: a failure mid-write leaves the old file."""
+    (data / "out.csv").write_text("previous,content\n")
+    before = _snapshot(data)
+
+    def broken(self, path, *a, **k):
+        Path(path).write_text("step,timestamp\n1,")  # half a file, then the disk fills up
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", broken)
+    with pytest.raises(OSError):
+        main(["forecast", str(data / "good.csv"), "--horizon", "3", "--out", str(data / "out.csv")])
+    assert _snapshot(data) == before
+
+
+def test_duplicate_timestamps_are_refused_naming_the_repeat(capsys, data):
+    """Which of two values at one timestamp is genuine cannot be known: refuse, replace nothing."""
+    ts, v = _series()
+    ts = list(ts[:100]) + [ts[99]] + list(ts[100:])
+    v = list(v[:100]) + [500.0] + list(v[100:])  # a second, wild value for the 100th timestamp
+    _write(data / "dup.csv", ts, v)
+    line = _refused(capsys, data, "detect", str(data / "dup.csv"), "--out", str(data / "out.csv"),
+                    needles=("dup.csv", "line 102", "repeats line 101"))
+    assert "2026-01-05T03:00:00" in line
+    _refused(capsys, data, "forecast", str(data / "dup.csv"), "--horizon", "3", "--out", str(data / "out.csv"),
+             needles=("line 102",))
+
+
+def test_mixed_utc_offsets_are_read_as_utc(capsys, data):
+    ts, v = _series()
+    mixed = [(t.tz_convert("Europe/Paris") if i % 2 else t).isoformat() for i, t in enumerate(ts)]
+    assert {m[-6:] for m in mixed} == {"+00:00", "+01:00"}
+    _write(data / "mixed.csv", mixed, v)
+    rc, _, err = _cli(capsys, "detect", str(data / "mixed.csv"), "--out", str(data / "out.csv"))
+    assert rc == 0, err
+    table = pd.read_csv(data / "out.csv")
+    assert len(table) == len(ts)
+    assert pd.DatetimeIndex(pd.to_datetime(table["timestamp"], utc=True)).equals(pd.DatetimeIndex(ts))
+    assert np.allclose(table["value"], v)
+
+
+# --- configuration and scenarios -------------------------------------------------------------
+
+
+def _config(folder: Path, text: str) -> Path:
+    path = folder / "platforms.yaml"
+    path.write_text(text)
+    return path
+
+
+WINDOW = ("--start", "2026-11-01T00:00Z", "--end", "2026-11-01T01:00Z")
+
+
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("platforms:\n  - {name: hpc, kind: slurm}\n", ("platforms[hpc]", "conn_id")),
+        ("platforms:\n  - {name: cloud, kind: openstack, min_nodes: 1}\n", ("platforms[cloud]", "conn_id")),
+        ("platforms:\n  - {name: a, kind: simulator}\ndetect:\n  router: {tau_multipler: 5}\n",
+         ("detect.router", "'tau_multipler'")),
+        ('platforms:\n  - {name: a, kind: simulator}\ndry_run: "off"\n', ("dry_run", "'off'")),
+        ("platforms:\n  - {name: a, kind: simulator}\ndry_run: 0\n", ("dry_run",)),
+        ('platforms:\n  - {name: a, kind: simulator, actuation: "yes"}\n', ("platforms[a].actuation", "'yes'")),
+        ('platforms:\n  - {name: a, kind: simulator}\nlimits: {allow_evict: "true"}\n', ("limits.allow_evict",)),
+    ],
+)
+def test_bad_config_is_one_line_naming_file_and_key(capsys, data, staging, text, needles):
+    path = _config(data, text)
+    line = _refused(capsys, data, "summary", "--config", str(path), *WINDOW, needles=needles)
+    assert "platforms.yaml" in line
+
+
+def test_real_yaml_booleans_still_work(data):
+    from gpupool.config import load_config
+
+    cfg = load_config(_config(data, "platforms:\n  - {name: a, kind: simulator, actuation: yes}\ndry_run: off\n"))
+    assert cfg.dry_run is False and cfg.platforms[0].actuation is True
+
+
+def test_unknown_key_under_a_scenario_policy(capsys, data):
+    scenario = Path(__file__).resolve().parents[3] / "config" / "scenarios" / "synthetic-3platforms.yaml"
+    text = scenario.read_text().replace("seed: 0\n", "seed: 0\npolicy: {move_cots: 2}\n")
+    assert "move_cots" in text
+    (data / "scenario.yaml").write_text(text)
+    _refused(capsys, data, "simulate", str(data / "scenario.yaml"), "--no-progress",
+             needles=("scenario.yaml", "policy", "'move_cots'"))
+
+
+def test_planner_says_when_bounds_cannot_hold():
+    """min_nodes are counted against every node a platform holds (pool members or not), so only the
+    inventory can show they cannot all hold: the plan then says so instead of a bare 'optimal'."""
+    from gpupool.allocate.planner import NodeRecord, plan
+    from gpupool.allocate.policy import Policy
+
+    nodes = [NodeRecord(name=f"n{i}", owner="a" if i < 2 else "b", gpus=8) for i in range(3)]
+    result = plan(nodes, {"a": [4.0, 4.0], "b": [4.0, 4.0]}, Policy(min_nodes={"a": 2, "b": 2}))
+    assert "infeasible bounds" in result.status and "add up to 4" in result.status and "3 nodes" in result.status
+    assert any("infeasible bounds" in r for r in result.reasons)
+    fine = plan(nodes, {"a": [4.0, 4.0], "b": [4.0, 4.0]}, Policy(min_nodes={"a": 1, "b": 2}))
+    assert "infeasible" not in fine.status
+
+
+# --- staging, windows, platforms, handovers --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("summary", *WINDOW), ("plan", "--at", "2026-11-01T01:00Z"), ("handovers",)],
+    ids=["summary", "plan", "handovers"],
+)
+def test_unreachable_staging_names_the_connection_never_the_uri(capsys, data, monkeypatch, argv):
+    monkeypatch.delenv("GPUPOOL_CONFIG", raising=False)
+    monkeypatch.setenv("GPUPOOL_STAGING_URL", UNREACHABLE)
+    line = _refused(capsys, data, *argv, needles=("staging database", "GPUPOOL_STAGING_URL"))
+    for secret in ("Sup3rS3cretFAKE", "gpupool:", "127.0.0.1", ":1/", "psycopg", "postgresql"):
+        assert secret not in line
+
+
+def test_unreachable_staging_given_by_option(capsys, data, monkeypatch):
+    monkeypatch.delenv("GPUPOOL_STAGING_URL", raising=False)
+    line = _refused(capsys, data, "handovers", "--staging-url", UNREACHABLE, needles=("--staging-url",))
+    assert "Sup3rS3cretFAKE" not in line and "127.0.0.1" not in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("run", "--platform", "nope", *WINDOW), ("forecast", "--platform", "nope", "--at", "2026-11-01T01:00Z", "--horizon", "3")],
+    ids=["run", "forecast"],
+)
+def test_platform_not_in_the_config(capsys, data, staging, argv):
+    _refused(capsys, data, *argv, needles=("'nope'", "openstack", "slurm", "kubernetes"))
+
+
+@pytest.mark.parametrize("option", ["--start", "--end"])
+def test_sql_text_as_a_time(capsys, data, staging, option):
+    window = dict(zip(WINDOW[::2], WINDOW[1::2]))
+    window[option] = "2026-01-01'; drop table sample;--"
+    _refused(capsys, data, "summary", "--start", window["--start"], "--end", window["--end"],
+             needles=("not a time", "drop table"))
+
+
+def test_bad_issue_time_for_plan_and_forecast(capsys, data, staging):
+    _refused(capsys, data, "plan", "--at", "yesterday-ish", needles=("not a time",))
+    _refused(capsys, data, "forecast", "--platform", "slurm", "--at", "soon", needles=("not a time",))
+
+
+def test_rollback_of_no_such_handover(capsys, data, staging):
+    assert main(["db", "upgrade"]) == 0
+    capsys.readouterr()
+    _refused(capsys, data, "rollback", "999", needles=("#999",))
+
+
+# --- the contract itself ---------------------------------------------------------------------
+
+
+def test_a_bug_still_shows_its_traceback(data, monkeypatch):
+    import gpupool.detect.io as detect_io
+
+    def bug(*a, **k):
+        raise ZeroDivisionError("a bug, not a user error")
+
+    monkeypatch.setattr(detect_io, "detect_csv", bug)
+    with pytest.raises(ZeroDivisionError):
+        main(["detect", str(data / "good.csv"), "--out", str(data / "out.csv")])
+
+
+def _subprocess(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    include = str(Path(__file__).resolve().parents[3] / "include")
+    full = {**os.environ, **(env or {}), "PYTHONPATH": include + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    full.pop("GPUPOOL_CONFIG", None)
+    return subprocess.run([sys.executable, "-m", "gpupool.cli", *argv], capture_output=True, text=True, env=full, timeout=300)
+
+
+def test_no_traceback_reaches_stderr_of_a_real_process(data):
+    (data / "garbage.csv").write_bytes(b"\xff\xfe\x00garbage\x81" * 100)
+    cases = [
+        (("detect", str(data / "garbage.csv"), "--out", str(data / "out.csv")), {}, "UTF-8"),
+        (("forecast", str(data / "good.csv"), "--horizon", "1e9", "--out", str(data / "out.csv")), {}, "--horizon"),
+        (("forecast", str(data / "good.csv"), "--horizon", "3", "--out", str(data / "good.csv")), {}, "input"),
+        (("handovers",), {"GPUPOOL_STAGING_URL": UNREACHABLE}, "GPUPOOL_STAGING_URL"),
+    ]
+    before = _snapshot(data)
+    for argv, env, needle in cases:
+        done = _subprocess(*argv, env=env)
+        assert done.returncode == 2, (argv, done.stderr)
+        line = _one_line(done.stderr, needle)
+        assert "Sup3rS3cretFAKE" not in line
+    assert _snapshot(data) == before
