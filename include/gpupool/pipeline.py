@@ -512,6 +512,9 @@ def format_summary(s: dict) -> str:
         lines.append(f"  plan #{plan_['id']} ({plan_['policy']}, solver {plan_['solver']}, {'dry run' if plan_['dry_run'] else 'LIVE'}):")
         for p, info in (plan_["summary"].get("platforms") or {}).items():
             lines.append(f"    {p:<12} " + _plan_line(info))
+        for reason in plan_["summary"].get("reasons") or []:
+            if str(reason).startswith("infeasible bounds"):
+                lines.append(f"    warning: {reason}")
         if not plan_["moves"]:
             lines.append("    no moves")
         for m in plan_["moves"]:

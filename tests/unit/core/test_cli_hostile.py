@@ -281,6 +281,19 @@ def test_planner_says_when_bounds_cannot_hold():
     assert "infeasible" not in fine.status
 
 
+@pytest.mark.slow
+def test_run_warns_when_inventory_cannot_meet_min_nodes(capsys, data, staging):
+    """The embedded datacenter holds 30 nodes; minimums of 3 x 20 cannot all hold."""
+    path = _config(data, "".join(
+        f"  - {{name: {p}, kind: simulator, min_nodes: 20}}\n" for p in ("openstack", "slurm", "kubernetes")
+    ).join(["platforms:\n", ""]))
+    rc, out, err = _cli(capsys, "run", "--config", str(path), "--start", "2026-11-01T09:00Z", "--end",
+                        "2026-11-01T12:00Z", "--policy", "reactive")
+    assert rc == 0, err
+    warning = [line for line in out.splitlines() if "warning: infeasible bounds" in line]
+    assert len(warning) == 1 and "add up to 60" in warning[0] and "30 nodes" in warning[0]
+
+
 # --- staging, windows, platforms, handovers --------------------------------------------------
 
 
