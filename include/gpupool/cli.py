@@ -141,29 +141,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _staging_failure(exc: BaseException, args: argparse.Namespace) -> str | None:
-    """One line for a staging database that cannot be reached (or has no schema), naming where
-    its URL came from and never any part of the URL; None for any other error."""
+    """One line for a staging database without gpupool's tables (never upgraded) or that fails
+    operationally (an unreachable one is already a StagingUnavailable), naming where staging was
+    configured and never any part of its URL; None for any other error."""
     try:
-        from sqlalchemy.exc import InterfaceError, OperationalError
+        from pandas.errors import DatabaseError as PandasDatabaseError
+        from sqlalchemy.exc import OperationalError, ProgrammingError
     except ImportError:  # pragma: no cover
         return None
-    if not isinstance(exc, (OperationalError, InterfaceError)):
+    if not isinstance(exc, (OperationalError, ProgrammingError, PandasDatabaseError)):
         return None
-    import os
+    from gpupool.staging.db import staging_label
 
-    if getattr(args, "staging_url", None):
-        source = "given by --staging-url"
-    elif os.environ.get("GPUPOOL_STAGING_URL"):
-        source = "given by GPUPOOL_STAGING_URL"
-    elif os.environ.get("AIRFLOW_CONN_GPUPOOL_STAGING"):
-        source = "connection gpupool_staging"
-    else:
-        source = "the default SQLite file"
-    orig = str(getattr(exc, "orig", exc)).lower()
-    if "no such table" in orig or ("relation" in orig and "does not exist" in orig):
-        return f"staging database ({source}) has no gpupool schema: run `gpupool db upgrade`"
-    kind = type(getattr(exc, "orig", None) or exc).__name__
-    return f"staging database ({source}) cannot be reached or failed ({kind}); check that it runs and accepts connections"
+    source = staging_label(getattr(args, "staging_url", None))
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    if "no such table" in text or ("relation" in text and "does not exist" in text):
+        return f"staging database ({source}) has no gpupool tables: run `gpupool db upgrade`"
+    if isinstance(exc, OperationalError):
+        kind = type(getattr(exc, "orig", None) or exc).__name__
+        return f"staging database ({source}) failed ({kind}); check that it runs, is writable and accepts connections"
+    return None
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -312,8 +312,22 @@ def test_unreachable_staging_names_the_connection_never_the_uri(capsys, data, mo
 
 def test_unreachable_staging_given_by_option(capsys, data, monkeypatch):
     monkeypatch.delenv("GPUPOOL_STAGING_URL", raising=False)
-    line = _refused(capsys, data, "handovers", "--staging-url", UNREACHABLE, needles=("--staging-url",))
+    line = _refused(capsys, data, "handovers", "--staging-url", UNREACHABLE, needles=("staging database", "URL given"))
     assert "Sup3rS3cretFAKE" not in line and "127.0.0.1" not in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("summary", *WINDOW), ("plan", "--at", "2026-11-01T01:00Z"), ("handovers",), ("rollback", "1")],
+    ids=["summary", "plan", "handovers", "rollback"],
+)
+def test_staging_never_upgraded(capsys, data, staging, argv):
+    _refused(capsys, data, *argv, needles=("staging database", "GPUPOOL_STAGING_URL", "gpupool db upgrade"))
+
+
+def test_staging_that_cannot_be_opened(capsys, data, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUPOOL_STAGING_URL", f"sqlite:///{data}")  # a directory, not a database file
+    _refused(capsys, data, "handovers", needles=("staging database", "GPUPOOL_STAGING_URL", "failed"))
 
 
 @pytest.mark.parametrize(
