@@ -161,7 +161,8 @@ def test_actuators_hear_each_platforms_own_node_name(sqlite_engine):
 
 
 def test_planner_sees_one_machine_under_its_pool_id(sqlite_engine):
-    cfg = parse_config({"platforms": [{"name": "slurm", "kind": "slurm"}, {"name": "kubernetes", "kind": "kubernetes"}],
+    cfg = parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "hpc"},
+                                      {"name": "kubernetes", "kind": "kubernetes", "conn_id": "ai"}],
                         "pool": _pool()})
     with sqlite_engine.begin() as conn:
         conn.execute(inventory_node.insert(), [
@@ -178,7 +179,7 @@ def test_a_platform_name_given_to_two_pool_nodes_is_refused():
     from gpupool.config import ConfigError
 
     with pytest.raises(ConfigError, match="'a01' is given to two pool nodes"):
-        parse_config({"platforms": [{"name": "slurm", "kind": "slurm"}], "pool": {"nodes": [
+        parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "hpc"}], "pool": {"nodes": [
             {"node": "x", "gpus": 1, "names": {"slurm": "a01"}}, {"node": "y", "gpus": 1, "names": {"slurm": "a01"}}]}})
 
 

@@ -8,7 +8,7 @@ import logging
 import pytest
 import sqlalchemy as sa
 
-from gpupool.config import parse_config
+from gpupool.config import ConfigError, parse_config
 from gpupool.platforms import build_actuator, build_source, platform_connection
 from gpupool.sources.factory import ConnectionError_, parse_connection
 
@@ -126,10 +126,13 @@ def test_airflow_lookup_errors_never_quote_the_uri():
 
 
 def test_a_missing_conn_id_or_connection_names_platform_and_id():
-    cfg = parse_config({"platforms": [{"name": "hpc", "kind": "slurm", "actuation": True},
+    with pytest.raises(ConfigError, match=r"key 'platforms\[hpc\]': conn_id: a slurm platform needs one"):
+        parse_config({"platforms": [{"name": "hpc", "kind": "slurm", "actuation": True}]})
+    cfg = parse_config({"platforms": [{"name": "hpc", "kind": "slurm", "conn_id": "prom", "actuation": True},
                                       {"name": "ai", "kind": "kubernetes", "conn_id": "k8s_ai", "actuation": True}]})
+    bare = cfg.platforms[0].model_copy(update={"conn_id": None})  # built without the config's checks
     with pytest.raises(ConnectionError_, match=r"platform 'hpc' \(slurm\) has no conn_id"):
-        build_actuator(cfg.platforms[0], cfg, env={})
+        build_actuator(bare, cfg, env={})
     with pytest.raises(ConnectionError_, match=r"platform 'ai': connection 'k8s_ai' not found.*AIRFLOW_CONN_K8S_AI"):
         build_source(cfg.platforms[1], cfg, env={})
 
