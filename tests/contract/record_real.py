@@ -4,7 +4,7 @@
 
 Starts each real service on loopback with the project's scripts (tests/integration/realservices.py:
 Debian's Prometheus backfilled with a few DCGM/Slurm-exporter-shaped series, Keystone +
-Placement from PyPI, a one-node Slurm), sends the requests the facades answer, and writes
+Placement from PyPI, a one-node Slurm with Debian's slurmrestd), sends the requests the facades answer, and writes
 ``{"request": ..., "status": ..., "headers": {...}, "body": ...}`` per call. Tokens are never
 written (only the bodies and a few non-secret headers). Re-run it when a real service's
 version changes; the contract tests compare the facades' shapes against these files.
@@ -141,14 +141,62 @@ def record_openstack() -> None:
         svc.stop()
 
 
+def save_doc(name: str, request: str, status: int, body) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    doc = {"request": request, "status": status, "headers": {}, "body": body}
+    (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(f"recorded {name}: {status}")
+
+
+def record_slurmrestd(cluster, running: int, pending: int) -> None:
+    """The cluster's slurmrestd (unix socket, local auth, openapi/v0.0.38): what the facade serves."""
+    from gpupool.sources.slurmrestd import SlurmRestd
+
+    restd = SlurmRestd(cluster.restd_url)
+
+    def call(name: str, method: str, rel: str) -> None:
+        path = rel if rel.startswith("/") else restd.path(rel)
+        status, text = restd.send(method, path)
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = text
+        save_doc(name, f"{method} {path}", status, body)
+
+    call("slurmrestd_ping", "GET", "ping")
+    call("slurmrestd_nodes", "GET", "nodes")
+    call("slurmrestd_node", "GET", f"node/{cluster.node}")
+    call("slurmrestd_node_unknown", "GET", "node/no-such-node")
+    call("slurmrestd_jobs", "GET", "jobs")
+    call("slurmrestd_job", "GET", f"job/{running}")
+    call("slurmrestd_job_pending", "GET", f"job/{pending}")
+    call("slurmrestd_job_unknown", "GET", "job/999999")
+    call("slurmrestd_unknown_path", "GET", "/slurm/v0.0.38/no-such-path")
+    # local auth acts as slurmrestd's own (unprivileged) user: it may cancel that user's jobs only
+    own = int(subprocess.run(
+        ["runuser", "-u", "slurm", "--", "sbatch", "--parsable", "--chdir=/tmp", "--gres=gpu:1",
+         "--output=/dev/null", "--wrap", "sleep 300"],
+        env=cluster.env, capture_output=True, text=True, check=True, timeout=30).stdout.strip().split(";")[0])
+    call("slurmrestd_job_cancel", "DELETE", f"job/{own}")
+    call("slurmrestd_job_cancel_denied", "DELETE", f"job/{running}")
+    status, text = restd.send("GET", "/openapi/v3")
+    spec = json.loads(text)
+    paths = {p: sorted(ops) for p, ops in spec["paths"].items() if p.startswith("/slurm/")}
+    save_doc("slurmrestd_openapi_paths", "GET /openapi/v3 (paths under /slurm/ only)", status,
+             {"info": spec.get("info"), "paths": paths})
+
+
 def record_slurm() -> None:
     from tests.integration.realservices import SlurmCluster
 
     cluster = SlurmCluster.start(gpus=4)
     try:
-        cluster.sbatch(2, 300)
+        running = cluster.sbatch(2, 300)
+        cluster.wait_job_state(running, "RUNNING")
+        pending = cluster.sbatch(4, 300)
         time.sleep(1.0)
         cluster.drain("gpupool: contract recording")
+        record_slurmrestd(cluster, running, pending)
         # this Slurm's scontrol has no --json; sinfo --json prints the same v0.0.38 node objects
         out = cluster.run("sinfo", "--json").stdout
         OUT.mkdir(parents=True, exist_ok=True)
