@@ -11,7 +11,8 @@
 # slurmrestd (openapi/v0.0.38, the only node/job API of Slurm 22.05) listens on the unix socket
 # DIR/restd/slurmrestd.sock with rest_auth/local, as the unprivileged `slurm` user. JWT is not an
 # option with Debian's build: it ships rest_auth/jwt for slurmrestd but no auth/jwt plugin for
-# slurmctld (Slurm was built without libjwt), so AuthAltTypes=auth/jwt cannot load; and
+# slurmctld (Slurm was built without libjwt): with AuthAltTypes=auth/jwt slurmctld stops with
+# "cannot find auth plugin for auth/jwt"; and
 # rest_auth/local refuses TCP clients ("Authentication does not apply to request").
 #
 # start is idempotent: a cluster already answering `scontrol ping` in DIR is left running (its
