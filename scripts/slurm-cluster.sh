@@ -8,12 +8,11 @@
 # Slurm clients, and waits until the node is idle. The GPUs are character devices made with mknod
 # (major 195 like /dev/nvidia*) so slurmd accepts them without a driver; no cgroups.
 #
-# slurmrestd (openapi/v0.0.38, the only node/job API of Slurm 22.05) listens on the unix socket
+# slurmrestd (openapi/v0.0.38, the newest plugin of Slurm 22.05) listens on the unix socket
 # DIR/restd/slurmrestd.sock with rest_auth/local, as the unprivileged `slurm` user. JWT is not an
 # option with Debian's build: it ships rest_auth/jwt for slurmrestd but no auth/jwt plugin for
-# slurmctld (Slurm was built without libjwt): with AuthAltTypes=auth/jwt slurmctld stops with
-# "cannot find auth plugin for auth/jwt"; and
-# rest_auth/local refuses TCP clients ("Authentication does not apply to request").
+# slurmctld (Slurm was built without libjwt), and with AuthAltTypes=auth/jwt slurmctld stops with
+# "cannot find auth plugin for auth/jwt"; rest_auth/local refuses TCP clients.
 #
 # start is idempotent: a cluster already answering `scontrol ping` in DIR is left running (its
 # slurmrestd started if it is not), so a second start with the same DIR only checks.

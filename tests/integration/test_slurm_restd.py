@@ -131,3 +131,31 @@ def test_no_restd_on_the_socket_is_a_retryable_error(slurm_cluster, tmp_path):
     with pytest.raises(SourceError, match="no slurmrestd listening") as err:
         src.inventory(_now())
     assert err.value.retryable and err.value.endpoint == f"unix:{tmp_path}/absent.sock/slurm/v0.0.38/nodes"
+
+
+def test_start_is_idempotent_and_brings_back_a_stopped_restd(slurm_cluster):
+    """A second start on a running cluster only checks it, and restarts slurmrestd if it is gone."""
+    import os
+    import signal
+    import time
+
+    from realservices import run_script
+
+    out = run_script("slurm-cluster.sh", "start", slurm_cluster.dir)
+    assert "already running" in out
+    pid = int((slurm_cluster.dir / "slurmrestd.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    src = SlurmSource("slurm-hpc", restd_url=slurm_cluster.restd_url, retry=FAST_RETRY)
+    with pytest.raises(SourceError, match="no slurmrestd listening"):
+        src.inventory(_now())
+    out = run_script("slurm-cluster.sh", "start", slurm_cluster.dir)
+    assert "already running" in out and "slurmrestd on unix:" in out
+    assert int((slurm_cluster.dir / "slurmrestd.pid").read_text()) != pid
+    assert src.inventory(_now())[0]["node"] == slurm_cluster.node
