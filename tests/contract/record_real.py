@@ -224,7 +224,8 @@ NOVA_SAMPLES = (
      "GET /compute/v2.1/os-services (OpenStack-API-Version: compute 2.53; 2.69 answers the same while all cells "
      "respond)", None),
     ("nova_service_disable", "os-services/v2.53/service-disable-log-put-resp.json",
-     "PUT /compute/v2.1/os-services/{service_id} (compute 2.53+)", "os-services/v2.53/service-disable-log-put-req.json"),
+     "PUT /compute/v2.1/os-services/{service_id} (compute 2.53+)",
+     "os-services/v2.53/service-disable-log-put-req.json"),
     ("nova_service_enable", "os-services/v2.53/service-enable-put-resp.json",
      "PUT /compute/v2.1/os-services/{service_id} (compute 2.53+)", "os-services/v2.53/service-enable-put-req.json"),
     ("nova_service_disable_legacy", "os-services/service-disable-log-put-resp.json",

@@ -58,7 +58,8 @@ def test_service_list_disable_and_enable_at_2_69(sim):
 
 def test_legacy_disable_and_enable_at_2_1(sim):
     """Without a microversion header (openstacksdk's Service.disable/enable actions) Nova speaks 2.1."""
-    for name, action in (("nova_service_disable_legacy", "disable-log-reason"), ("nova_service_enable_legacy", "enable")):
+    for name, action in (("nova_service_disable_legacy", "disable-log-reason"),
+                         ("nova_service_enable_legacy", "enable")):
         real = recorded(name)
         resp = _nova(sim, "PUT", f"/os-services/{action}", json={**real["request_body"], "host": "compute-gpu003"})
         assert resp.status_code == real["status"], name
@@ -76,7 +77,8 @@ def test_hypervisors_at_2_88_and_2_53(sim):
 
     real = recorded("nova_hypervisor_show")
     resp = _nova(sim, "GET", f"/os-hypervisors/{body['hypervisors'][0]['id']}", "2.88")
-    assert resp.status_code == real["status"] and not shape_diff(real["body"], resp.json(), nullable=HYPERVISOR_NULLABLE)
+    assert resp.status_code == real["status"]
+    assert not shape_diff(real["body"], resp.json(), nullable=HYPERVISOR_NULLABLE)
 
     # 2.53 still carries the resource figures, with cpu_info an object (a JSON string before 2.28)
     real = recorded("nova_hypervisors_detail_v2_53")

@@ -73,7 +73,8 @@ def test_jobs_running_pending_and_cancel(sim):
 JOB_NULLABLE = tuple(f"$.jobs[].{k}" for k in ("memory_per_node", "cpus_per_task", "time_limit", "nice"))
 NODE_NULLABLE = tuple(f"$.nodes[].{k}" for k in ("owner", "reason_set_by_user", "tres_used"))
 #: socket and core numbers are keys of these maps
-JOB_MAPS = ("$.jobs[].job_resources.allocated_nodes[].sockets", "$.jobs[].job_resources.allocated_nodes[].sockets.*.cores")
+JOB_MAPS = ("$.jobs[].job_resources.allocated_nodes[].sockets",
+            "$.jobs[].job_resources.allocated_nodes[].sockets.*.cores")
 
 
 def _get(sim, rel, method="GET"):

@@ -24,7 +24,8 @@ from tests.contract.shapes import shape_diff
 
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02)
 JOB_NULLABLE = tuple(f"$.jobs[].{k}" for k in ("memory_per_node", "cpus_per_task", "time_limit", "nice"))
-JOB_MAPS = ("$.jobs[].job_resources.allocated_nodes[].sockets", "$.jobs[].job_resources.allocated_nodes[].sockets.*.cores")
+JOB_MAPS = ("$.jobs[].job_resources.allocated_nodes[].sockets",
+            "$.jobs[].job_resources.allocated_nodes[].sockets.*.cores")
 NODE_NULLABLE = tuple(f"$.nodes[].{k}" for k in ("owner", "reason_set_by_user", "tres_used"))
 
 
@@ -123,7 +124,8 @@ def test_live_answers_keep_the_recorded_shapes(idle_slurm):
         assert status == real["status"], name
         assert not shape_diff(real["body"], live, **kw), name
     status, text = restd.send("GET", "/slurm/v0.0.38/no-such-path")
-    assert (status, text) == (recorded("slurmrestd_unknown_path")["status"], recorded("slurmrestd_unknown_path")["body"])
+    real = recorded("slurmrestd_unknown_path")
+    assert (status, text) == (real["status"], real["body"])
 
 
 def test_no_restd_on_the_socket_is_a_retryable_error(slurm_cluster, tmp_path):
