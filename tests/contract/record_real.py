@@ -24,7 +24,7 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "recorded"
-KEEP_HEADERS = ("content-type", "openstack-api-version", "vary")
+KEEP_HEADERS = ("content-type", "openstack-api-version", "x-openstack-nova-api-version", "vary")
 
 
 def save(name: str, resp: requests.Response, request: str) -> None:
@@ -261,6 +261,40 @@ def record_nova() -> None:
                     doc["request_body"] = sample(req_rel)
                 (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
                 print(f"recorded {name} from doc/api_samples/{rel}")
+
+
+def record_nova_live(url: str, headers: dict[str, str]) -> None:
+    """A running Nova's answers (``url`` = its ``/v2.1`` root) to what gpupool sends through openstacksdk.
+
+    Disables and re-enables the first nova-compute service it lists, so point it at a Nova of
+    its own (scripts/nova-services.sh).
+    """
+    def call(name: str, method: str, path: str, version: str | None, body=None) -> dict:
+        h = dict(headers)
+        if version:
+            h["OpenStack-API-Version"] = f"compute {version}"
+        resp = requests.request(method, url + path, headers=h, json=body, timeout=60)
+        req = f"{method} /v2.1{path}" + (f" (compute {version})" if version else " (no microversion: 2.1)")
+        save(f"nova_live_{name}", resp, req)
+        return resp.json()
+
+    services = call("services_list", "GET", "/os-services", "2.69")["services"]
+    compute = next(s for s in services if s["binary"] == "nova-compute")
+    call("services_host", "GET", f"/os-services?binary=nova-compute&host={compute['host']}", "2.69")
+    call("service_disable", "PUT", f"/os-services/{compute['id']}", "2.69",
+         {"status": "disabled", "disabled_reason": "gpupool: contract recording"})
+    call("service_enable", "PUT", f"/os-services/{compute['id']}", "2.69", {"status": "enabled"})
+    call("service_not_found", "PUT", "/os-services/00000000-0000-0000-0000-000000000000", "2.69",
+         {"status": "disabled"})
+    call("service_bad_status", "PUT", f"/os-services/{compute['id']}", "2.69", {"status": "maybe"})
+    host = {"host": compute["host"], "binary": "nova-compute"}
+    call("service_disable_legacy", "PUT", "/os-services/disable-log-reason", None,
+         {**host, "disabled_reason": "gpupool: contract recording"})
+    call("service_enable_legacy", "PUT", "/os-services/enable", None, host)
+    hypers = call("hypervisors_detail", "GET", "/os-hypervisors/detail", "2.88")["hypervisors"]
+    call("hypervisor_show", "GET", f"/os-hypervisors/{hypers[0]['id']}", "2.88")
+    call("hypervisors_detail_v2_53", "GET", "/os-hypervisors/detail", "2.53")
+    call("hypervisor_not_found", "GET", "/os-hypervisors/00000000-0000-0000-0000-000000000000", "2.88")
 
 
 def main(argv: list[str]) -> int:

@@ -85,3 +85,64 @@ def test_hypervisors_at_2_88_and_2_53(sim):
     resp = _nova(sim, "GET", "/os-hypervisors/detail", "2.53")
     assert resp.status_code == real["status"]
     assert not shape_diff(WITHOUT_LINKS(real["body"]), resp.json(), nullable=HYPERVISOR_NULLABLE)
+
+
+# --- against a live Nova 34.0.0 (nova-api, nova-conductor, nova-compute with the fake driver, on
+# PostgreSQL and RabbitMQ), recorded by record_real.record_nova_live: tests/fixtures/recorded/nova_live_*.json
+
+
+def test_services_match_live_nova(sim):
+    real = recorded("nova_live_services_list")
+    resp = _nova(sim, "GET", "/os-services", "2.69")
+    assert resp.status_code == real["status"]
+    assert resp.headers["OpenStack-API-Version"] == real["headers"]["OpenStack-API-Version"] == "compute 2.69"
+    assert not shape_diff(real["body"], resp.json(), nullable=SERVICE_NULLABLE)
+    real = recorded("nova_live_services_host")
+    resp = _nova(sim, "GET", "/os-services?binary=nova-compute&host=compute-gpu001", "2.69")
+    assert resp.status_code == real["status"] and len(resp.json()["services"]) == len(real["body"]["services"]) == 1
+    sid = resp.json()["services"][0]["id"]
+    for name, body in (("nova_live_service_disable", {"status": "disabled", "disabled_reason": "gpupool: x"}),
+                       ("nova_live_service_enable", {"status": "enabled"})):
+        real = recorded(name)
+        resp = _nova(sim, "PUT", f"/os-services/{sid}", "2.69", json=body)
+        assert resp.status_code == real["status"], name
+        assert not shape_diff(real["body"], resp.json(), nullable=SERVICE_NULLABLE), name
+        assert resp.json()["service"]["status"] == real["body"]["service"]["status"]
+    for name, action, extra in (("nova_live_service_disable_legacy", "disable-log-reason", {"disabled_reason": "x"}),
+                                ("nova_live_service_enable_legacy", "enable", {})):
+        real = recorded(name)
+        resp = _nova(sim, "PUT", f"/os-services/{action}",
+                     json={"host": "compute-gpu001", "binary": "nova-compute", **extra})
+        assert resp.status_code == real["status"], name
+        assert not shape_diff(real["body"], resp.json()), name
+
+
+def test_service_errors_match_live_nova(sim):
+    sid = _nova(sim, "GET", "/os-services?binary=nova-compute&host=compute-gpu001", "2.69").json()["services"][0]["id"]
+    for name, path, body in (
+            ("nova_live_service_not_found", "/os-services/00000000-0000-0000-0000-000000000000", {"status": "disabled"}),
+            ("nova_live_service_bad_status", f"/os-services/{sid}", {"status": "maybe"})):
+        real = recorded(name)
+        resp = _nova(sim, "PUT", path, "2.69", json=body)
+        assert resp.status_code == real["status"], name
+        assert not shape_diff(real["body"], resp.json()), name
+        assert resp.json() == real["body"], name
+
+
+def test_hypervisors_match_live_nova(sim):
+    real = recorded("nova_live_hypervisors_detail")
+    resp = _nova(sim, "GET", "/os-hypervisors/detail", "2.88")
+    assert resp.status_code == real["status"]
+    assert not shape_diff(real["body"], resp.json(), nullable=HYPERVISOR_NULLABLE)
+    hid = resp.json()["hypervisors"][0]["id"]
+    real = recorded("nova_live_hypervisor_show")
+    resp = _nova(sim, "GET", f"/os-hypervisors/{hid}", "2.88")
+    assert resp.status_code == real["status"]
+    assert not shape_diff(real["body"], resp.json(), nullable=HYPERVISOR_NULLABLE)
+    real = recorded("nova_live_hypervisors_detail_v2_53")
+    resp = _nova(sim, "GET", "/os-hypervisors/detail", "2.53")
+    assert resp.status_code == real["status"]
+    assert not shape_diff(real["body"], resp.json(), nullable=HYPERVISOR_NULLABLE)
+    real = recorded("nova_live_hypervisor_not_found")
+    resp = _nova(sim, "GET", "/os-hypervisors/00000000-0000-0000-0000-000000000000", "2.88")
+    assert resp.status_code == real["status"] and resp.json() == real["body"]

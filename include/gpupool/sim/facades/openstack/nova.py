@@ -104,7 +104,7 @@ def routes(ctx: FacadeContext) -> list[Route]:
             return await legacy_action(request, ver, sid)
         match = [(rec, b) for rec, b in all_services(ver) if b["id"] == sid]
         if not match:
-            raise OsError(404, f"Service {sid} not found.")
+            raise OsError(404, f"Service {sid} could not be found.")
         rec, _ = match[0]
         try:
             body = json.loads(await request.body())
@@ -199,7 +199,7 @@ def routes(ctx: FacadeContext) -> list[Route]:
             h = hypervisor_body(rec, ver, True)
             if str(h["id"]) == hid:
                 return JSONResponse({"hypervisor": h})
-        raise OsError(404, f"Hypervisor with ID {hid} could not be found.")
+        raise OsError(404, f"Hypervisor with ID '{hid}' could not be found.")
 
     return [
         Route("/compute", compute_root, methods=["GET"]),
