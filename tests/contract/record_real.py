@@ -1,19 +1,21 @@
 """Record responses of the REAL services into tests/fixtures/recorded/ for the contract tests.
 
-    .venv/bin/python -m tests.contract.record_real [prometheus] [openstack] [slurm] [nova]
+    .venv/bin/python -m tests.contract.record_real [prometheus] [openstack] [slurm] [nova] [nova-live]
 
 Starts each real service on loopback with the project's scripts (tests/integration/realservices.py:
 Debian's Prometheus backfilled with a few DCGM/Slurm-exporter-shaped series, Keystone +
 Placement from PyPI, a one-node Slurm with Debian's slurmrestd), sends the requests the facades answer, and writes
 ``{"request": ..., "status": ..., "headers": {...}, "body": ...}`` per call. Tokens are never
 written (only the bodies and a few non-secret headers). Re-run it when a real service's
-version changes; the contract tests compare the facades' shapes against these files. `nova` is not
-a running service here: it copies the Nova API reference's samples out of the nova sdist (PyPI).
+version changes; the contract tests compare the facades' shapes against these files. `nova` copies
+the Nova API reference's samples out of the nova sdist (PyPI); `nova-live` records a real Nova
+started by scripts/nova-services.sh (fake virt driver; run its `install` first).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -215,9 +217,8 @@ def record_slurm() -> None:
         cluster.stop()
 
 
-#: Nova is not run here (see README, "Live services in the tests"): its recorded answers are the
-#: API reference's samples, which Nova's own functional tests (nova/tests/functional/api_sample_tests)
-#: generate from and check against the real API. (fixture, sample path, request, request body sample)
+#: The Nova API reference's samples, which Nova's own functional tests (api_sample_tests) generate
+#: from and check against the real API. (fixture, sample path, request, request body sample)
 NOVA_VERSION = "34.0.0"
 NOVA_SAMPLES = (
     ("nova_services_list", "os-services/v2.53/services-list-get-resp.json",
@@ -297,11 +298,26 @@ def record_nova_live(url: str, headers: dict[str, str]) -> None:
     call("hypervisor_not_found", "GET", "/os-hypervisors/00000000-0000-0000-0000-000000000000", "2.88")
 
 
+def record_nova_running() -> None:
+    """Start a Nova with scripts/nova-services.sh (after its `install`), record it, stop it."""
+    from tests.integration.realservices import free_port, new_run_dir, run_script
+
+    dir = new_run_dir("nova")
+    try:
+        run_script("nova-services.sh", "start", dir, free_port(), free_port(), timeout=600)
+        env = dict(line.split("=", 1) for line in (dir / "env").read_text().split())
+        record_nova_live(env["NOVA_URL"], {"X-User-Id": "gpupool", "X-Project-Id": "gpupool",
+                                           "X-Roles": "admin,member,reader"})
+    finally:
+        run_script("nova-services.sh", "stop", dir)
+        shutil.rmtree(dir, ignore_errors=True)
+
+
 def main(argv: list[str]) -> int:
-    which = argv or ["prometheus", "openstack", "slurm", "nova"]
+    which = argv or ["prometheus", "openstack", "slurm", "nova", "nova-live"]
     for name in which:
         {"prometheus": record_prometheus, "openstack": record_openstack, "slurm": record_slurm,
-         "nova": record_nova}[name]()
+         "nova": record_nova, "nova-live": record_nova_running}[name]()
     return 0
 
 

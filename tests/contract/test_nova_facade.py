@@ -1,8 +1,9 @@
-"""The simulated Nova against the Nova API reference's samples, at the microversions gpupool sends.
+"""The simulated Nova against a real Nova's recorded answers, at the microversions gpupool sends.
 
-Nova is not run in the tests (README, "Live services in the tests"); the recorded answers are the
-API reference's samples (tests/fixtures/recorded/nova_*.json, copied out of the nova sdist by
-``record_real nova``; each file names its sample). openstacksdk 4.x, as the OpenStack actuator and
+No test starts Nova (README, "Live services in the tests": ~2 minutes to start). Two recordings
+hold the facade: the API reference's samples (tests/fixtures/recorded/nova_*.json, copied out of
+the nova sdist by ``record_real nova``; each file names its sample) and a live Nova 34.0.0
+(nova_live_*.json, ``record_real nova-live`` via scripts/nova-services.sh). openstacksdk 4.x, as the OpenStack actuator and
 source use it, sends ``GET /os-services`` and ``PUT /os-services/{id}`` at compute 2.69 and
 ``GET /os-hypervisors/detail`` at 2.88 (against a Nova whose maximum is above those).
 """
