@@ -13,7 +13,7 @@ PYTHON="${PYTHON:-python3}"
 
 need_apt=()
 for bin in prometheus:prometheus promtool:prometheus slurmctld:slurmctld slurmd:slurmd \
-           sbatch:slurm-client scontrol:slurm-client munged:munge slurmrestd:slurmrestd; do
+           sbatch:slurm-client scontrol:slurm-client munged:munge slurmrestd:slurmrestd curl:curl; do
   command -v "${bin%%:*}" >/dev/null 2>&1 || need_apt+=("${bin##*:}")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then
@@ -22,7 +22,7 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
     exit 1
   fi
   # slurm-wlm pulls the plugins slurmd loads (gres/gpu, select/cons_tres).
-  pkgs=(prometheus slurm-wlm slurmctld slurmd slurm-client munge slurmrestd)
+  pkgs=(prometheus slurm-wlm slurmctld slurmd slurm-client munge slurmrestd curl)
   echo "install-services: apt-get install ${pkgs[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null

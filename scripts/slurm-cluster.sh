@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# A one-node Slurm cluster with fake GPUs, on loopback, entirely inside DIR.
+# A one-node Slurm cluster with fake GPUs, on loopback, entirely inside DIR, and slurmrestd.
 #
 #   scripts/slurm-cluster.sh start DIR [CTLD_PORT SLURMD_PORT GPUS]
 #   scripts/slurm-cluster.sh stop DIR
 #
-# start writes DIR/env (SLURM_CONF=..., NODE=...) to source before running Slurm clients,
-# and waits until the node is idle. The GPUs are character devices made with mknod
+# start writes DIR/env (SLURM_CONF=..., NODE=..., RESTD_URL=unix:...) to source before running
+# Slurm clients, and waits until the node is idle. The GPUs are character devices made with mknod
 # (major 195 like /dev/nvidia*) so slurmd accepts them without a driver; no cgroups.
+#
+# slurmrestd (openapi/v0.0.38, the newest plugin of Slurm 22.05) listens on the unix socket
+# DIR/restd/slurmrestd.sock with rest_auth/local, as the unprivileged `slurm` user. JWT is not an
+# option with Debian's build: it ships rest_auth/jwt for slurmrestd but no auth/jwt plugin for
+# slurmctld (Slurm was built without libjwt), and with AuthAltTypes=auth/jwt slurmctld stops with
+# "cannot find auth plugin for auth/jwt"; rest_auth/local refuses TCP clients.
+#
+# start is idempotent: a cluster already answering `scontrol ping` in DIR is left running (its
+# slurmrestd started if it is not), so a second start with the same DIR only checks.
 set -euo pipefail
 
 cmd="${1:?start|stop}"; DIR="$(realpath -m "${2:?DIR}")"
@@ -27,16 +36,60 @@ stop() {
     fi
   fi
   # TERM all daemons at once, then wait: each takes 1-2 s to wind down.
-  kill_pidfiles TERM "$DIR"/slurmd.pid "$DIR"/slurmctld.pid "$DIR"/munged.pid
+  kill_pidfiles TERM "$DIR"/slurmrestd.pid "$DIR"/slurmd.pid "$DIR"/slurmctld.pid "$DIR"/munged.pid
+}
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# slurmrestd on DIR/restd/slurmrestd.sock; waits until it answers a ping through the socket.
+start_restd() {
+  local sock="$DIR/restd/slurmrestd.sock" user=slurm
+  export SLURM_CONF="$DIR/slurm.conf"
+  if alive "$DIR/slurmrestd.pid" && restd_ping "$sock"; then return 0; fi
+  getent passwd "$user" >/dev/null || user=nobody
+  mkdir -p "$DIR/restd"; chown "$user" "$DIR/restd"; chmod 755 "$DIR/restd"; rm -f "$sock"
+  # -u/-g: serve as the unprivileged user (slurmrestd refuses to run as root); local auth then
+  # identifies each client by the socket's peer credentials.
+  setsid slurmrestd -u "$user" -g "$(id -g "$user")" -a rest_auth/local -s openapi/v0.0.38 \
+    "unix:$sock" </dev/null >"$DIR/slurmrestd.log" 2>&1 &
+  echo $! > "$DIR/slurmrestd.pid"
+  for _ in $(seq 100); do
+    restd_ping "$sock" && { echo "slurm-cluster: slurmrestd on unix:$sock"; return 0; }
+    alive "$DIR/slurmrestd.pid" || break
+    sleep 0.1
+  done
+  fail "slurmrestd did not answer on unix:$sock"
+}
+
+restd_ping() {
+  [ -S "$1" ] && curl -sf -m 5 --unix-socket "$1" http://localhost/slurm/v0.0.38/ping 2>/dev/null \
+    | grep -q '"ping": *"UP"'
+}
+
+write_env() {
+  cat > "$DIR/env" <<ENV
+SLURM_CONF=$DIR/slurm.conf
+NODE=$NODE
+RESTD_URL=unix:$DIR/restd/slurmrestd.sock
+ENV
 }
 
 fail() {
-  fail_with_logs slurm-cluster 15 "$*" "$DIR"/munged.log "$DIR"/slurmctld.log "$DIR"/slurmd.log
+  fail_with_logs slurm-cluster 15 "$*" "$DIR"/munged.log "$DIR"/slurmctld.log "$DIR"/slurmd.log \
+    "$DIR"/slurmrestd.log
 }
 
 if [ "$cmd" = stop ]; then stop; exit 0; fi
 [ "$cmd" = start ] || { echo "usage: $0 start|stop DIR [CTLD_PORT SLURMD_PORT GPUS]" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "slurm-cluster: must run as root (slurmd, mknod)" >&2; exit 1; }
+
+if alive "$DIR/slurmctld.pid" && alive "$DIR/slurmd.pid" \
+   && SLURM_CONF="$DIR/slurm.conf" timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP'; then
+  echo "slurm-cluster: already running in $DIR"
+  write_env
+  start_restd
+  exit 0
+fi
 
 mkdir -p "$DIR"/{munge,spool/ctld,spool/d,dev}
 chmod 755 "$DIR" "$DIR/munge"
@@ -96,16 +149,13 @@ Name=gpu Type=tesla File=$files
 CONF
 
 export SLURM_CONF="$DIR/slurm.conf"
-cat > "$DIR/env" <<ENV
-SLURM_CONF=$DIR/slurm.conf
-NODE=$NODE
-ENV
+write_env
 
 slurmctld -i -f "$SLURM_CONF" || fail "slurmctld did not start"
 slurmd -f "$SLURM_CONF" -N "$NODE" || fail "slurmd did not start"
 for _ in $(seq 100); do
   state="$(sinfo -h -n "$NODE" -o %T 2>/dev/null || true)"
-  [ "$state" = idle ] && { echo "slurm-cluster: node $NODE idle (ctld :$CTLD_PORT)"; exit 0; }
+  [ "$state" = idle ] && { echo "slurm-cluster: node $NODE idle (ctld :$CTLD_PORT)"; start_restd; exit 0; }
   sleep 0.1
 done
 fail "node $NODE not idle after 10s (state: ${state:-none})"

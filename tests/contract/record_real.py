@@ -1,18 +1,21 @@
 """Record responses of the REAL services into tests/fixtures/recorded/ for the contract tests.
 
-    .venv/bin/python -m tests.contract.record_real [prometheus] [openstack] [slurm]
+    .venv/bin/python -m tests.contract.record_real [prometheus] [openstack] [slurm] [nova] [nova-live]
 
 Starts each real service on loopback with the project's scripts (tests/integration/realservices.py:
 Debian's Prometheus backfilled with a few DCGM/Slurm-exporter-shaped series, Keystone +
-Placement from PyPI, a one-node Slurm), sends the requests the facades answer, and writes
+Placement from PyPI, a one-node Slurm with Debian's slurmrestd), sends the requests the facades answer, and writes
 ``{"request": ..., "status": ..., "headers": {...}, "body": ...}`` per call. Tokens are never
 written (only the bodies and a few non-secret headers). Re-run it when a real service's
-version changes; the contract tests compare the facades' shapes against these files.
+version changes; the contract tests compare the facades' shapes against these files. `nova` copies
+the Nova API reference's samples out of the nova sdist (PyPI); `nova-live` records a real Nova
+started by scripts/nova-services.sh (fake virt driver; run its `install` first).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,7 +26,7 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "recorded"
-KEEP_HEADERS = ("content-type", "openstack-api-version", "vary")
+KEEP_HEADERS = ("content-type", "openstack-api-version", "x-openstack-nova-api-version", "vary")
 
 
 def save(name: str, resp: requests.Response, request: str) -> None:
@@ -141,14 +144,62 @@ def record_openstack() -> None:
         svc.stop()
 
 
+def save_doc(name: str, request: str, status: int, body) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    doc = {"request": request, "status": status, "headers": {}, "body": body}
+    (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(f"recorded {name}: {status}")
+
+
+def record_slurmrestd(cluster, running: int, pending: int) -> None:
+    """The cluster's slurmrestd (unix socket, local auth, openapi/v0.0.38): what the facade serves."""
+    from gpupool.sources.slurmrestd import SlurmRestd
+
+    restd = SlurmRestd(cluster.restd_url)
+
+    def call(name: str, method: str, rel: str) -> None:
+        path = rel if rel.startswith("/") else restd.path(rel)
+        status, text = restd.send(method, path)
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = text
+        save_doc(name, f"{method} {path}", status, body)
+
+    call("slurmrestd_ping", "GET", "ping")
+    call("slurmrestd_nodes", "GET", "nodes")
+    call("slurmrestd_node", "GET", f"node/{cluster.node}")
+    call("slurmrestd_node_unknown", "GET", "node/no-such-node")
+    call("slurmrestd_jobs", "GET", "jobs")
+    call("slurmrestd_job", "GET", f"job/{running}")
+    call("slurmrestd_job_pending", "GET", f"job/{pending}")
+    call("slurmrestd_job_unknown", "GET", "job/999999")
+    call("slurmrestd_unknown_path", "GET", "/slurm/v0.0.38/no-such-path")
+    # local auth acts as slurmrestd's own (unprivileged) user: it may cancel that user's jobs only
+    own = int(subprocess.run(
+        ["runuser", "-u", "slurm", "--", "sbatch", "--parsable", "--chdir=/tmp", "--gres=gpu:1",
+         "--output=/dev/null", "--wrap", "sleep 300"],
+        env=cluster.env, capture_output=True, text=True, check=True, timeout=30).stdout.strip().split(";")[0])
+    call("slurmrestd_job_cancel", "DELETE", f"job/{own}")
+    call("slurmrestd_job_cancel_denied", "DELETE", f"job/{running}")
+    status, text = restd.send("GET", "/openapi/v3")
+    spec = json.loads(text)
+    paths = {p: sorted(ops) for p, ops in spec["paths"].items() if p.startswith("/slurm/")}
+    save_doc("slurmrestd_openapi_paths", "GET /openapi/v3 (paths under /slurm/ only)", status,
+             {"info": spec.get("info"), "paths": paths})
+
+
 def record_slurm() -> None:
     from tests.integration.realservices import SlurmCluster
 
     cluster = SlurmCluster.start(gpus=4)
     try:
-        cluster.sbatch(2, 300)
+        running = cluster.sbatch(2, 300)
+        cluster.wait_job_state(running, "RUNNING")
+        pending = cluster.sbatch(4, 300)
         time.sleep(1.0)
         cluster.drain("gpupool: contract recording")
+        record_slurmrestd(cluster, running, pending)
         # this Slurm's scontrol has no --json; sinfo --json prints the same v0.0.38 node objects
         out = cluster.run("sinfo", "--json").stdout
         OUT.mkdir(parents=True, exist_ok=True)
@@ -166,10 +217,107 @@ def record_slurm() -> None:
         cluster.stop()
 
 
+#: The Nova API reference's samples, which Nova's own functional tests (api_sample_tests) generate
+#: from and check against the real API. (fixture, sample path, request, request body sample)
+NOVA_VERSION = "34.0.0"
+NOVA_SAMPLES = (
+    ("nova_services_list", "os-services/v2.53/services-list-get-resp.json",
+     "GET /compute/v2.1/os-services (OpenStack-API-Version: compute 2.53; 2.69 answers the same while all cells "
+     "respond)", None),
+    ("nova_service_disable", "os-services/v2.53/service-disable-log-put-resp.json",
+     "PUT /compute/v2.1/os-services/{service_id} (compute 2.53+)",
+     "os-services/v2.53/service-disable-log-put-req.json"),
+    ("nova_service_enable", "os-services/v2.53/service-enable-put-resp.json",
+     "PUT /compute/v2.1/os-services/{service_id} (compute 2.53+)", "os-services/v2.53/service-enable-put-req.json"),
+    ("nova_service_disable_legacy", "os-services/service-disable-log-put-resp.json",
+     "PUT /compute/v2.1/os-services/disable-log-reason (compute 2.1)", "os-services/service-disable-log-put-req.json"),
+    ("nova_service_enable_legacy", "os-services/service-enable-put-resp.json",
+     "PUT /compute/v2.1/os-services/enable (compute 2.1)", "os-services/service-enable-put-req.json"),
+    ("nova_hypervisors_detail", "os-hypervisors/v2.88/hypervisors-detail-resp.json",
+     "GET /compute/v2.1/os-hypervisors/detail?limit=1 (compute 2.88)", None),
+    ("nova_hypervisor_show", "os-hypervisors/v2.88/hypervisors-show-resp.json",
+     "GET /compute/v2.1/os-hypervisors/{hypervisor_id} (compute 2.88)", None),
+    ("nova_hypervisors_detail_v2_53", "os-hypervisors/v2.53/hypervisors-detail-resp.json",
+     "GET /compute/v2.1/os-hypervisors/detail?limit=1 (compute 2.53)", None),
+)
+
+
+def record_nova() -> None:
+    """Nova's API reference samples from the nova sdist on PyPI (doc/api_samples/)."""
+    import tarfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", f"nova=={NOVA_VERSION}", "--no-deps",
+                        "--no-binary", ":all:", "-d", tmp, "-q"], check=True, timeout=600)
+        sdist = Path(tmp) / f"nova-{NOVA_VERSION}.tar.gz"
+        with tarfile.open(sdist) as tar:
+            def sample(rel: str):
+                return json.load(tar.extractfile(f"nova-{NOVA_VERSION}/doc/api_samples/{rel}"))
+
+            for name, rel, request, req_rel in NOVA_SAMPLES:
+                doc = {"request": request, "status": 200, "headers": {}, "body": sample(rel),
+                       "source": f"nova {NOVA_VERSION} (PyPI sdist), doc/api_samples/{rel}: the Nova API "
+                                 "reference's sample, generated by Nova's functional api_samples tests"}
+                if req_rel:
+                    doc["request_body"] = sample(req_rel)
+                (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+                print(f"recorded {name} from doc/api_samples/{rel}")
+
+
+def record_nova_live(url: str, headers: dict[str, str]) -> None:
+    """A running Nova's answers (``url`` = its ``/v2.1`` root) to what gpupool sends through openstacksdk.
+
+    Disables and re-enables the first nova-compute service it lists, so point it at a Nova of
+    its own (scripts/nova-services.sh).
+    """
+    def call(name: str, method: str, path: str, version: str | None, body=None) -> dict:
+        h = dict(headers)
+        if version:
+            h["OpenStack-API-Version"] = f"compute {version}"
+        resp = requests.request(method, url + path, headers=h, json=body, timeout=60)
+        req = f"{method} /v2.1{path}" + (f" (compute {version})" if version else " (no microversion: 2.1)")
+        save(f"nova_live_{name}", resp, req)
+        return resp.json()
+
+    services = call("services_list", "GET", "/os-services", "2.69")["services"]
+    compute = next(s for s in services if s["binary"] == "nova-compute")
+    call("services_host", "GET", f"/os-services?binary=nova-compute&host={compute['host']}", "2.69")
+    call("service_disable", "PUT", f"/os-services/{compute['id']}", "2.69",
+         {"status": "disabled", "disabled_reason": "gpupool: contract recording"})
+    call("service_enable", "PUT", f"/os-services/{compute['id']}", "2.69", {"status": "enabled"})
+    call("service_not_found", "PUT", "/os-services/00000000-0000-0000-0000-000000000000", "2.69",
+         {"status": "disabled"})
+    call("service_bad_status", "PUT", f"/os-services/{compute['id']}", "2.69", {"status": "maybe"})
+    host = {"host": compute["host"], "binary": "nova-compute"}
+    call("service_disable_legacy", "PUT", "/os-services/disable-log-reason", None,
+         {**host, "disabled_reason": "gpupool: contract recording"})
+    call("service_enable_legacy", "PUT", "/os-services/enable", None, host)
+    hypers = call("hypervisors_detail", "GET", "/os-hypervisors/detail", "2.88")["hypervisors"]
+    call("hypervisor_show", "GET", f"/os-hypervisors/{hypers[0]['id']}", "2.88")
+    call("hypervisors_detail_v2_53", "GET", "/os-hypervisors/detail", "2.53")
+    call("hypervisor_not_found", "GET", "/os-hypervisors/00000000-0000-0000-0000-000000000000", "2.88")
+
+
+def record_nova_running() -> None:
+    """Start a Nova with scripts/nova-services.sh (after its `install`), record it, stop it."""
+    from tests.integration.realservices import free_port, new_run_dir, run_script
+
+    dir = new_run_dir("nova")
+    try:
+        run_script("nova-services.sh", "start", dir, free_port(), free_port(), timeout=600)
+        env = dict(line.split("=", 1) for line in (dir / "env").read_text().split())
+        record_nova_live(env["NOVA_URL"], {"X-User-Id": "gpupool", "X-Project-Id": "gpupool",
+                                           "X-Roles": "admin,member,reader"})
+    finally:
+        run_script("nova-services.sh", "stop", dir)
+        shutil.rmtree(dir, ignore_errors=True)
+
+
 def main(argv: list[str]) -> int:
-    which = argv or ["prometheus", "openstack", "slurm"]
+    which = argv or ["prometheus", "openstack", "slurm", "nova", "nova-live"]
     for name in which:
-        {"prometheus": record_prometheus, "openstack": record_openstack, "slurm": record_slurm}[name]()
+        {"prometheus": record_prometheus, "openstack": record_openstack, "slurm": record_slurm,
+         "nova": record_nova, "nova-live": record_nova_running}[name]()
     return 0
 
 

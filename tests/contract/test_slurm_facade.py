@@ -61,6 +61,94 @@ def test_jobs_running_pending_and_cancel(sim):
     assert requests.delete(f"{base}/job/{victim['job_id']}", timeout=30).status_code == 200
     assert victim["job_id"] not in {j["job_id"] for j in requests.get(base + "/jobs", timeout=30).json()["jobs"]}
     resp = requests.get(f"{base}/job/1", timeout=30)
-    assert resp.status_code == 404 and resp.json()["errors"][0]["error_number"]
+    assert resp.status_code == 500 and resp.json()["errors"][0]["error_number"] and resp.json()["jobs"] == []
     resp = requests.get(f"{base}/node/nope", timeout=30)
-    assert resp.status_code == 404 and resp.json()["errors"]
+    assert resp.status_code == 500 and resp.json()["errors"] and resp.json()["nodes"] == []
+
+
+# --- the facade against Debian's slurmrestd 22.05 (openapi/v0.0.38), recorded by record_real.py -----
+
+#: fields whose null-ness depends on how a job was submitted (--mem, --time, --nice, -c) or on
+#: whether a node was ever drained or busy: either side may be null there
+JOB_NULLABLE = tuple(f"$.jobs[].{k}" for k in ("memory_per_node", "cpus_per_task", "time_limit", "nice"))
+NODE_NULLABLE = tuple(f"$.nodes[].{k}" for k in ("owner", "reason_set_by_user", "tres_used"))
+#: socket and core numbers are keys of these maps
+JOB_MAPS = ("$.jobs[].job_resources.allocated_nodes[].sockets",
+            "$.jobs[].job_resources.allocated_nodes[].sockets.*.cores")
+
+
+def _get(sim, rel, method="GET"):
+    return requests.request(method, sim.urls["slurm"] + "/slurm/v0.0.38/" + rel, timeout=30)
+
+
+def _route_set(routes):
+    """{(path with its parameters as {}, METHOD)} of Starlette routes or OpenAPI paths."""
+    import re
+
+    norm = lambda p: re.sub(r"\{[^}]+\}", "{}", p)  # noqa: E731
+    if isinstance(routes, dict):
+        return {(norm(p), m.upper()) for p, ms in routes.items() for m in ms}
+    return {(norm(r.path), m) for r in routes for m in r.methods if m != "HEAD"}
+
+
+def test_facade_serves_only_what_the_real_v0_0_38_serves(state):
+    """Every v0.0.38 route of the facade exists in the real slurmrestd's /openapi/v3 with that method;
+    the node update it offers is v0.0.39's, which Slurm 22.05 does not serve at all."""
+    from gpupool.sim.facades.slurm import make_app
+
+    real = _route_set(recorded("slurmrestd_openapi_paths")["body"]["paths"])
+    fake = _route_set(make_app(state).routes)
+    assert {r for r in fake if "/v0.0.38/" in r[0]} <= real
+    assert ("/slurm/v0.0.38/node/{}", "POST") not in real
+    assert not {r for r in real if "/v0.0.39/" in r[0]}
+    assert ("/slurm/v0.0.39/node/{}", "POST") in fake
+
+
+def test_node_and_job_shapes_match_recorded_slurmrestd(sim):
+    from gpupool.sim.facades.slurm import job_object
+    from gpupool.sim.facades.state import Work
+
+    for name, rel in (("slurmrestd_nodes", "nodes"), ("slurmrestd_node", "node/gpu-n001")):
+        real = recorded(name)
+        resp = _get(sim, rel)
+        assert resp.status_code == real["status"] == 200
+        assert not shape_diff(real["body"], resp.json(), nullable=NODE_NULLABLE), name
+    real_jobs = recorded("slurmrestd_jobs")
+    resp = _get(sim, "jobs")
+    assert resp.status_code == real_jobs["status"] == 200
+    body = resp.json()
+    assert body["jobs"] and not shape_diff(real_jobs["body"], body, open_maps=JOB_MAPS, nullable=JOB_NULLABLE)
+    running = next(j for j in body["jobs"] if j["job_state"] == "RUNNING")
+    real = recorded("slurmrestd_job")
+    assert real["body"]["jobs"][0]["job_state"] == "RUNNING"
+    resp = _get(sim, f"job/{running['job_id']}")
+    assert resp.status_code == real["status"] == 200
+    assert not shape_diff(real["body"], resp.json(), open_maps=JOB_MAPS, nullable=JOB_NULLABLE)
+    # a pending job as the facade writes it (this world has no unmet demand at its clock)
+    real = recorded("slurmrestd_job_pending")["body"]["jobs"][0]
+    assert real["job_state"] == "PENDING"
+    with sim.state.lock:
+        fake = job_object(sim.state, Work(999, "slurm", None, 1, sim.state.now, "Pending"))
+    assert fake["job_state"] == "PENDING"
+    assert not shape_diff({"jobs": [real]}, {"jobs": [fake]}, open_maps=JOB_MAPS, nullable=JOB_NULLABLE)
+    real = recorded("slurmrestd_ping")
+    resp = _get(sim, "ping")
+    assert resp.status_code == real["status"] and not shape_diff(real["body"], resp.json())
+    real = recorded("slurmrestd_job_cancel")
+    resp = _get(sim, f"job/{running['job_id']}", "DELETE")
+    assert resp.status_code == real["status"] == 200 and not shape_diff(real["body"], resp.json())
+
+
+def test_errors_match_recorded_slurmrestd(sim):
+    """22.05 answers an unknown node or job with HTTP 500 and an `errors` list, an unknown path
+    with a plain-text 404."""
+    for name, rel in (("slurmrestd_node_unknown", "node/no-such-node"), ("slurmrestd_job_unknown", "job/999999")):
+        real = recorded(name)
+        resp = _get(sim, rel)
+        assert resp.status_code == real["status"] == 500, name
+        assert not shape_diff(real["body"], resp.json()), name
+        assert resp.json()["errors"][0]["error"] == real["body"]["errors"][0]["error"]
+    real = recorded("slurmrestd_unknown_path")
+    resp = _get(sim, "no-such-path")
+    assert resp.status_code == real["status"] == 404
+    assert resp.text == real["body"]

@@ -83,13 +83,17 @@ class PrometheusServer:
 
 @dataclass
 class SlurmCluster:
-    """A one-node Slurm cluster with fake GPUs; `env` makes Slurm clients talk to it."""
+    """A one-node Slurm cluster with fake GPUs; `env` makes Slurm clients talk to it.
+
+    `restd_url` is its slurmrestd (`unix:<dir>/restd/slurmrestd.sock`, local auth, openapi/v0.0.38).
+    """
 
     dir: Path
     node: str
     gpus: int
     ctld_port: int
     env: dict[str, str] = field(repr=False, default_factory=dict)
+    restd_url: str = ""
 
     @property
     def slurm_conf(self) -> str:
@@ -98,7 +102,8 @@ class SlurmCluster:
 
     @classmethod
     def start(cls, gpus: int = 4, dir: Path | None = None) -> "SlurmCluster":
-        """Start munged, slurmctld and slurmd; return when the node is idle."""
+        """Start munged, slurmctld, slurmd and slurmrestd; return when the node is idle and
+        slurmrestd answers."""
         dir = dir or new_run_dir("slurm")
         ctld, slurmd = free_port(), free_port()
         while slurmd == ctld:
@@ -106,7 +111,7 @@ class SlurmCluster:
         run_script("slurm-cluster.sh", "start", dir, ctld, slurmd, gpus)
         values = dict(line.split("=", 1) for line in (dir / "env").read_text().split())
         env = dict(os.environ, SLURM_CONF=values["SLURM_CONF"])
-        return cls(dir, values["NODE"], gpus, ctld, env)
+        return cls(dir, values["NODE"], gpus, ctld, env, values["RESTD_URL"])
 
     def run(self, *cmd: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
         """Run a Slurm client command (sbatch, scontrol, ...) against this cluster."""

@@ -87,3 +87,59 @@ def test_handover_out_of_slurm_and_rollback_by_reverse_handover(slurm_idle, sqli
     assert rev.state == ho.DONE, rev
     assert slurm.owner_state(c.node).schedulable and dc.open_on(c.node) == []
     assert [r["action"] for r in ho.audit_rows(sqlite_engine, rev.id)] == ["drain", "resume"]
+
+
+def _same_view(a, b, node):
+    """Owner state through slurmrestd and through sinfo/squeue, read back to back: equal, detail included."""
+    sa, sb = a.owner_state(node), b.owner_state(node)
+    assert sa == sb, (sa, sb)
+    return sa
+
+
+def test_drain_and_resume_read_through_slurmrestd(slurm_idle):
+    """Drain/resume are sent with scontrol (22.05's slurmrestd has no node update); every read the
+    handover relies on (held, reason, busy jobs, released) comes from slurmrestd and agrees with sinfo."""
+    c = slurm_idle
+    via_restd = SlurmActuator("slurm", slurm_conf=c.slurm_conf, restd_url=c.restd_url)
+    via_cli = SlurmActuator("slurm", slurm_conf=c.slurm_conf)
+    job = c.sbatch(1, 300)
+    c.wait_job_state(job, "RUNNING")
+    st = _same_view(via_restd, via_cli, c.node)
+    assert st.schedulable and st.busy == 1 and st.detail["jobs"] == [job]
+
+    via_restd.release(c.node, "gpupool: moving to kubernetes")
+    st = _same_view(via_restd, via_cli, c.node)
+    assert st.held_by_gpupool and st.busy == 1 and not via_restd.is_released(c.node)
+    assert "DRAIN" in st.detail["flags"] and st.detail["state"] == "mixed"
+    c.run("scancel", str(job))
+    assert _wait(lambda: via_restd.is_released(c.node)), via_restd.owner_state(c.node)
+    assert via_cli.is_released(c.node)
+
+    via_restd.attach(c.node)
+    assert _wait(lambda: "NOT_RESPONDING" not in via_restd.owner_state(c.node).detail["flags"])
+    st = _same_view(via_restd, via_cli, c.node)
+    assert st.schedulable and st.hold_reason is None and st.busy == 0
+
+
+def test_restd_reads_refuse_a_foreign_drain(slurm_idle):
+    c = slurm_idle
+    act = SlurmActuator("slurm", slurm_conf=c.slurm_conf, restd_url=c.restd_url)
+    c.drain("GPU 2 Xid 79, ticket 4711")
+    with pytest.raises(ForeignHoldError, match="ticket 4711"):
+        act.attach(c.node)
+    assert act.owner_state("no-such-node").present is False
+
+
+def test_connection_extra_restd_url_reaches_the_actuator(slurm_idle, monkeypatch):
+    import json
+
+    from gpupool.config import GpupoolConfig
+    from gpupool.platforms import build_actuator
+
+    c = slurm_idle
+    cfg = GpupoolConfig.model_validate({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc"}]})
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_HPC", json.dumps(
+        {"conn_type": "http", "host": "127.0.0.1", "extra": {"slurm_conf": c.slurm_conf, "restd_url": c.restd_url}}))
+    act = build_actuator(cfg.platforms[0], cfg)
+    assert isinstance(act, SlurmActuator) and act.restd is not None and act.restd.url == c.restd_url
+    assert act.owner_state(c.node).schedulable

@@ -7,7 +7,8 @@ looked up by Airflow (the task passes its lookup in); outside Airflow it is read
 any part of a connection. Connection fields the sources read:
 
     slurm       host/port/schema = Prometheus URL; password = bearer token (login+password =
-                basic auth); extra: slurm_conf, restd_url, restd_token, cluster, verify,
+                basic auth); extra: slurm_conf, restd_url (http(s)://... or unix:/path/to.sock),
+                restd_user, restd_token, cluster, verify,
                 live_tolerance_minutes (how far from now node state may be read; null: no check)
     openstack   host/port/schema = Keystone auth URL; login/password; extra: project_name,
                 user_domain_name, project_domain_name, region_name, interface, verify,
@@ -204,7 +205,8 @@ def source_for(pcfg: PlatformConfig, conn: Conn):
         basic = (conn.login, conn.password) if conn.login and conn.password else None
         return cls(pcfg.name, prometheus_url=conn.url(), prometheus_token=token, prometheus_basic_auth=basic,
                    queries=queries_for(pcfg), cluster=pcfg.cluster or x.get("cluster", ""), slurm_conf=x.get("slurm_conf"),
-                   restd_url=x.get("restd_url"), restd_token=x.get("restd_token"), verify=verify,
+                   restd_url=x.get("restd_url"), restd_user=x.get("restd_user"), restd_token=x.get("restd_token"),
+                   verify=verify,
                    live_tolerance=_minutes(x.get("live_tolerance_minutes", 60)))
     if pcfg.kind == "openstack":
         from gpupool.sources.openstack import GnocchiMeter

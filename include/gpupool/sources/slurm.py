@@ -3,7 +3,8 @@
 History comes from `query_range` over the configured PromQL per canonical metric
 (`DEFAULT_SLURM_QUERIES`). Node state comes from Slurm itself: `sinfo --json` (the
 22.05+ data parser, the same node objects slurmrestd serves) run with an explicit
-`SLURM_CONF`, or slurmrestd's `/slurm/<version>/nodes` when a URL and JWT are given.
+`SLURM_CONF`, or slurmrestd's `/slurm/<version>/nodes` when `restd_url` is given: an
+`http(s)://` URL (with a JWT in `restd_token`) or `unix:/path/to/slurmrestd.sock` (local auth).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
-import requests
 
 from gpupool.canonical import normalize_samples
 from gpupool.sources.base import (
@@ -28,9 +28,9 @@ from gpupool.sources.base import (
     call_with_retry,
     format_window,
     inventory_record,
-    redact_url,
 )
 from gpupool.sources.prometheus import DEFAULT_CHUNK_POINTS, MetricQuery, PrometheusReader, as_query_tuple
+from gpupool.sources.slurmrestd import SlurmRestd
 
 #: PromQL per canonical metric for the Slurm exporter's node-labelled `gpus` collector
 #: (`slurm_gpus_total` / `slurm_gpus_alloc` with `node`, `model` labels) and the DCGM
@@ -116,7 +116,8 @@ class SlurmSource:
     cluster: value of the cluster column
     slurm_conf: path passed as SLURM_CONF to `sinfo` (None: Slurm's default)
     sinfo, squeue: the Slurm client executables
-    restd_url, restd_user, restd_token, restd_version: read nodes from slurmrestd instead of sinfo
+    restd_url, restd_user, restd_token, restd_version: read nodes and jobs from slurmrestd instead
+        of sinfo/squeue; `restd_url` is `http(s)://host:port` or `unix:/path/to/slurmrestd.sock`
     gres_name: the GRES that counts as GPUs
     timeout: seconds per call; retry: RetryPolicy for every call
     live_tolerance: node state is live only; `inventory(at)` refuses an `at` further than
@@ -158,8 +159,9 @@ class SlurmSource:
         self.squeue = squeue
         self.restd_url = restd_url.rstrip("/") if restd_url else None
         self.restd_user = restd_user
-        self._restd_token = restd_token
         self.restd_version = restd_version
+        self._restd = (SlurmRestd(self.restd_url, user=restd_user, token=restd_token, version=restd_version,
+                                  timeout=timeout, verify=verify) if self.restd_url else None)
         self.gres_name = gres_name
         self.timeout = timeout
         self.retry = retry
@@ -252,22 +254,21 @@ class SlurmSource:
         return normalize_samples(frame, where=f"{self.platform} slurm snapshot [{window}]")
 
     def _read_jobs(self, window: str) -> list[Mapping[str, Any]]:
-        endpoint = (redact_url(f"{self.restd_url}/slurm/{self.restd_version}/jobs") if self.restd_url
+        endpoint = (self._restd.endpoint("jobs") if self._restd
                     else f"squeue --json (SLURM_CONF={self.slurm_conf or 'default'})")
 
         def describe(exc: BaseException) -> SourceError:
             return SourceError(self.platform, endpoint, window, str(exc))
 
-        if self.restd_url:
-            fetch = lambda: _get_json(f"{self.restd_url}/slurm/{self.restd_version}/jobs",  # noqa: E731
-                                      self._restd_headers(), self.timeout, self.verify)
+        if self._restd:
+            fetch = lambda: self._restd.get("jobs")  # noqa: E731
         else:
             fetch = lambda: self._run_json(self.squeue)  # noqa: E731
         return call_with_retry(lambda: _payload_list(fetch(), "jobs"), policy=self.retry, describe=describe)
 
     def _node_endpoint(self) -> str:
-        if self.restd_url:
-            return redact_url(f"{self.restd_url}/slurm/{self.restd_version}/nodes")
+        if self._restd:
+            return self._restd.endpoint("nodes")
         return f"sinfo --json (SLURM_CONF={self.slurm_conf or 'default'})"
 
     def _node_record(self, node: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -302,7 +303,7 @@ class SlurmSource:
         def describe(exc: BaseException) -> SourceError:
             return SourceError(self.platform, endpoint, window, str(exc))
 
-        fetch = self._restd_nodes if self.restd_url else self._sinfo_nodes
+        fetch = (lambda: self._restd.get("nodes")) if self._restd else self._sinfo_nodes
         return call_with_retry(lambda: _payload_list(fetch(), "nodes"), policy=self.retry, describe=describe)
 
     def _sinfo_nodes(self) -> Any:
@@ -331,18 +332,6 @@ class SlurmSource:
         except ValueError as exc:
             raise PermanentError(f"malformed payload: {exe} output is not JSON") from exc
 
-    def _restd_headers(self) -> dict[str, str]:
-        headers = {}
-        if self.restd_user:
-            headers["X-SLURM-USER-NAME"] = self.restd_user
-        if self._restd_token:
-            headers["X-SLURM-USER-TOKEN"] = self._restd_token
-        return headers
-
-    def _restd_nodes(self) -> Any:
-        return _get_json(f"{self.restd_url}/slurm/{self.restd_version}/nodes", self._restd_headers(), self.timeout,
-                         self.verify)
-
 
 def _payload_list(payload: Any, key: str) -> list[Mapping[str, Any]]:
     """The `key` list of a Slurm JSON answer.
@@ -364,21 +353,3 @@ def _payload_list(payload: Any, key: str) -> list[Mapping[str, Any]]:
     if not isinstance(items, list):
         raise PermanentError(f"malformed payload: no '{key}' list")
     return items
-
-
-def _get_json(url: str, headers: dict[str, str], timeout: float, verify: bool) -> Any:
-    """GET a JSON document, classifying failures as transient or permanent."""
-    try:
-        resp = requests.get(url, headers=headers, timeout=timeout, verify=verify)
-    except (requests.Timeout, requests.ConnectionError) as exc:
-        raise TransientError(f"{type(exc).__name__}: no answer within {timeout}s") from exc
-    if resp.status_code in (401, 403):
-        raise PermanentError(f"authentication refused (HTTP {resp.status_code})")
-    if resp.status_code in (408, 429) or resp.status_code >= 500:
-        raise TransientError(f"HTTP {resp.status_code}")
-    if resp.status_code >= 400:
-        raise PermanentError(f"HTTP {resp.status_code}")
-    try:
-        return resp.json()
-    except ValueError as exc:
-        raise PermanentError("malformed payload: not JSON") from exc

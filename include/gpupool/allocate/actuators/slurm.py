@@ -1,8 +1,11 @@
 """Slurm: drain with a ``gpupool:`` reason, wait until no job runs, resume on attach.
 
-Writes go through ``scontrol update`` (slurmrestd 22.05 cannot drain or resume nodes); reads
-through ``sinfo --json`` (node state, flags, reason) and ``squeue --json`` (jobs on the node),
-all run with an explicit ``SLURM_CONF`` and never through a shell.
+Writes go through ``scontrol update``: slurmrestd's ``openapi/v0.0.38`` (Slurm 22.05) has no node
+update at all (its ``/openapi/v3`` lists only GET on ``/node/{node_name}``; ``POST`` came with
+v0.0.39), and with ``rest_auth/local`` it acts as its own unprivileged user, who may not drain.
+Reads go through ``sinfo --json`` and ``squeue --json`` run with an explicit ``SLURM_CONF`` (never
+through a shell), or, with ``restd_url``, through slurmrestd's ``/nodes`` and ``/jobs``: the same
+v0.0.38 node and job objects, read where no Slurm client is installed.
 """
 
 from __future__ import annotations
@@ -13,12 +16,22 @@ import subprocess
 from typing import Any, Mapping, Sequence
 
 from gpupool.allocate.actuators.base import ActuationError, Actuator, Command, OwnerState
+from gpupool.sources.base import PermanentError, TransientError
+from gpupool.sources.slurmrestd import SlurmRestd, expand_hostlist
 
 #: job states that still occupy a node
 _ACTIVE_JOB_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"}
 #: node state flags that mean "no new jobs"
 _HOLD_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED", "POWER_DOWN"}
 _DOWN_STATES = {"down", "future", "unknown"}
+
+
+def job_nodes(job: Mapping[str, Any]) -> set[str]:
+    """Names of the nodes a v0.0.38 job object holds (``job_resources``, else its ``nodes`` hostlist)."""
+    res = job.get("job_resources") or {}
+    names = {n.get("nodename") for n in res.get("allocated_nodes") or [] if isinstance(n, dict)}
+    names.discard(None)
+    return names or set(expand_hostlist(str(job.get("nodes") or "")))
 
 
 class SlurmActuator(Actuator):
@@ -36,6 +49,9 @@ class SlurmActuator(Actuator):
         Pool node name -> Slurm node name, where they differ.
     timeout_s:
         Limit per command.
+    restd_url, restd_user, restd_token, restd_version:
+        Read node state and jobs from slurmrestd (``http(s)://host:port`` with a JWT, or
+        ``unix:/path/to/slurmrestd.sock``) instead of ``sinfo``/``squeue``.
     """
 
     def __init__(
@@ -45,12 +61,18 @@ class SlurmActuator(Actuator):
         bin_dir: str | None = None,
         names: Mapping[str, str] | None = None,
         timeout_s: float = 20.0,
+        restd_url: str | None = None,
+        restd_user: str | None = None,
+        restd_token: str | None = None,
+        restd_version: str = "v0.0.38",
     ):
         self.platform = platform
         self.slurm_conf = slurm_conf
         self.bin_dir = bin_dir
         self.names = dict(names or {})
         self.timeout_s = timeout_s
+        self.restd = (SlurmRestd(restd_url, user=restd_user, token=restd_token, version=restd_version,
+                                 timeout=timeout_s) if restd_url else None)
 
     # ---- plumbing
     def _name(self, node: str) -> str:
@@ -74,15 +96,38 @@ class SlurmActuator(Actuator):
             raise ActuationError(self.platform, node, action, f"{' '.join(argv[:2])}: {msg}")
         return proc.stdout
 
+    def _restd_list(self, rel: str, key: str, node: str, action: str) -> list[dict[str, Any]]:
+        try:
+            doc = self.restd.get(rel)
+        except (TransientError, PermanentError) as exc:
+            raise ActuationError(self.platform, node, action, f"slurmrestd {self.restd.endpoint(rel)}: {exc}") from exc
+        errors = doc.get("errors") if isinstance(doc, dict) else None
+        items = doc.get(key) if isinstance(doc, dict) else None
+        if errors or not isinstance(items, list):
+            detail = "; ".join(str(e.get("description") or e.get("error")) for e in errors or [] if isinstance(e, dict))
+            raise ActuationError(self.platform, node, action,
+                                 f"slurmrestd {self.restd.endpoint(rel)}: {detail or f'no {key!r} list'}")
+        return items
+
     def _node_record(self, node: str) -> dict[str, Any] | None:
-        out = self._run(["sinfo", "--json", "-n", self._name(node)], node, "read node")
-        nodes = [n for n in json.loads(out).get("nodes", []) if n.get("name") == self._name(node)]
+        name = self._name(node)
+        if self.restd:
+            # /nodes, not /node/{name}: 22.05 answers an unknown name with HTTP 500
+            nodes = self._restd_list("nodes", "nodes", node, "read node")
+        else:
+            out = self._run(["sinfo", "--json", "-n", name], node, "read node")
+            nodes = json.loads(out).get("nodes", [])
+        nodes = [n for n in nodes if n.get("name") == name]
         return nodes[0] if nodes else None
 
     def running_jobs(self, node: str) -> list[dict[str, Any]]:
         """Jobs that still occupy ``node`` (running, completing, suspended...)."""
-        out = self._run(["squeue", "--json", "-w", self._name(node)], node, "read jobs")
-        jobs = json.loads(out).get("jobs", [])
+        name = self._name(node)
+        if self.restd:
+            jobs = [j for j in self._restd_list("jobs", "jobs", node, "read jobs") if name in job_nodes(j)]
+        else:
+            out = self._run(["squeue", "--json", "-w", name], node, "read jobs")
+            jobs = json.loads(out).get("jobs", [])
         return [
             {"job_id": j.get("job_id"), "state": j.get("job_state"), "name": j.get("name")}
             for j in jobs

@@ -80,7 +80,8 @@ def show_node(args: list[str]) -> int:
     except requests.RequestException:
         return _fail("slurm_load_node error: Unable to contact slurm controller (connect failure)")
     doc = resp.json()
-    if resp.status_code == 404 and name:
+    errors = doc.get("errors") or [{}]
+    if name and resp.status_code >= 400 and errors[0].get("error") == "Invalid node name specified":
         if as_json:
             print(json.dumps(doc, indent=2))
         return _fail(f"Node {name} not found")

@@ -6,12 +6,16 @@
 * ``GET /slurm/v0.0.38/jobs`` and ``/slurm/v0.0.38/job/{id}`` — one running job per busy GPU and
   one pending job (reason ``Resources``) per GPU of demand that does not fit; ``DELETE
   /slurm/v0.0.38/job/{id}`` cancels a running job (the world re-queues the work).
+* ``GET /slurm/v0.0.38/ping`` — the controller's ``pings``.
 * ``POST /slurm/v0.0.39/node/{name}`` ``{"state": ["DRAIN"|"RESUME"|"UNDRAIN"], "reason": ...}`` —
   the node update v0.0.39 added (22.05's v0.0.38 has none); :mod:`.scontrol` uses it.
 
 A drained node takes no new jobs; its running jobs end on their own (``DRAINING`` until then,
-``DRAINED`` after). Errors come back as slurmrestd writes them: an ``errors`` list with
-``error``, ``error_number``, ``description`` and ``source``.
+``DRAINED`` after). Errors come back as Debian's slurmrestd 22.05.8 writes them (recorded in
+tests/fixtures/recorded/slurmrestd_*.json, compared by tests/contract/test_slurm_facade.py): an
+unknown node or job is HTTP 500 with an ``errors`` list (``error``/``errno`` for a node,
+``error``/``error_number``/``description``/``source`` for a job) and an empty ``nodes``/``jobs``
+list; an unknown path is a plain-text 404.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 import pandas as pd
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from gpupool.sim.facades.state import SimConflict, SimNotFound, SimState
@@ -32,6 +36,9 @@ PARTITION = "gpu"
 VERSION = {"major": 22, "micro": 8, "minor": 5}
 RELEASE = "22.05.8"
 ESLURM_INVALID_NODE_NAME = 2008
+#: what 22.05.8's v0.0.38 plugin reports for GET /node/{unknown} (its own errno, not 2008)
+V38_NODE_NOT_FOUND_ERRNO = 2018
+UNKNOWN_PATH_TEXT = "Unable find requested URL. Please view /openapi/v3 for API reference."
 ESLURM_INVALID_JOB_ID = 2017
 ESLURM_REST_INVALID_QUERY = 9001
 
@@ -95,8 +102,9 @@ def job_object(state: SimState, w) -> dict:
     running = w.state == "Running"
     submit = _epoch(w.start)
     tres = "cpu=8,mem=32G,node=1,billing=8,gres/gpu=1"
-    return {
-        "account": "research", "accrue_time": submit, "admin_comment": "", "array_job_id": 0,
+    job = {
+        "account": "research", "accrue_time": submit, "container": "", "group_name": "research", "prefer": "",
+        "admin_comment": "", "array_job_id": 0,
         "array_task_id": None, "array_max_tasks": 0, "array_task_string": "", "association_id": 0,
         "batch_features": "", "batch_flag": True, "batch_host": w.node if running else "", "flags": [],
         "burst_buffer": "", "burst_buffer_state": "", "cluster": "sim", "cluster_features": "", "command":
@@ -108,8 +116,13 @@ def job_object(state: SimState, w) -> dict:
         "federation_origin": "", "federation_siblings_active": "", "federation_siblings_viable": "",
         "gres_detail": [f"gpu:{w.gpus}(IDX:{w.slot})"] if running else [], "group_id": 1000,
         "job_id": w.job_id, "job_resources": {"nodes": w.node, "allocated_cores": 8, "allocated_hosts": 1,
-                                               "allocated_nodes": [{"nodename": w.node, "cpus": 8,
-                                                                    "memory": 32768}]} if running else {},
+                                               "allocated_nodes": [{
+                                                   "sockets": {"0": {"cores": {str(c): "allocated"
+                                                                               for c in range(4)}},
+                                                               "1": {"cores": {str(c): "allocated"
+                                                                               for c in range(4)}}},
+                                                   "nodename": w.node, "cpus_used": 0, "memory_used": 0,
+                                                   "memory_allocated": 32768}]},
         "job_state": "RUNNING" if running else "PENDING", "last_sched_evaluation": _epoch(state.now),
         "licenses": "", "max_cpus": 0, "max_nodes": 0, "mcs_label": "", "memory_per_tres": "",
         "name": w.name, "nodes": w.node if running else "", "nice": 0, "tasks_per_core": None,
@@ -127,6 +140,10 @@ def job_object(state: SimState, w) -> dict:
         "tres_per_socket": "", "tres_per_task": "", "tres_req_str": tres, "tres_alloc_str": tres if running else "",
         "user_id": 1000, "user_name": "research", "wckey": "", "current_working_directory": "/home/research",
     }
+    if not running:  # slurmctld has given a pending job no resources and no billing yet
+        del job["job_resources"]
+        job["billable_tres"] = None
+    return job
 
 
 def error_body(error: str, number: int, description: str, source: str, plugin: str = "v0.0.38") -> dict:
@@ -155,8 +172,9 @@ def make_app(state: SimState) -> Starlette:
         try:
             rec = state.node(ROLE, name)
         except SimNotFound:
-            return JSONResponse(error_body("Invalid node name specified", ESLURM_INVALID_NODE_NAME,
-                                           f"Unable to query node {name}", "slurm_load_node_single"), status_code=404)
+            return JSONResponse({"meta": meta(), "errors": [{"error": "Invalid node name specified",
+                                                            "errno": V38_NODE_NOT_FOUND_ERRNO}], "nodes": []},
+                                status_code=500)
         return JSONResponse({"meta": meta(), "errors": [], "nodes": [node_object(state, rec)]})
 
     def all_jobs():
@@ -175,8 +193,9 @@ def make_app(state: SimState) -> Starlette:
                                            "Unable to parse job id", "_handle_job_get"), status_code=400)
         found = [w for w in all_jobs() if w.job_id == jid]
         if not found:
-            return JSONResponse(error_body("Invalid job id specified", ESLURM_INVALID_JOB_ID,
-                                           f"Unable to query JobId={jid}", "_handle_job_get"), status_code=404)
+            body = error_body("Invalid job id specified", ESLURM_INVALID_JOB_ID, f"Unable to find JobId={jid}",
+                              "slurm_load_job")
+            return JSONResponse({**body, "jobs": []}, status_code=500)
         if request.method == "DELETE":
             if found[0].state == "Running":
                 state.evict(ROLE, jid)
@@ -228,14 +247,16 @@ def make_app(state: SimState) -> Starlette:
     async def diag(request):
         return JSONResponse({"meta": meta(), "errors": [], "statistics": {"parts_packed": 1}})
 
+    async def ping(request):
+        return JSONResponse({"meta": meta(), "errors": [],
+                             "pings": [{"hostname": "slurmctld", "ping": "UP", "status": 0, "mode": "primary"}]})
+
     async def not_found(request, exc):
-        return JSONResponse(error_body("Unable to find path", ESLURM_REST_INVALID_QUERY,
-                                       f"Unable to find requested URL path: {request.url.path}",
-                                       "slurmrestd"), status_code=404)
+        return PlainTextResponse(UNKNOWN_PATH_TEXT, status_code=404)
 
     return Starlette(routes=[
         Route("/slurm/v0.0.38/diag", diag, methods=["GET"]),
-        Route("/slurm/v0.0.38/ping", diag, methods=["GET"]),
+        Route("/slurm/v0.0.38/ping", ping, methods=["GET"]),
         Route("/slurm/v0.0.38/nodes", nodes, methods=["GET"]),
         Route("/slurm/v0.0.38/node/{name}", node, methods=["GET"]),
         Route("/slurm/v0.0.38/jobs", jobs, methods=["GET"]),

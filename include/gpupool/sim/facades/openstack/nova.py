@@ -104,7 +104,7 @@ def routes(ctx: FacadeContext) -> list[Route]:
             return await legacy_action(request, ver, sid)
         match = [(rec, b) for rec, b in all_services(ver) if b["id"] == sid]
         if not match:
-            raise OsError(404, f"Service {sid} not found.")
+            raise OsError(404, f"Service {sid} could not be found.")
         rec, _ = match[0]
         try:
             body = json.loads(await request.body())
@@ -172,13 +172,15 @@ def routes(ctx: FacadeContext) -> list[Route]:
                 body["uptime"] = " 10:00:00 up 42 days,  1:02,  0 users,  load average: 0.5, 0.5, 0.5"
             else:
                 busy = int(rec["busy_gpus"])
+                # an object since 2.28, a JSON string before (Nova API reference, os-hypervisors)
+                cpu_info = {"arch": "x86_64", "model": "Icelake-Server", "vendor": "Intel",
+                            "features": ["avx512f", "pge", "clflush"],
+                            "topology": {"cores": 16, "threads": 2, "sockets": 2}}
                 body.update({"vcpus": 64, "memory_mb": 524288, "local_gb": 1800, "vcpus_used": busy * 8,
                              "memory_mb_used": busy * 65536, "local_gb_used": busy * 100, "running_vms": busy,
                              "current_workload": 0, "free_ram_mb": 524288 - busy * 65536,
                              "free_disk_gb": 1800 - busy * 100, "disk_available_least": 1700 - busy * 100,
-                             "cpu_info": json.dumps({"arch": "x86_64", "model": "Icelake-Server", "vendor": "Intel",
-                                                     "topology": {"cells": 2, "sockets": 1, "cores": 16,
-                                                                  "threads": 2}})})
+                             "cpu_info": cpu_info if ver >= (2, 28) else json.dumps(cpu_info)})
         return body
 
     @nova
@@ -197,7 +199,7 @@ def routes(ctx: FacadeContext) -> list[Route]:
             h = hypervisor_body(rec, ver, True)
             if str(h["id"]) == hid:
                 return JSONResponse({"hypervisor": h})
-        raise OsError(404, f"Hypervisor with ID {hid} could not be found.")
+        raise OsError(404, f"Hypervisor with ID '{hid}' could not be found.")
 
     return [
         Route("/compute", compute_root, methods=["GET"]),
