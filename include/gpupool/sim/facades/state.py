@@ -13,7 +13,7 @@ show *work* (pods, jobs, instances) and real drain semantics, so this module add
 * **MIG changes** — need an empty node, take ``mig_minutes``, keep the node out of service
   while they run, and reach the world (``World.set_mig_layout``) when they finish;
 * **API bookkeeping** — resourceVersions, Kubernetes labels/annotations/taints, Placement
-  generations and ``reserved`` amounts.
+  generations, ``reserved`` amounts and provider traits.
 
 Time: the simulated clock advances with wall time times ``speed`` (0 freezes it; tests move
 it with :meth:`SimState.advance`). Every facade calls :meth:`SimState.sync` first, under
@@ -120,6 +120,7 @@ class NodeMeta:
     cordon_via: str = ""  # the API that cordoned it: kubernetes, nova, placement, slurm, mig
     unschedulable: bool = False  # Kubernetes spec.unschedulable as last written
     aggregates: list[str] = field(default_factory=list)  # Placement aggregates of the provider
+    traits: list[str] = field(default_factory=list)  # Placement traits a client set beyond nova-compute's
 
 
 class SimState:

@@ -1,4 +1,16 @@
-"""Placement at ``/placement``: resource providers, inventories, usages, traits, aggregates."""
+"""Placement at ``/placement``: resource providers, inventories, usages, traits, aggregates.
+
+Traits: a provider shows the traits nova-compute reports for the host (``COMPUTE_NODE``, the
+CPU's, ``CUSTOM_GPU_MODEL_<MODEL>``, ``COMPUTE_STATUS_DISABLED`` while its service is disabled)
+plus the traits a client set with ``PUT /resource_providers/{uuid}/traits``. nova-compute owns
+its traits — on a real cloud it puts them back (or takes them off) on its next periodic update —
+so a PUT stores only the others, and the nova-owned ones follow the host's state. Custom traits
+must be created first (``PUT /traits/CUSTOM_...``), as in Placement.
+
+A provider whose whole ``PGPU`` inventory is reserved is out of service in the world; when it
+carries gpupool's hold trait at that moment the world records the hold as gpupool's (a drain
+reason starting ``gpupool:``), otherwise as an operator's reservation.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +19,11 @@ import re
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gpupool.allocate.actuators.base import REASON_PREFIX
+from gpupool.allocate.actuators.openstack import HELD_TRAIT
 from gpupool.sim.facades.openstack.common import (
     DISABLED_TRAIT,
     PLACEMENT_MAX,
@@ -22,6 +36,13 @@ from gpupool.sim.facades.openstack.common import (
     placement_error,
 )
 from gpupool.sim.facades.state import SimConflict, SimInvalid, stable_uuid
+
+#: standard (os-traits) traits the facade's hosts report; custom ones start ``CUSTOM_``
+STANDARD_TRAITS = ("COMPUTE_NODE", "COMPUTE_VOLUME_MULTI_ATTACH", DISABLED_TRAIT, "HW_CPU_X86_AVX2")
+_CUSTOM_TRAIT = re.compile(r"CUSTOM_[A-Z0-9_]+")
+_ANY_TRAIT = re.compile(r"[A-Z0-9_]+")
+_INVALID_TRAIT = ('The trait is invalid. A valid trait must be no longer than 255 characters, start with the '
+                  'prefix "CUSTOM_" and use following characters: "A"-"Z", "0"-"9" and "_"')
 
 
 def routes(ctx: FacadeContext) -> list[Route]:
@@ -51,12 +72,29 @@ def routes(ctx: FacadeContext) -> list[Route]:
         busy = int(rec["busy_gpus"])
         return {"VCPU": busy * 8, "MEMORY_MB": busy * 65536, "PGPU": busy}
 
-    def traits(rec: dict) -> list[str]:
-        model = re.sub(r"[^A-Z0-9]+", "_", rec["gpu_model"].upper()).strip("_")
-        out = ["COMPUTE_NODE", "HW_CPU_X86_AVX2", "COMPUTE_VOLUME_MULTI_ATTACH", f"CUSTOM_GPU_MODEL_{model}"]
+    created_traits: set[str] = set()  # custom traits created with PUT /traits/{name}
+
+    def model_trait(rec: dict) -> str:
+        return "CUSTOM_GPU_MODEL_" + re.sub(r"[^A-Z0-9]+", "_", rec["gpu_model"].upper()).strip("_")
+
+    def compute_traits(rec: dict) -> list[str]:
+        """The traits nova-compute reports for the host now."""
+        out = ["COMPUTE_NODE", "HW_CPU_X86_AVX2", "COMPUTE_VOLUME_MULTI_ATTACH", model_trait(rec)]
         if rec["cordoned"] and rec["meta"].cordon_via == "nova":
             out.append(DISABLED_TRAIT)
-        return sorted(out)
+        return out
+
+    def traits(rec: dict) -> list[str]:
+        """The provider's traits: nova-compute's plus those a client set."""
+        return sorted(set(compute_traits(rec)) | set(rec["meta"].traits))
+
+    def known_traits() -> set[str]:
+        """Every trait Placement knows: the standard ones, nova's model traits, the created ones."""
+        out = set(STANDARD_TRAITS) | created_traits
+        for rec in state.nodes(ROLE):
+            out.add(model_trait(rec))
+            out.update(rec["meta"].traits)
+        return out
 
     # ------------------------------------------------------------------ placement
     def placement(fn):
@@ -113,6 +151,9 @@ def routes(ctx: FacadeContext) -> list[Route]:
     @placement
     async def list_rps(request, ver):
         q = request.query_params
+        if "in_tree" in q and ver < (1, 14):
+            raise OsError(400, "Invalid query string parameters: Additional properties are not allowed "
+                               "('in_tree' was unexpected)")
         rps = nodes_by_rp()
         out = []
         for uid, rec in sorted(rps.items(), key=lambda kv: kv[1]["name"]):
@@ -120,6 +161,8 @@ def routes(ctx: FacadeContext) -> list[Route]:
                 continue
             if q.get("uuid") and uid != q["uuid"]:
                 continue
+            if q.get("in_tree") and uid != q["in_tree"]:
+                continue  # every provider here is the root of a one-provider tree
             if q.get("member_of"):
                 wanted = set(q["member_of"].removeprefix("in:").split(","))
                 if not wanted & set(rec["meta"].aggregates):
@@ -175,7 +218,8 @@ def routes(ctx: FacadeContext) -> list[Route]:
                                    "equal to total", "placement.inventory.invalid")
             rec["meta"].reserved = reserved
             if reserved >= rec["gpus"] and not rec["cordoned"]:
-                state.cordon(ROLE, rec["name"], "placement: all PGPU inventory reserved", via="placement")
+                who = REASON_PREFIX if HELD_TRAIT in rec["meta"].traits else "placement:"
+                state.cordon(ROLE, rec["name"], f"{who} all PGPU inventory reserved", via="placement")
             elif reserved < rec["gpus"] and rec["cordoned"] and rec["meta"].cordon_via == "placement":
                 state.uncordon(ROLE, rec["name"])
 
@@ -242,9 +286,89 @@ def routes(ctx: FacadeContext) -> list[Route]:
 
     @placement
     async def show_traits(request, ver):
+        need_traits_api(ver)
+        rec = get_rp(request.path_params["uuid"])
+        return JSONResponse({"resource_provider_generation": rec["meta"].placement_generation,
+                             "traits": traits(rec)})
+
+    def need_traits_api(ver: tuple[int, int]) -> None:
         if ver < (1, 6):
             raise OsError(404, "The resource could not be found.")
-        rec = get_rp(request.path_params["uuid"])
+
+    @placement
+    async def list_traits(request, ver):
+        need_traits_api(ver)
+        q = request.query_params
+        for key in q:
+            if key not in ("name", "associated"):
+                raise OsError(400, f"Invalid query string parameters: Additional properties are not allowed "
+                                   f"('{key}' was unexpected)")
+        names = known_traits()
+        if "name" in q:
+            op, sep, value = q["name"].partition(":")
+            if not sep:
+                raise OsError(400, "Badly formatted name parameter. Expected name query string parameter in form: "
+                                   f'?name=[in|startswith]:[name1,name2|prefix]. Got: "{q["name"]}"')
+            if op == "in":
+                names &= set(value.split(","))
+            elif op == "startswith":
+                names = {n for n in names if n.startswith(value)}
+        if "associated" in q:
+            flag = q["associated"].lower()
+            if flag not in ("true", "false"):
+                raise OsError(400, 'The query parameter "associated" only accepts "true" or "false"')
+            used = {t for rec in state.nodes(ROLE) for t in traits(rec)}
+            names = names & used if flag == "true" else names - used
+        return JSONResponse({"traits": sorted(names)})
+
+    @placement
+    async def show_trait(request, ver):
+        need_traits_api(ver)
+        name = request.path_params["name"]
+        if name not in known_traits():
+            raise OsError(404, f"No such trait(s): {name}.")
+        return Response(status_code=204)
+
+    @placement
+    async def create_trait(request, ver):
+        need_traits_api(ver)
+        name = request.path_params["name"]
+        if len(name) > 255 or not _CUSTOM_TRAIT.fullmatch(name):
+            raise OsError(400, _INVALID_TRAIT)
+        status = 204 if name in known_traits() else 201
+        created_traits.add(name)
+        return Response(status_code=status, headers={"Location": f"/traits/{name}"})
+
+    @placement
+    async def put_traits(request, ver):
+        need_traits_api(ver)
+        uid = request.path_params["uuid"]
+        rec = get_rp(uid)
+        body = await json_body(request)
+        if not isinstance(body, dict) or "traits" not in body:
+            raise OsError(400, "JSON does not validate: 'traits' is a required property")
+        extra = sorted(set(body) - {"traits", "resource_provider_generation"})
+        if extra:
+            raise OsError(400, "JSON does not validate: Additional properties are not allowed "
+                               f"({', '.join(repr(k) for k in extra)} {'was' if len(extra) == 1 else 'were'} "
+                               "unexpected)")
+        wanted = body["traits"]
+        if not isinstance(wanted, list) or not all(isinstance(t, str) and _ANY_TRAIT.fullmatch(t) for t in wanted):
+            raise OsError(400, f"JSON does not validate: {wanted!r} is not a list of trait names")
+        gen = body.get("resource_provider_generation")
+        if not isinstance(gen, int) or isinstance(gen, bool):
+            raise OsError(400, "JSON does not validate: 'resource_provider_generation' is a required property")
+        if gen != rec["meta"].placement_generation:
+            raise OsError(409, "Resource provider's generation already changed. Please update the generation and "
+                               "try again.", "placement.concurrent_update")
+        unknown = sorted(set(wanted) - known_traits())
+        if unknown:
+            raise OsError(400, f"No such trait {', '.join(unknown)}")
+        owned = set(compute_traits(rec)) | {DISABLED_TRAIT}
+        rec["meta"].traits = sorted(set(wanted) - owned)
+        rec["meta"].placement_generation += 1
+        state._bump(rec["name"])  # noqa: SLF001
+        rec = get_rp(uid)
         return JSONResponse({"resource_provider_generation": rec["meta"].placement_generation,
                              "traits": traits(rec)})
 
@@ -291,6 +415,10 @@ def routes(ctx: FacadeContext) -> list[Route]:
         Route(p + "/resource_providers/{uuid}/inventories/{rc}", put_inventory, methods=["PUT"]),
         Route(p + "/resource_providers/{uuid}/usages", show_usages, methods=["GET"]),
         Route(p + "/resource_providers/{uuid}/traits", show_traits, methods=["GET"]),
+        Route(p + "/resource_providers/{uuid}/traits", put_traits, methods=["PUT"]),
+        Route(p + "/traits", list_traits, methods=["GET"]),
+        Route(p + "/traits/{name}", show_trait, methods=["GET"]),
+        Route(p + "/traits/{name}", create_trait, methods=["PUT"]),
         Route(p + "/resource_providers/{uuid}/aggregates", show_aggregates, methods=["GET"]),
         Route(p + "/resource_providers/{uuid}/aggregates", put_aggregates, methods=["PUT"]),
         Route(p + "/usages", total_usages, methods=["GET"]),
