@@ -201,3 +201,28 @@ def test_full_reservation_is_gpupool_s_hold_only_with_the_trait(sim, marked, pre
     assert client.put(f"{P}/resource_providers/{rp['uuid']}/inventories/PGPU", json=inv,
                       headers=hdr("1.26")).status_code == 200
     assert not state.node("openstack", rp["name"])["cordoned"]
+
+
+def test_enabling_nova_compute_leaves_a_full_reservation_in_force(sim):
+    client, state = sim
+    rp = first_rp(client)
+    nova = {"OpenStack-API-Version": "compute 2.53"}
+    svc = client.get("/compute/v2.1/os-services", params={"host": rp["name"], "binary": "nova-compute"},
+                     headers=nova).json()["services"][0]
+    url = f"/compute/v2.1/os-services/{svc['id']}"
+    assert client.put(url, json={"status": "disabled", "disabled_reason": "gpupool: moving"},
+                      headers=nova).status_code == 200
+    inv = client.get(f"{P}/resource_providers/{rp['uuid']}/inventories/PGPU", headers=hdr("1.26")).json()
+    inv["reserved"] = inv["total"]
+    assert client.put(f"{P}/resource_providers/{rp['uuid']}/inventories/PGPU", json=inv,
+                      headers=hdr("1.26")).status_code == 200
+    assert client.put(url, json={"status": "enabled"}, headers=nova).status_code == 200
+    node = state.node("openstack", rp["name"])
+    assert node["cordoned"] and node["meta"].cordon_via == "placement"  # the GPUs stay reserved
+    assert node["drain_reason"].startswith("placement:")
+    assert "COMPUTE_STATUS_DISABLED" not in rp_traits(client, rp["uuid"])["traits"]
+    inv = client.get(f"{P}/resource_providers/{rp['uuid']}/inventories/PGPU", headers=hdr("1.26")).json()
+    inv["reserved"] = 0
+    assert client.put(f"{P}/resource_providers/{rp['uuid']}/inventories/PGPU", json=inv,
+                      headers=hdr("1.26")).status_code == 200
+    assert not state.node("openstack", rp["name"])["cordoned"]

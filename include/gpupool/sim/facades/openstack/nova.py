@@ -19,6 +19,7 @@ from gpupool.sim.facades.openstack.common import (
     microversion,
     nova_error,
 )
+from gpupool.sim.facades.openstack.placement import hold_if_fully_reserved
 from gpupool.sim.facades.state import SimConflict, SimNotFound, stable_uuid
 
 
@@ -95,7 +96,9 @@ def routes(ctx: FacadeContext) -> list[Route]:
             if rec["meta"].cordon_via not in ("nova", ""):
                 raise OsError(409, f"Compute host {rec['name']} is out of service for another reason: "
                                    f"{rec['drain_reason']}")
-            state.uncordon(ROLE, rec["name"])
+            # enabling the service does not undo a Placement reservation of all its GPUs
+            if not hold_if_fully_reserved(state, rec):
+                state.uncordon(ROLE, rec["name"])
 
     @nova
     async def update_service(request, ver):

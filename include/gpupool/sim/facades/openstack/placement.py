@@ -35,7 +35,7 @@ from gpupool.sim.facades.openstack.common import (
     microversion,
     placement_error,
 )
-from gpupool.sim.facades.state import SimConflict, SimInvalid, stable_uuid
+from gpupool.sim.facades.state import SimConflict, SimInvalid, SimState, stable_uuid
 
 #: standard (os-traits) traits the facade's hosts report; custom ones start ``CUSTOM_``
 STANDARD_TRAITS = ("COMPUTE_NODE", "COMPUTE_VOLUME_MULTI_ATTACH", DISABLED_TRAIT, "HW_CPU_X86_AVX2")
@@ -43,6 +43,22 @@ _CUSTOM_TRAIT = re.compile(r"CUSTOM_[A-Z0-9_]+")
 _ANY_TRAIT = re.compile(r"[A-Z0-9_]+")
 _INVALID_TRAIT = ('The trait is invalid. A valid trait must be no longer than 255 characters, start with the '
                   'prefix "CUSTOM_" and use following characters: "A"-"Z", "0"-"9" and "_"')
+
+
+def hold_if_fully_reserved(state: SimState, rec: dict) -> bool:
+    """Keep ``rec`` out of service in the world while its whole ``PGPU`` inventory is reserved.
+
+    The hold is gpupool's (a ``gpupool:`` drain reason) when the provider carries its trait.
+    A node already out of service (its compute service disabled) becomes Placement's hold.
+    Returns whether the node is held.
+    """
+    if rec["meta"].reserved <= 0 or rec["meta"].reserved < rec["gpus"]:
+        return False
+    who = REASON_PREFIX if HELD_TRAIT in rec["meta"].traits else "placement:"
+    state.cordon(ROLE, rec["name"], f"{who} all PGPU inventory reserved", via="placement")
+    rec["meta"].cordon_via = "placement"
+    state._bump(rec["name"])  # noqa: SLF001
+    return True
 
 
 def routes(ctx: FacadeContext) -> list[Route]:
@@ -218,8 +234,7 @@ def routes(ctx: FacadeContext) -> list[Route]:
                                    "equal to total", "placement.inventory.invalid")
             rec["meta"].reserved = reserved
             if reserved >= rec["gpus"] and not rec["cordoned"]:
-                who = REASON_PREFIX if HELD_TRAIT in rec["meta"].traits else "placement:"
-                state.cordon(ROLE, rec["name"], f"{who} all PGPU inventory reserved", via="placement")
+                hold_if_fully_reserved(state, rec)
             elif reserved < rec["gpus"] and rec["cordoned"] and rec["meta"].cordon_via == "placement":
                 state.uncordon(ROLE, rec["name"])
 
