@@ -51,7 +51,7 @@ def _pg_server() -> str:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    """The Celery stack (two workers, concurrency 1), staging seeded with a day of history."""
+    """The Celery stack: two workers of concurrency 1, a failed try retried after 3 s."""
     directory = tmp_path_factory.mktemp("celery_stack")
     settings = {
         "PG_SERVER": _pg_server(),
@@ -67,13 +67,6 @@ def stack(tmp_path_factory):
     try:
         with celery_stack(directory, name=f"gpupool_celery_{os.getpid()}", password=PASSWORD,
                           settings=settings) as st:
-            # history before the window, as earlier hourly runs leave it (detection and ARIMA need it)
-            seed = subprocess.run(
-                [sys.executable, "-m", "gpupool.cli", "run", "--start", (START - timedelta(days=1)).isoformat(),
-                 "--end", START.isoformat()], env=st["env"], capture_output=True, text=True,
-            )
-            assert seed.returncode == 0, seed.stderr[-3000:]
-            st["api"].wait_dag(DAG)
             yield st
     except StackError as exc:
         pytest.fail(str(exc))
@@ -165,6 +158,13 @@ def staging(stack):
 @pytest.fixture(scope="module")
 def undisturbed(stack, staging):
     """One run of the window with both workers up: its task instances and what it staged."""
+    # history before the window, as earlier hourly runs leave it (detection and ARIMA need it)
+    seed = subprocess.run(
+        [sys.executable, "-m", "gpupool.cli", "run", "--start", (START - timedelta(days=1)).isoformat(),
+         "--end", START.isoformat()], env=stack["env"], capture_output=True, text=True,
+    )
+    assert seed.returncode == 0, seed.stderr[-3000:]
+    stack["api"].wait_dag(DAG)
     run_id = _trigger(stack)
     state = stack["api"].wait_run(DAG, run_id, timeout=300)
     assert state == "success", (state, _logs_tail(stack))
