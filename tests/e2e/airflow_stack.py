@@ -208,7 +208,8 @@ def source_env(env_file: Path, base: dict[str, str]) -> dict[str, str]:
 @contextmanager
 def celery_stack(directory: Path, *, name: str, password: str, settings: dict[str, str] | None = None,
                  timeout: float = 420) -> Iterator[dict]:
-    """scripts/celery-stack.sh start `directory` for the block, stop afterwards.
+    """scripts/celery-stack.sh start `directory` for the block; afterwards stop it and drop its
+    two databases.
 
     The script sees this environment without any AIRFLOW_* / GPUPOOL_* variable of the caller's,
     plus STACK_NAME=`name`, ADMIN_PASSWORD, this Python, free ports, and `settings`. Yields
@@ -245,3 +246,10 @@ def celery_stack(directory: Path, *, name: str, password: str, settings: dict[st
         yield {"base": base, "token": token, "api": Api(base, token), "env": stack_env, "dir": directory}
     finally:
         script("stop")
+        # the script (re)creates its two databases; the tests leave none behind
+        server = sa.engine.make_url(env.get("PG_SERVER", "postgresql://postgres@127.0.0.1:5432"))
+        admin = sa.create_engine(server.set(drivername="postgresql+psycopg", database="postgres"),
+                                 isolation_level="AUTOCOMMIT")
+        for suffix in ("airflow", "staging"):
+            drop_metadata_db(admin, f"{name}_{suffix}")
+        admin.dispose()
