@@ -71,16 +71,15 @@ read -r -a log_ports <<<"$LOG_PORTS"
 mkdir -p "$DIR/home"
 stop  # a previous start in DIR
 
-# --- databases: Airflow's metadata and gpupool's staging, each its own, on one server --------
-pg_isready -q -d "$PG_SERVER/postgres" || { echo "celery-stack: PostgreSQL at $PG_SERVER does not answer" >&2; exit 1; }
+# --- the broker answers; databases: Airflow's metadata and gpupool's staging, each its own --
+pg_isready -q -d "$PG_SERVER/postgres" || { echo "celery-stack: the PostgreSQL server (PG_SERVER) does not answer" >&2; exit 1; }
+"$PYTHON" -c 'import redis, sys; redis.Redis.from_url(sys.argv[1], socket_timeout=5).ping()' "$REDIS_URL" 2>/dev/null \
+  || { echo "celery-stack: the Redis broker (REDIS_URL) does not answer" >&2; exit 1; }
 for db in "$META_DB" "$STAGING_DB"; do
   psql -q -v ON_ERROR_STOP=1 -d "$PG_SERVER/postgres" \
     -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" -c "CREATE DATABASE \"$db\"" >/dev/null \
     || { echo "celery-stack: could not (re)create database $db on the PostgreSQL server" >&2; exit 1; }
 done
-redis_hostport="${REDIS_URL#redis://}"; redis_hostport="${redis_hostport#*@}"; redis_hostport="${redis_hostport%%/*}"
-redis-cli -h "${redis_hostport%%:*}" -p "${redis_hostport##*:}" ping >/dev/null 2>&1 \
-  || { echo "celery-stack: Redis at $redis_hostport does not answer" >&2; exit 1; }
 
 # --- the settings of every process (the compose file's x-airflow-common environment) ----------
 JWT_SECRET="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
