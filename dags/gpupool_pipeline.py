@@ -34,6 +34,8 @@ def _platform_names() -> list[str]:
 
 
 PLATFORMS = _platform_names()
+# a failed try is retried after this delay (a deployment may shorten it; the stack tests do)
+RETRY_DELAY = timedelta(seconds=float(os.environ.get("GPUPOOL_RETRY_DELAY_SECONDS", "120")))
 SAMPLE_ASSET = Asset("x-gpupool://staging/sample")
 FORECAST_ASSET = Asset("x-gpupool://staging/forecast")
 PLAN_ASSET = Asset("x-gpupool://staging/plan")
@@ -47,7 +49,7 @@ PLAN_ASSET = Asset("x-gpupool://staging/plan")
     max_active_runs=1,
     doc_md=__doc__,
     tags=["gpupool", "pipeline"],
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    default_args={"retries": 2, "retry_delay": RETRY_DELAY},
     params={
         "window_start": Param(None, type=["null", "string"], format="date-time", description="UI trigger: window start (UTC)"),
         "window_end": Param(None, type=["null", "string"], format="date-time", description="UI trigger: window end (UTC, exclusive)"),

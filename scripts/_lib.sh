@@ -30,3 +30,29 @@ fail_with_logs() {
   stop
   exit 1
 }
+
+# group_alive PGID : whether a process of group PGID still runs (zombies, which an orphan's
+# reaper may leave around for a while, do not count)
+group_alive() {
+  ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
+}
+
+# kill_process_groups SIGNAL PIDFILE... : as kill_pidfiles, for daemons started with setsid whose
+# pid is their process group: the signal reaches the whole group (children included).
+kill_process_groups() {
+  local sig="$1"; shift
+  local pgids=() pidf pgid alive
+  for pidf in "$@"; do
+    [ -f "$pidf" ] || continue
+    pgid="$(cat "$pidf")"; rm -f "$pidf"
+    kill "-$sig" -- "-$pgid" 2>/dev/null && pgids+=("$pgid")
+  done
+  [ ${#pgids[@]} -eq 0 ] && return 0
+  for _ in $(seq 200); do
+    alive=0
+    for pgid in "${pgids[@]}"; do group_alive "$pgid" && alive=1; done
+    [ "$alive" = 0 ] && return 0
+    sleep 0.05
+  done
+  for pgid in "${pgids[@]}"; do kill -9 -- "-$pgid" 2>/dev/null || true; done
+}

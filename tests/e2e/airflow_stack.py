@@ -1,6 +1,7 @@
 """A running Airflow for the e2e tests and bench/backfill.py: `airflow standalone` on loopback
 (LocalExecutor, parallelism 4, simple auth with one admin), its metadata in a database of its own on
-the real PostgreSQL, started and waited for until its API answers.
+the real PostgreSQL, started and waited for until its API answers; or (`celery_stack`) the
+distributed topology of docker-compose.yaml as scripts/celery-stack.sh starts it.
 
 SQLite metadata locks ("database is locked") when a backfill queues runs while the scheduler works,
 hence PostgreSQL. Not a test module (pytest collects only test_*.py): tests/e2e/test_airflow_stack.py
@@ -130,10 +131,7 @@ def standalone(env: dict[str, str], *, password: str, timeout: float = 180) -> I
             if time.time() > deadline:
                 raise StackError(f"airflow standalone not healthy in {timeout:.0f} s:\n{log_path.read_text()[-4000:]}")
             time.sleep(2)
-        token = requests.post(f"{base}/auth/token", json={"username": "admin", "password": password}, timeout=10)
-        if token.status_code not in (200, 201):
-            raise StackError(f"POST /auth/token: {token.status_code} {token.text[:2000]}")
-        yield base, token.json()["access_token"]
+        yield base, api_token(base, password)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -141,3 +139,117 @@ def standalone(env: dict[str, str], *, password: str, timeout: float = 180) -> I
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+def api_token(base: str, password: str, username: str = "admin") -> str:
+    """A bearer token for the REST API at `base` (simple auth manager)."""
+    token = requests.post(f"{base}/auth/token", json={"username": username, "password": password}, timeout=10)
+    if token.status_code not in (200, 201):
+        raise StackError(f"POST /auth/token: {token.status_code} {token.text[:2000]}")
+    return token.json()["access_token"]
+
+
+class Api:
+    """Airflow's REST API v2 with a bearer token: trigger a DAG, wait for its run, read its tasks."""
+
+    def __init__(self, base: str, token: str):
+        self.base, self.token = base, token
+
+    def request(self, method: str, path: str, **kw) -> requests.Response:
+        return requests.request(method, self.base + path, headers={"Authorization": f"Bearer {self.token}"},
+                                timeout=30, **kw)
+
+    def wait_dag(self, dag_id: str, timeout: float = 120) -> dict:
+        deadline = time.time() + timeout
+        while True:
+            r = self.request("GET", f"/api/v2/dags/{dag_id}")
+            if r.status_code == 200:
+                return r.json()
+            if time.time() > deadline:
+                raise StackError(f"{dag_id} never appeared: {r.status_code} {r.text[:500]}")
+            time.sleep(2)
+
+    def trigger(self, dag_id: str, conf: dict) -> str:
+        r = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        if r.status_code not in (200, 201):
+            raise StackError(f"trigger {dag_id}: {r.status_code} {r.text[:2000]}")
+        return r.json()["dag_run_id"]
+
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}").json().get("state")
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 420, poll: float = 3) -> str | None:
+        """The run's final state (success/failed), or its state when `timeout` s ran out."""
+        deadline = time.time() + timeout
+        state = None
+        while time.time() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state in ("success", "failed"):
+                return state
+            time.sleep(poll)
+        return state
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        r = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000})
+        r.raise_for_status()
+        return r.json()["task_instances"]
+
+
+CELERY_STACK = ROOT / "scripts" / "celery-stack.sh"
+
+
+def source_env(env_file: Path, base: dict[str, str]) -> dict[str, str]:
+    """`base` after sourcing the shell file `env_file` (export lines)."""
+    out = subprocess.run(["bash", "-c", '. "$1" && env -0', "_", str(env_file)], env=base, capture_output=True,
+                         check=True)
+    return dict(item.split("=", 1) for item in out.stdout.decode().split("\0") if "=" in item)
+
+
+@contextmanager
+def celery_stack(directory: Path, *, name: str, password: str, settings: dict[str, str] | None = None,
+                 timeout: float = 420) -> Iterator[dict]:
+    """scripts/celery-stack.sh start `directory` for the block; afterwards stop it and drop its
+    two databases.
+
+    The script sees this environment without any AIRFLOW_* / GPUPOOL_* variable of the caller's,
+    plus STACK_NAME=`name`, ADMIN_PASSWORD, this Python, free ports, and `settings`. Yields
+    {"base", "token", "api" (Api), "env" (the stack's environment, from DIR/env), "dir"}; raises
+    StackError with the script's output when it fails or does not finish within `timeout` s.
+    """
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "GPUPOOL_"))}
+    env = {
+        **clean,
+        "STACK_NAME": name,
+        "ADMIN_PASSWORD": password,
+        "PYTHON": sys.executable,
+        "API_PORT": str(free_port()),
+        "LOG_PORTS": " ".join(str(free_port()) for _ in range(3)),
+        **(settings or {}),
+    }
+    if "PYTHONPATH" in os.environ:  # a checkout's include/ ahead of the installed package
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+
+    def script(cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(CELERY_STACK), cmd, str(directory)], env=env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    try:
+        try:
+            start = script("start")
+        except subprocess.TimeoutExpired as exc:
+            raise StackError(f"celery-stack.sh start did not finish in {timeout:.0f} s:\n{exc.stderr or ''}") from exc
+        if start.returncode != 0:
+            raise StackError(f"celery-stack.sh start failed (exit {start.returncode}):\n{start.stderr[-6000:]}")
+        stack_env = source_env(directory / "env", env)
+        base = stack_env["GPUPOOL_API_URL"]
+        token = api_token(base, password)
+        yield {"base": base, "token": token, "api": Api(base, token), "env": stack_env, "dir": directory}
+    finally:
+        script("stop")
+        # the script (re)creates its two databases; the tests leave none behind
+        server = sa.engine.make_url(env.get("PG_SERVER", "postgresql://postgres@127.0.0.1:5432"))
+        admin = sa.create_engine(server.set(drivername="postgresql+psycopg", database="postgres"),
+                                 isolation_level="AUTOCOMMIT")
+        for suffix in ("airflow", "staging"):
+            drop_metadata_db(admin, f"{name}_{suffix}")
+        admin.dispose()

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from airflow_stack import (  # noqa: E402
+    Api,
     StackError,
     create_metadata_db,
     drop_metadata_db,
@@ -64,7 +65,7 @@ def stack(tmp_path_factory, make_airflow_env):
         pytest.fail(str(exc))
     try:
         with standalone(env, password=PASSWORD) as (base, token):
-            yield {"base": base, "token": token, "env": env, "home": home}
+            yield {"base": base, "token": token, "api": Api(base, token), "env": env, "home": home}
     except StackError as exc:
         pytest.fail(str(exc))
     finally:
@@ -73,29 +74,7 @@ def stack(tmp_path_factory, make_airflow_env):
 
 
 def _api(stack, method, path, **kw):
-    headers = {"Authorization": f"Bearer {stack['token']}"}
-    return requests.request(method, stack["base"] + path, headers=headers, timeout=30, **kw)
-
-
-def _wait_dag_visible(stack, dag_id):
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        r = _api(stack, "GET", f"/api/v2/dags/{dag_id}")
-        if r.status_code == 200:
-            return r.json()
-        time.sleep(2)
-    pytest.fail(f"{dag_id} never appeared: {r.status_code} {r.text[:500]}")
-
-
-def _wait_run(stack, dag_id, run_id, timeout=420):
-    deadline = time.time() + timeout
-    state = None
-    while time.time() < deadline:
-        state = _api(stack, "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}").json().get("state")
-        if state in ("success", "failed"):
-            return state
-        time.sleep(3)
-    return state
+    return stack["api"].request(method, path, **kw)
 
 
 def _staging(stack):
@@ -107,15 +86,13 @@ def _staging(stack):
 def test_trigger_with_params_through_the_rest_api(stack):
     from gpupool.staging.schema import action_audit, allocation_plan, extract_run, forecast, sample
 
-    _wait_dag_visible(stack, "gpupool_pipeline")
+    api = stack["api"]
+    api.wait_dag("gpupool_pipeline")
     start = END - timedelta(hours=1)
-    r = _api(stack, "POST", "/api/v2/dags/gpupool_pipeline/dagRuns", json={
-        "logical_date": None,
-        "conf": {"window_start": start.isoformat(), "window_end": END.isoformat(), "dry_run": True, "policy": "predictive"},
+    run_id = api.trigger("gpupool_pipeline", {
+        "window_start": start.isoformat(), "window_end": END.isoformat(), "dry_run": True, "policy": "predictive",
     })
-    assert r.status_code in (200, 201), r.text
-    run_id = r.json()["dag_run_id"]
-    state = _wait_run(stack, "gpupool_pipeline", run_id)
+    state = api.wait_run("gpupool_pipeline", run_id)
     assert state == "success", (state, (stack["home"] / "standalone.log").read_text()[-4000:])
     engine = _staging(stack)
     with engine.connect() as conn:
