@@ -5,8 +5,9 @@ A demand series is forecast by whichever of a few candidates forecast *its own* 
 1. **Profile.** The series is classed ``regular``, ``step`` (mostly flat: most hours equal the
    hour before, demand moves in rare steps of whole nodes), ``intermittent`` (mostly zero) or
    ``constant``. Step-like and intermittent series are not over-modelled: the exponential
-   smoothing candidate (whose trend would smooth a step into a slope) is not tried, and a model
-   other than the last value must beat the last value by ``step_margin`` on validation.
+   smoothing candidate (whose trend would smooth a step into a slope) is not tried, candidates
+   are not averaged, and a model other than the last value must beat the last value by
+   ``step_margin`` on validation.
 2. **Candidates.** The ARIMA procedure of the design (:class:`ArimaForecaster`, always tried and
    first on ties), seasonal naive, naive (last value) and, on regular series, additive
    Holt-Winters with a damped trend (statsmodels ``ExponentialSmoothing``).
@@ -15,13 +16,15 @@ A demand series is forecast by whichever of a few candidates forecast *its own* 
    The models are estimated once, on the history before the first origin, and *filtered* (same
    coefficients, no re-estimation) to each later origin, so validation costs one estimation per
    candidate. Every candidate's validation MAE is recorded.
-4. **Choice.** The candidate with the lowest validation MAE, or the inverse-MAE weighted mean of
-   the best ``combine`` candidates when that mean did better on the same origins.
+4. **Choice.** The candidate with the lowest validation MAE, or (regular series) the inverse-MAE
+   weighted mean of the best ``combine`` candidates when that mean did better on the same
+   origins. A chosen ARIMA's coefficients are then re-estimated on the whole history with the
+   validated orders (``refit``).
 5. **Intervals.** The chosen model's own standard errors (ARIMA's from its MA(inf) weights, the
    baselines' from their in-sample errors, Holt-Winters' from its smoothing weights), rescaled
    so that on the validation origins they would have covered ``level`` percent of the errors
-   (the scale is bounded to ``[1/3, 3]``). A series whose validation errors were all zero keeps
-   its model's own intervals.
+   (``calibrate="widen"``, the default, only widens; the scale is bounded by 3). A series whose
+   validation errors were all zero keeps its model's own intervals.
 
 Everything is recorded in ``summary_``: the profile, the origins, every candidate's validation
 MAE, the choice and its reason, the interval scale; the ARIMA procedure's own record (orders,
@@ -30,6 +33,7 @@ tests, criterion values) stays at the top level so the pipeline can warm-start f
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from typing import Any
@@ -91,6 +95,12 @@ class AutoForecaster:
     step_margin:
         On step-like and intermittent series, a candidate replaces the last value only when its
         validation MAE is below ``(1 - step_margin)`` times the last value's.
+    refit:
+        How a chosen ARIMA, estimated before the first origin, reaches the end of the history:
+        ``"params"`` (default) re-estimates its coefficients with the validated orders, ``"search"``
+        re-runs the whole procedure warm-started, ``"none"`` filters it (as the hourly update does).
+    ets_init:
+        statsmodels' ``initialization_method`` of the Holt-Winters candidate.
     calibrate:
         ``"widen"`` (default): widen the chosen model's intervals when they would have covered
         less than ``level`` on validation; ``"both"``: also narrow them; ``"off"``: keep them.
@@ -111,6 +121,8 @@ class AutoForecaster:
         combine: int = 2,
         step_margin: float = 0.1,
         calibrate: str = "widen",
+        refit: str = "params",
+        ets_init: str = "heuristic",
         **arima_params: Any,
     ):
         if int(horizon) < 1:
@@ -129,6 +141,10 @@ class AutoForecaster:
         if calibrate not in ("off", "widen", "both"):
             raise ValueError("calibrate must be 'off', 'widen' or 'both'")
         self.calibrate = calibrate
+        if refit not in ("none", "params", "search"):
+            raise ValueError("refit must be 'none', 'params' or 'search'")
+        self.refit = refit
+        self.ets_init = ets_init
         self.arima_params = arima_params
 
     # ------------------------------------------------------------------ public interface
@@ -143,6 +159,8 @@ class AutoForecaster:
         H = self.horizon
         first = n - H - (self.n_origins - 1) * self.stride
         profile = profile_series(v, recent=7 * max(self.m_, 24) if self.m_ > 1 else None)
+        if profile["kind"] == "constant" and np.ptp(v) > 0:
+            profile["kind"] = "step"  # flat for the last week, moved before: a step series at rest
         self.profile_ = profile
         arima_full = None
         # Too little history before the first origin to estimate anything: the ARIMA procedure
@@ -194,7 +212,8 @@ class AutoForecaster:
                 reason = (f"{profile['kind']} series: the last value is kept unless another model validates "
                           f"{100 * self.step_margin:.0f}% better")
         chosen, weights = [best], {best: 1.0}
-        if self.combine > 1 and best == ranked[0] and len(ranked) > 1:
+        # a weighted mean would smooth a step into a ramp: step-like series take one model
+        if self.combine > 1 and best == ranked[0] and len(ranked) > 1 and profile["kind"] == "regular":
             top = ranked[: self.combine]
             inv = np.array([1.0 / max(mae[k], 1e-12) for k in top])
             w = inv / inv.sum()
@@ -249,7 +268,7 @@ class AutoForecaster:
             model = self._arima(self.orders).fit(pd.Series(v[:end], index=idx))
             return model
         if name == "ets":
-            return _fit_holt_winters(v[:end], self.m_)
+            return _fit_holt_winters(v[:end], self.m_, self.ets_init)
         return None  # the baselines have nothing to estimate
 
     def _candidate_forecast(self, name: str, fit: Any, hist: np.ndarray, n: int, h: int) -> tuple[np.ndarray, np.ndarray]:
@@ -276,16 +295,9 @@ class AutoForecaster:
         final: dict[str, Any] = {}
         arima_summary: dict[str, Any] = {}
         for name in chosen:
-            if name == "arima":
-                first_fit: ArimaForecaster = fits["arima"]
-                # re-estimated on the whole history, warm-started from the validation fit's orders
-                warm = first_fit.summary_ if first_fit.fallback_ is None else None
-                model = self._arima(warm).fit(y)
-                if model.fallback_ is not None:
-                    model = first_fit  # keep the validated fit, filtered to the end
-                final[name] = model
-            else:
-                final[name] = fits.get(name)
+            final[name] = fits.get(name)
+            if name == "arima" and self.refit != "none":
+                final[name] = self._refit_arima(fits["arima"], y, v)
         if "arima" in fits:
             src = final.get("arima", fits["arima"])
             arima_summary = dict(src.summary_)
@@ -325,6 +337,30 @@ class AutoForecaster:
             "clipped": False,
         })
 
+    def _refit_arima(self, first: ArimaForecaster, y: pd.Series, v: np.ndarray) -> ArimaForecaster:
+        """The validated ARIMA brought to the whole history: its coefficients re-estimated with the
+        validated orders (``"params"``) or the whole procedure re-run warm-started (``"search"``).
+        The validated fit, filtered to the end, is kept when re-estimation fails."""
+        if first.fallback_ is not None:
+            return first
+        if self.refit == "search":
+            model = self._arima(first.summary_).fit(y)
+            return first if model.fallback_ is not None else model
+        spec = first.fit_.spec
+        try:
+            fit = _arma.fit_css(spec, v, first._exog(0, len(v)), start=first.fit_.raw_params,
+                                maxiter=first.maxiter, condition=max(spec.p, first._condition))
+        except (ValueError, FloatingPointError, np.linalg.LinAlgError):
+            return first
+        if not fit.converged:
+            return first
+        model = copy.copy(first)
+        model.fit_ = fit
+        model.summary_ = {**first.summary_, "sigma2": fit.sigma2, "refit": "coefficients on the whole history",
+                          "coefficients": {"ar": fit.ar.tolist(), "ma": fit.ma.tolist(), "sma": fit.sma.tolist(),
+                                           "mean_of_differenced": fit.mu, "fourier": fit.beta.tolist()}}
+        return model
+
     def _choose_single(self, name: str, model: ArimaForecaster, reason: str, errors: dict) -> None:
         self.single_ = model
         self.final_, self.weights_, self.scale_ = {name: model}, {name: 1.0}, 1.0
@@ -360,7 +396,7 @@ class _HoltWinters:
         self.m, self.l0, self.b0, self.s0, self.sigma = m, l0, b0, s0, sigma
 
 
-def _fit_holt_winters(x: np.ndarray, m: int) -> _HoltWinters:
+def _fit_holt_winters(x: np.ndarray, m: int, init: str = "heuristic") -> _HoltWinters:
     """Additive Holt-Winters with a damped trend (seasonal when ``m > 1``), estimated by statsmodels."""
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
@@ -368,7 +404,7 @@ def _fit_holt_winters(x: np.ndarray, m: int) -> _HoltWinters:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = ExponentialSmoothing(x, trend="add", damped_trend=True, seasonal=seasonal,
-                                     seasonal_periods=m if seasonal else None, initialization_method="estimated")
+                                     seasonal_periods=m if seasonal else None, initialization_method=init)
         res = model.fit()
     p = res.params
     s0 = np.asarray(p["initial_seasons"], float) if seasonal else np.zeros(0)
