@@ -99,8 +99,9 @@ class AutoForecaster:
         How a chosen ARIMA, estimated before the first origin, reaches the end of the history:
         ``"params"`` (default) re-estimates its coefficients with the validated orders, ``"search"``
         re-runs the whole procedure warm-started, ``"none"`` filters it (as the hourly update does).
-    ets_init:
-        statsmodels' ``initialization_method`` of the Holt-Winters candidate.
+    ets_init, ets_brute:
+        statsmodels' ``initialization_method`` of the Holt-Winters candidate, and whether its fit
+        starts from a brute-force grid of smoothing parameters (``use_brute``).
     calibrate:
         ``"widen"`` (default): widen the chosen model's intervals when they would have covered
         less than ``level`` on validation; ``"both"``: also narrow them; ``"off"``: keep them.
@@ -123,6 +124,7 @@ class AutoForecaster:
         calibrate: str = "widen",
         refit: str = "params",
         ets_init: str = "heuristic",
+        ets_brute: bool = False,
         **arima_params: Any,
     ):
         if int(horizon) < 1:
@@ -145,6 +147,7 @@ class AutoForecaster:
             raise ValueError("refit must be 'none', 'params' or 'search'")
         self.refit = refit
         self.ets_init = ets_init
+        self.ets_brute = bool(ets_brute)
         self.arima_params = arima_params
 
     # ------------------------------------------------------------------ public interface
@@ -268,7 +271,7 @@ class AutoForecaster:
             model = self._arima(self.orders).fit(pd.Series(v[:end], index=idx))
             return model
         if name == "ets":
-            return _fit_holt_winters(v[:end], self.m_, self.ets_init)
+            return _fit_holt_winters(v[:end], self.m_, self.ets_init, self.ets_brute)
         return None  # the baselines have nothing to estimate
 
     def _candidate_forecast(self, name: str, fit: Any, hist: np.ndarray, n: int, h: int) -> tuple[np.ndarray, np.ndarray]:
@@ -396,7 +399,7 @@ class _HoltWinters:
         self.m, self.l0, self.b0, self.s0, self.sigma = m, l0, b0, s0, sigma
 
 
-def _fit_holt_winters(x: np.ndarray, m: int, init: str = "heuristic") -> _HoltWinters:
+def _fit_holt_winters(x: np.ndarray, m: int, init: str = "heuristic", brute: bool = False) -> _HoltWinters:
     """Additive Holt-Winters with a damped trend (seasonal when ``m > 1``), estimated by statsmodels."""
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
@@ -405,7 +408,7 @@ def _fit_holt_winters(x: np.ndarray, m: int, init: str = "heuristic") -> _HoltWi
         warnings.simplefilter("ignore")
         model = ExponentialSmoothing(x, trend="add", damped_trend=True, seasonal=seasonal,
                                      seasonal_periods=m if seasonal else None, initialization_method=init)
-        res = model.fit()
+        res = model.fit(use_brute=brute)
     p = res.params
     s0 = np.asarray(p["initial_seasons"], float) if seasonal else np.zeros(0)
     hw = _HoltWinters(float(p["smoothing_level"]), float(p["smoothing_trend"]),

@@ -209,7 +209,7 @@ def test_holt_winters_recursion_matches_statsmodels():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = ExponentialSmoothing(x, trend="add", damped_trend=True, seasonal="add", seasonal_periods=24,
-                                   initialization_method="heuristic").fit()
+                                   initialization_method="heuristic").fit(use_brute=False)
     assert hw.gamma > 0  # the seasonal update is exercised
     _, _, _, resid = select._hw_filter(hw, x)
     assert np.allclose(resid, x - res.fittedvalues, atol=1e-8)
