@@ -99,6 +99,10 @@ class AutoForecaster:
         How a chosen ARIMA, estimated before the first origin, reaches the end of the history:
         ``"params"`` (default) re-estimates its coefficients with the validated orders, ``"search"``
         re-runs the whole procedure warm-started, ``"none"`` filters it (as the hourly update does).
+    arima_window:
+        Estimate the ARIMA candidate on at most this many points before the first origin (its
+        order search costs grow with the history): ``"4w"`` (default) four weeks of steps, the
+        history the pipeline reads; None: all of them.
     ets_init, ets_brute:
         statsmodels' ``initialization_method`` of the Holt-Winters candidate, and whether its fit
         starts from a brute-force grid of smoothing parameters (``use_brute``).
@@ -125,6 +129,7 @@ class AutoForecaster:
         refit: str = "params",
         ets_init: str = "heuristic",
         ets_brute: bool = False,
+        arima_window: int | str | None = "4w",
         **arima_params: Any,
     ):
         if int(horizon) < 1:
@@ -148,6 +153,9 @@ class AutoForecaster:
         self.refit = refit
         self.ets_init = ets_init
         self.ets_brute = bool(ets_brute)
+        if arima_window not in (None, "4w") and not (isinstance(arima_window, int) and arima_window > 0):
+            raise ValueError("arima_window must be a positive number of points, '4w' or None")
+        self.arima_window = arima_window
         self.arima_params = arima_params
 
     # ------------------------------------------------------------------ public interface
@@ -267,8 +275,14 @@ class AutoForecaster:
     def _fit_candidate(self, name: str, v: np.ndarray, end: int) -> Any:
         """Estimate ``name`` on ``v[:end]``; what :meth:`_candidate_forecast` needs to filter on."""
         if name == "arima":
-            idx = self.series_.index[:end]
-            model = self._arima(self.orders).fit(pd.Series(v[:end], index=idx))
+            # at most ``arima_window`` points: the search's cost grows with the history
+            window = self.arima_window
+            if window == "4w":  # four weeks of steps, the pipeline's history; all when not whole
+                per_day = pd.Timedelta("1D") / self.series_.step
+                window = int(round(28 * per_day)) if per_day >= 1 and float(per_day).is_integer() else None
+            lo = max(0, end - window) if window else 0
+            model = self._arima(self.orders).fit(pd.Series(v[lo:end], index=self.series_.index[lo:end]))
+            model.offset_ = lo
             return model
         if name == "ets":
             return _fit_holt_winters(v[:end], self.m_, self.ets_init, self.ets_brute)
@@ -282,7 +296,8 @@ class AutoForecaster:
                 # the procedure fell back to a baseline: score that baseline
                 kind = model.summary_["model"]
                 return _baseline(hist, h, self.m_ if kind == "seasonal_naive" else None, mean=kind == "mean")
-            return _arma.forecast(model.fit_, hist, model._exog(0, n), model._exog(n, h), h)
+            lo = getattr(model, "offset_", 0)
+            return _arma.forecast(model.fit_, hist[lo:], model._exog(0, n - lo), model._exog(n - lo, h), h)
         if name == "seasonal_naive":
             return _baseline(hist, h, self.m_ if len(hist) > self.m_ else None)
         if name == "naive":
@@ -351,7 +366,8 @@ class AutoForecaster:
             return first if model.fallback_ is not None else model
         spec = first.fit_.spec
         try:
-            fit = _arma.fit_css(spec, v, first._exog(0, len(v)), start=first.fit_.raw_params,
+            lo = getattr(first, "offset_", 0)
+            fit = _arma.fit_css(spec, v[lo:], first._exog(0, len(v) - lo), start=first.fit_.raw_params,
                                 maxiter=first.maxiter, condition=max(spec.p, first._condition))
         except (ValueError, FloatingPointError, np.linalg.LinAlgError):
             return first

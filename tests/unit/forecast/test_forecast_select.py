@@ -217,3 +217,20 @@ def test_holt_winters_recursion_matches_statsmodels():
     # statsmodels' forecast agrees before the first full season (at step 24 it reuses a stale season)
     assert np.allclose(mean, res.forecast(23), atol=1e-8)
     assert np.all(np.diff(se) >= 0) and se[0] == pytest.approx(np.sqrt(np.mean(resid**2)))
+
+
+def test_arima_candidate_is_estimated_on_the_last_four_weeks_and_forecasts_from_the_end():
+    values = seasonal_ar(24 * 41, 9, amplitude=6.0, phi=0.8, noise=1.0)
+    y = hourly(values[:-24])
+    first = len(y) - 24 - 13 * 12  # 108 hours (4.5 days) after the start of the four weeks
+    for window, n_obs in (("4w", 24 * 28), (None, first)):
+        model = AutoForecaster(horizon=24, arima_window=window, seasonal="fourier").fit(y)
+        s = model.summary_
+        assert s["n_obs"] == n_obs and s["start"] == y.index[first - n_obs].isoformat()
+        assert any(f["period"] == 24 for f in s["fourier"])  # the daily cycle is Fourier terms
+        # filtered from the end of the history with the terms in phase, ARIMA beats repeating
+        # yesterday; twelve hours out of phase it would miss by about the cycle's amplitude
+        val = s["selection"]["validation_mae"]
+        assert val["arima"] < val["seasonal_naive"]
+    with pytest.raises(ValueError):
+        AutoForecaster(arima_window=0)
