@@ -34,7 +34,6 @@ tests, criterion values) stays at the top level so the pipeline can warm-start f
 from __future__ import annotations
 
 import copy
-import math
 import warnings
 from typing import Any
 
