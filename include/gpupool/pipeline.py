@@ -352,7 +352,7 @@ FORECAST_HISTORY = timedelta(days=28)
 
 def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | None = None, level: float = 90.0) -> dict:
     """Forecast one platform's hourly demand from the window's end; store run and rows."""
-    from gpupool.forecast.arima import ArimaForecaster
+    from gpupool.forecast.select import AutoForecaster
 
     horizon = horizon or ctx.config.limits.horizon_hours
     end = pd.Timestamp(window.end).floor("1h")
@@ -363,8 +363,9 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
     # orders chosen in the last day are reused (parameters are re-estimated, the search is not)
     warm = _recent_summary(ctx.engine, platform, window.end)
     # demand includes pending work, so it is bounded below by zero but not above by the
-    # platform's capacity: the interval is clipped at zero only
-    model = ArimaForecaster(level=level, lower_bound=0.0, upper_bound=None, orders=warm)
+    # platform's capacity: the interval is clipped at zero only. The model is chosen by
+    # validation inside the history; the choice and every candidate's error go into the summary.
+    model = AutoForecaster(horizon=horizon, level=level, lower_bound=0.0, upper_bound=None, orders=warm)
     model.fit(history)
     fc = model.predict(horizon)
     issued = window.end
@@ -389,7 +390,8 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
         )
         conn.execute(
             forecast_run.insert().values(
-                platform=platform, series="demand", issued_at=issued, model="arima", summary=summary, level=level
+                platform=platform, series="demand", issued_at=issued, model=str(summary.get("model") or "arima"),
+                summary=summary, level=level
             )
         )
         conn.execute(forecast.insert(), loader._records(rows))

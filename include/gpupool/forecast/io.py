@@ -10,8 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from gpupool.forecast.arima import ArimaForecaster, jsonable
 from gpupool.errors import UsageError
+from gpupool.forecast.arima import jsonable
+from gpupool.forecast.select import AutoForecaster
 from gpupool.tsio import atomic_output, check_output, read_series_csv
 
 OUTPUT_COLUMNS = ["step", "timestamp", "yhat", "yhat_lower", "yhat_upper"]
@@ -40,8 +41,10 @@ def forecast_csv(
     ``input`` has a time column and a value column (read as :func:`gpupool.tsio.read_series_csv`
     reads them). ``out`` gets the columns ``step,timestamp,yhat,yhat_lower,yhat_upper`` with
     ``step`` = 1..horizon. ``season`` is a period hint in steps; without it the period is detected.
-    Returns the model summary (orders, Fourier terms, criterion values, ADF/KPSS/Ljung-Box
-    p-values, fallback reason, clipping), also written to ``summary_json`` when given.
+    The model is chosen per series by validation inside the history (:class:`AutoForecaster`).
+    Returns the summary (the choice, every candidate's validation error and the reason under
+    ``selection``; the ARIMA procedure's orders, Fourier terms, criterion values, ADF/KPSS/Ljung-Box
+    p-values and fallback reason; clipping), also written to ``summary_json`` when given.
     Refuses (:class:`gpupool.errors.UsageError`) a horizon outside 1..:data:`MAX_HORIZON`, a
     level outside (0, 100), and an output that is the input or lies in a missing directory;
     outputs are replaced in one step, never left half-written.
@@ -51,7 +54,7 @@ def forecast_csv(
     if summary_json is not None:
         summary_json = check_output(summary_json, {"input": input, "--out file": out}, option="--summary-json")
     series = read_series_csv(input)
-    model = ArimaForecaster(level=level, season=season).fit(series)
+    model = AutoForecaster(horizon=int(horizon), level=level, season=season).fit(series)
     frame = model.predict(int(horizon))
     table = pd.DataFrame(
         {
@@ -82,8 +85,8 @@ def forecast_long(
 ) -> tuple[pd.DataFrame, dict[Any, dict[str, Any]]]:
     """Forecast every series of a long frame ``(series_id, ts, y)``.
 
-    ``orders`` maps a series id to last run's summary (warm start); other keyword arguments go to
-    :class:`ArimaForecaster`. Returns the long forecast frame
+    ``orders`` maps a series id to last run's summary (warm start of the ARIMA candidate); other
+    keyword arguments go to :class:`AutoForecaster`. Returns the long forecast frame
     ``(series_id, step, ts, yhat, yhat_lower, yhat_upper)`` and the summary of each series.
     The input frame is not modified.
     """
@@ -94,7 +97,7 @@ def forecast_long(
     for sid, group in frame.groupby("series_id", sort=True):
         y = pd.Series(group["y"].to_numpy(dtype=float), index=pd.DatetimeIndex(group["ts"]))
         warm = (orders or {}).get(sid)
-        model = ArimaForecaster(level=level, season=season, orders=warm, **params).fit(y)
+        model = AutoForecaster(horizon=int(horizon), level=level, season=season, orders=warm, **params).fit(y)
         fc = model.predict(int(horizon))
         fc.insert(0, "step", range(1, len(fc) + 1))
         fc.insert(0, "series_id", sid)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy.stats import chi2
 from statsmodels.tools.sm_exceptions import InterpolationWarning
+from statsmodels.stats.diagnostic import acorr_ljungbox
 from statsmodels.tsa.stattools import adfuller, kpss
 
 
@@ -37,17 +37,15 @@ def kpss_pvalue(x: np.ndarray) -> float:
 
 
 def ljung_box_pvalue(x: np.ndarray, lags: int, dof: int = 0) -> float:
-    """Ljung-Box p-value of ``x`` up to ``lags``; small means not white noise."""
+    """Ljung-Box p-value of ``x`` up to ``lags`` (statsmodels' ``acorr_ljungbox``); small means
+    not white noise. ``dof`` fitted ARMA coefficients are taken off the chi-square's degrees of
+    freedom, leaving at least one. 1.0 when not computable (too short or constant)."""
     x = np.asarray(x, dtype=float)
     n = len(x)
     lags = int(min(lags, n - 2))
-    if lags < 1:
+    if lags < 1 or not np.all(np.isfinite(x)) or np.ptp(x) == 0:
         return 1.0
-    xc = x - x.mean()
-    denom = float(xc @ xc)
-    if denom <= 0:
-        return 1.0
-    acf = np.array([xc[k:] @ xc[:-k] for k in range(1, lags + 1)]) / denom
-    stat = n * (n + 2) * float(np.sum(acf**2 / (n - np.arange(1, lags + 1))))
-    df = max(lags - dof, 1)
-    return float(chi2.sf(stat, df))
+    model_df = int(min(max(dof, 0), lags - 1))
+    table = acorr_ljungbox(x, lags=[lags], model_df=model_df)
+    p = float(table["lb_pvalue"].iloc[0])
+    return p if np.isfinite(p) else 1.0

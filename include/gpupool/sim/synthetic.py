@@ -159,6 +159,42 @@ def generate(
     return frame[[*TRACE_COLUMNS, "observed"]], anomalies
 
 
+def step_demand(
+    start: str | pd.Timestamp,
+    end: str | pd.Timestamp,
+    step: str | pd.Timedelta = "1h",
+    gpus_per_node: int = 8,
+    nodes: int = 1,
+    max_nodes: int = 3,
+    steps_per_week: float = 1.0,
+    seed: int = 0,
+) -> pd.Series:
+    """The demand of a small tenant: a whole number of nodes' GPUs, flat for days, moving in rare
+    steps of one node (Poisson, ``steps_per_week`` on average) between 0 and ``max_nodes``.
+
+    ``nodes=0`` with a low ``steps_per_week`` gives intermittent demand (mostly zero). The series
+    is indexed by UTC ``ts``; the same arguments always give the same series.
+    """
+    step = pd.Timedelta(step)
+    index = pd.date_range(_utc(start), _utc(end), freq=step, inclusive="left", name="ts")
+    n = len(index)
+    if n == 0:
+        raise ValueError(f"empty window [{start}, {end}) at step {step}")
+    if not 0 <= nodes <= max_nodes:
+        raise ValueError(f"nodes={nodes} outside [0, max_nodes={max_nodes}]")
+    rng = np.random.default_rng(seed)
+    steps_per_week_grid = pd.Timedelta("7D") / step
+    count = np.full(n, int(nodes))
+    current = int(nodes)
+    for s in np.sort(rng.integers(1, n, size=rng.poisson(steps_per_week * n / steps_per_week_grid))):
+        move = int(rng.choice([-1, 1]))
+        if not 0 <= current + move <= max_nodes:
+            move = -move
+        current += move
+        count[s:] = current
+    return pd.Series(count * float(gpus_per_node), index=index, name="demand")
+
+
 def glitch_factors(index: pd.DatetimeIndex, anomalies: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """How exporter anomalies distort reported values at each step of ``index``.
 

@@ -184,10 +184,12 @@ def test_fallbacks_never_nan_and_record_reason(values, reason):
     assert model.summary_["fallback"].startswith(reason)
     assert model.summary_["model"] in ("seasonal_naive", "mean")
     json.dumps(model.summary_, allow_nan=False)
-    if reason == "constant series":
-        assert np.allclose(fc["yhat"], 7.0)
-    if reason == "all zeros":
-        assert np.allclose(fc[["yhat", "yhat_lower", "yhat_upper"]].to_numpy(), 0.0)
+
+
+@pytest.mark.parametrize("value", [7.0, 0.0])
+def test_flat_series_forecast_their_value_with_no_spread(value):
+    fc = ArimaForecaster().fit(hourly(np.full(200, value))).predict(30)
+    assert np.allclose(fc[["yhat", "yhat_lower", "yhat_upper"]].to_numpy(), value)
 
 
 def test_short_series_of_one_period_uses_seasonal_naive():
@@ -271,26 +273,36 @@ def test_predict_before_fit_and_bad_horizon_raise():
 def test_update_filters_without_reestimating():
     rng = np.random.default_rng(14)
     y = ar1(400, 0.7, rng, mean=40.0)
-    model = ArimaForecaster(season=1).fit(hourly(y[:380]))
-    params = (model.fit_.ar.copy(), model.fit_.ma.copy(), model.fit_.mu, model.fit_.sigma2)
+    orders = {"p": 1, "q": 1, "d": 0, "D": 0, "Q": 0, "constant": True, "fourier": []}
+    model = ArimaForecaster(season=1, orders=orders).fit(hourly(y[:380]))
+    # the warm start fixes d = D = 0 and no Fourier terms; the search may move p and q
+    assert (model.summary_["d"], model.summary_["D"], model.summary_["fourier"]) == (0, 0, [])
+    ar, ma, mu = model.fit_.ar.tolist(), model.fit_.ma.tolist(), model.fit_.mu
+    assert len(ar) + len(ma) >= 1
     tail = hourly(y, START).iloc[380:]
     tail_before = tail.copy()
     model.update(tail)
     pd.testing.assert_series_equal(tail, tail_before)
-    assert model.fit_.ar.tolist() == params[0].tolist() and model.fit_.mu == params[2]
+    assert model.fit_.ar.tolist() == ar and model.fit_.ma.tolist() == ma and model.fit_.mu == mu
     assert model.summary_["n_obs_filtered"] == 400
-    fc = model.predict(5)
+    fc = model.predict(3)
     assert fc["ts"].iloc[0] == tail.index[-1] + pd.Timedelta(hours=1)
-    # The forecast is the fitted model's forecast from the new last state.
-    mean, se = _arma.forecast(model.fit_, y, None, None, 5)
-    assert np.allclose(fc["yhat"].to_numpy(), mean)
-    # By hand for an ARMA(p, q) with d = 0: one step ahead is mu + sum phi_i (y_{t-i} - mu) + sum theta_j e_{t-j}.
-    if model.summary_["d"] == 0 and model.summary_["D"] == 0:
-        f = model.fit_
-        e = model.resid_
-        by_hand = f.mu + sum(f.ar[i] * (y[-1 - i] - f.mu) for i in range(len(f.ar)))
-        by_hand += sum(f.ma[j] * e[-1 - j] for j in range(len(f.ma)))
-        assert fc["yhat"].iloc[0] == pytest.approx(by_hand)
+    # By hand, with zeros before the first point: w_t = y_t - mu,
+    # e_t = w_t - sum_i phi_i w_{t-i} - sum_j theta_j e_{t-j}; the forecast continues the recursion
+    # with future innovations zero.
+    w = [v - mu for v in y]
+    e = []
+    for t in range(len(w)):
+        val = w[t]
+        val -= sum(ar[i] * w[t - 1 - i] for i in range(len(ar)) if t - 1 - i >= 0)
+        val -= sum(ma[j] * e[t - 1 - j] for j in range(len(ma)) if t - 1 - j >= 0)
+        e.append(val)
+    for k in range(3):
+        t = len(w)
+        w.append(sum(ar[i] * w[t - 1 - i] for i in range(len(ar))) + sum(ma[j] * e[t - 1 - j] for j in range(len(ma))))
+        e.append(0.0)
+    expected = np.array(w[-3:]) + mu
+    assert np.allclose(fc["yhat"].to_numpy(), expected, rtol=1e-9)
 
 
 def test_update_matches_hand_computed_ar1_step():
