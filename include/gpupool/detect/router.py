@@ -80,6 +80,21 @@ class RouterConfig(BaseModel):
         description="share of exact zeros from which a non-negative history is zero-inflated: its residual spread "
         "is floored at its resolution even when it steps rarely, so a zero next to a small x̂ is not an anomaly",
     )
+    alarm_merge_points: int = Field(
+        12,
+        ge=0,
+        description="a deviating point within this many points of the previous deviating point belongs to the same "
+        "event: it raises no new alarm (0: every deviating point is an alarm)",
+    )
+    refit_every_hours: float = Field(24.0, gt=0, description="streaming: the model is refitted this often (hours)")
+    history_days: float = Field(7.0, gt=0, description="streaming: a refit sees at most this much history (days)")
+    warmup_refit_hours: float = Field(
+        1.0,
+        gt=0,
+        description="streaming: while the history before the regular refit is under `min_model_points`, refit this "
+        "often (hours), so a new or short series is judged as soon as it has `min_history_points`",
+    )
+    min_history_points: int = Field(24, ge=3, description="streaming: fewest history points a model is fitted on")
     warmup_share: float = Field(0.15, ge=0.0, lt=1.0, description="share of a series used as history only")
     min_warmup_points: int = Field(48, ge=0, description="fewest history-only points when none is given")
 
