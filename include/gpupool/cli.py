@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--time-col")
     p.add_argument("--value-col")
-    p.add_argument("--detector", default="auto", choices=["auto", "sr", "svr", "prophet"])
+    p.add_argument("--detector", default="auto", choices=["auto", "sr", "svr", "prophet", "zscore"])
     p.add_argument("--refit-every", default=None, help="refit cadence, e.g. 1d (default, as the pipeline), 6h")
 
     p = sub.add_parser("forecast", help="forecast a series in a CSV, or a platform's demand from staging")

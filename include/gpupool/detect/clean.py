@@ -50,11 +50,14 @@ from gpupool.detect.prophet import ProphetDetector
 from gpupool.detect.router import DETECTORS, RouterConfig, route
 from gpupool.detect.sr import SpectralResidualDetector
 from gpupool.detect.svr import SVRDetector
+from gpupool.detect.zscore import ZScoreDetector
 
 OUTPUT_COLUMNS = [
     "value", "expected", "score", "is_anomaly", "cleaned", "detector", "clean_value", "filled", "sustained"
 ]
-RESIDUAL_DETECTORS = ("svr", "prophet")
+RESIDUAL_DETECTORS = ("svr", "prophet", "zscore")
+#: detectors whose fit needs no profile (they keep only context)
+CONTEXT_ONLY = ("sr", "zscore")
 #: share of nonzero steps from which a series' typical step floors its residual spread
 MIN_STEP_SHARE = 0.02
 
@@ -93,6 +96,8 @@ def make_detector(name: str, profile: dict, config: RouterConfig | None = None):
         return SVRDetector(n_lags=cfg.svr_lags, period=use, max_train=cfg.svr_max_train)
     if name == "prophet":
         return ProphetDetector.from_profile(profile, max_train=cfg.prophet_max_train)
+    if name == "zscore":
+        return ZScoreDetector(window=cfg.zscore_window)
     raise ValueError(f"unknown detector {name!r}; expected one of {DETECTORS}")
 
 
@@ -110,7 +115,14 @@ def fit_series_model(
     """
     cfg = (config or RouterConfig()).for_metric(metric)
     history = prepare(y)
-    prof = profile if profile is not None else profile_series(history)
+    if profile is not None:
+        prof = profile
+    elif detector in CONTEXT_ONLY:
+        # a forced detector that learns nothing but context needs no profile: the refit of
+        # a thousand series stays cheap; only the counts are kept
+        prof = _counts_only(history)
+    else:
+        prof = profile_series(history)
     if detector != "auto":
         name, reason = detector, f"forced by caller ({detector})"
     else:
@@ -127,6 +139,11 @@ def fit_series_model(
     )
     _calibrate(model, history)
     return model
+
+
+def _counts_only(history: pd.Series) -> dict:
+    values = history.to_numpy(dtype="float64")
+    return {"n": int(values.size), "n_valid": int(np.isfinite(values).sum()), "profiled": False}
 
 
 def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
@@ -157,15 +174,50 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     if model.detector_name in RESIDUAL_DETECTORS:
         model.score_center_ = 0.0
         model.score_scale_ = model.residual_scale_
-        model.threshold_ = cfg.tau_multiplier
-        model.tau_ = cfg.tau_multiplier * model.residual_scale_
+        history_norm = np.abs(resid) / model.residual_scale_
+        base = cfg.tau_multiplier
     else:
         scores = np.asarray(getattr(det, "history_scores_", np.array([])), dtype="float64")
-        scores = scores[np.isfinite(scores)]
-        model.score_center_ = float(np.median(scores)) if scores.size else 0.0
-        model.score_scale_ = robust_sigma(scores, floor=1e-6) if scores.size else 1.0
-        model.threshold_ = cfg.sr_threshold
+        finite_scores = scores[np.isfinite(scores)]
+        model.score_center_ = float(np.median(finite_scores)) if finite_scores.size else 0.0
+        model.score_scale_ = robust_sigma(finite_scores, floor=1e-6) if finite_scores.size else 1.0
+        history_norm = (scores - model.score_center_) / model.score_scale_
+        base = cfg.sr_threshold
+    model.extra["history_quantiles"] = _tail_quantiles(history_norm)
+    model.threshold_ = max(base, _budget_threshold(history_norm, cfg.alarm_budget))
+    if model.detector_name in RESIDUAL_DETECTORS:
+        model.tau_ = model.threshold_ * model.residual_scale_
+    else:
         model.tau_ = cfg.sr_min_residual * model.residual_scale_
+
+
+#: fewest history scores a false-alarm budget is read from
+MIN_BUDGET_POINTS = 50
+#: upper tail levels of a history's normalised scores kept with each model (for the bench)
+TAIL_LEVELS = (0.99, 0.995, 0.998, 0.999, 0.9995, 1.0)
+
+
+def _tail_quantiles(norm: np.ndarray) -> list[float | None]:
+    v = np.asarray(norm, dtype="float64")
+    v = v[np.isfinite(v)]
+    if v.size < MIN_BUDGET_POINTS:
+        return [None] * len(TAIL_LEVELS)
+    return [float(q) for q in np.quantile(v, TAIL_LEVELS)]
+
+
+def _budget_threshold(norm: np.ndarray, budget: float) -> float:
+    """The threshold that the history's normalised scores exceed at most a `budget` share of the time.
+
+    A false-alarm budget per series: a series whose history is heavy-tailed (bursty
+    counts, volumes) gets a higher τ than its robust spread alone would give. 0 disables it.
+    """
+    if budget <= 0:
+        return 0.0
+    v = np.asarray(norm, dtype="float64")
+    v = v[np.isfinite(v)]
+    if v.size < MIN_BUDGET_POINTS:
+        return 0.0
+    return float(np.quantile(v, 1.0 - budget))
 
 
 def score_window(

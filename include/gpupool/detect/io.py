@@ -24,7 +24,7 @@ from gpupool.detect.router import RouterConfig
 from gpupool.tsio import SeriesInputError, read_series_csv
 
 CLI_COLUMNS = ["timestamp", "value", "expected", "score", "is_anomaly", "cleaned", "detector", "clean_value"]
-DETECTOR_CHOICES = ("auto", "sr", "svr", "prophet")
+DETECTOR_CHOICES = ("auto", "sr", "svr", "prophet", "zscore")
 
 
 def detect_csv(

@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DetectorName = Literal["sr", "svr", "prophet"]
-DETECTORS: tuple[str, ...] = ("sr", "svr", "prophet")
+DetectorName = Literal["sr", "svr", "prophet", "zscore"]
+DETECTORS: tuple[str, ...] = ("sr", "svr", "prophet", "zscore")
 
 
 class RouterConfig(BaseModel):
@@ -38,7 +38,9 @@ class RouterConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    detector: Literal["auto", "sr", "svr", "prophet"] = Field("auto", description="force one detector for every series")
+    detector: Literal["auto", "sr", "svr", "prophet", "zscore"] = Field(
+        "auto", description="force one detector for every series"
+    )
     min_model_points: int = Field(96, ge=0, description="history points below which only SR is used")
     prophet_enabled: bool = Field(True, description="allow routing to Prophet (the slowest detector to fit)")
     prophet_min_acf: float = Field(0.6, description="autocorrelation at the profiled period needed for Prophet")
@@ -52,6 +54,15 @@ class RouterConfig(BaseModel):
     sr_min_residual: float = Field(
         2.0, ge=0, description="SR also needs |x - x̂| above this many robust residual spreads"
     )
+
+    alarm_budget: float = Field(
+        0.0,
+        ge=0.0,
+        lt=0.5,
+        description="false-alarm budget: τ is raised until at most this share of the history's points would "
+        "exceed it (0: τ from the multiplier alone)",
+    )
+    zscore_window: int = Field(288, ge=12, description="points in the rolling z-score's past mean")
 
     resolution_floor: float = Field(
         0.5, ge=0, description="residual spread is at least this x the typical nonzero step of the history"

@@ -153,3 +153,29 @@ def test_cli_and_pipeline_raise_the_same_alarms(tmp_path, sqlite_engine):
     assert stored["is_anomaly"].sum() >= 3  # the spike, the burst's start and the drop to zero
     np.testing.assert_allclose(stored["expected"].to_numpy(), cli["expected"].to_numpy(), rtol=1e-9)
     assert (stored["detector"] == cli["detector"]).all()
+
+
+def test_zscore_detector_flags_and_cleans_a_spike():
+    y = level_series(n=900)
+    y.iloc[600] = 25.0
+    out = stream_detect(y, detector="zscore")
+    assert out["is_anomaly"].iloc[600] and out["cleaned"].iloc[600]
+    assert abs(out["clean_value"].iloc[600] - 10) < 1
+    assert set(out["detector"].iloc[300:]) == {"zscore"}
+    assert out["is_anomaly"].sum() <= 5
+
+
+def test_false_alarm_budget_raises_tau_on_a_heavy_tailed_history():
+    from gpupool.detect.clean import fit_series_model
+
+    rng = np.random.default_rng(4)
+    y = level_series(n=2000)
+    bursts = rng.choice(2000, 60, replace=False)
+    y.iloc[bursts] += rng.exponential(4.0, 60)  # frequent ordinary bursts: a heavy upper tail
+    plain = fit_series_model(y, RouterConfig(), detector="zscore")
+    budget = fit_series_model(y, RouterConfig(alarm_budget=0.005), detector="zscore")
+    assert plain.threshold_ == RouterConfig().tau_multiplier
+    assert budget.threshold_ > plain.threshold_ and budget.tau_ > plain.tau_
+    # a budget never lowers τ below the multiplier's
+    calm = fit_series_model(level_series(n=2000), RouterConfig(alarm_budget=0.005), detector="zscore")
+    assert calm.threshold_ >= RouterConfig().tau_multiplier
