@@ -304,8 +304,10 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
         if model.detector_name not in RESIDUAL_DETECTORS:
             flag &= resid > model.tau_
     sustained = _sustained(flag, raw, expected, model.tau_, cfg.max_anomaly_run)
-    cleaned = flag & ~sustained
-    clean = np.where(cleaned, expected, raw)
+    fault, fault_value = _collapses(flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share)
+    sustained &= ~fault
+    cleaned = (flag & ~sustained) | fault
+    clean = np.where(fault, fault_value, np.where(cleaned, expected, raw))
     filled = np.zeros(len(work), dtype=bool)
     gaps = _short_gaps(raw, cfg.max_fill_gap_points)
     if gaps.any():
@@ -345,7 +347,7 @@ def _to_rows(ts_frame: pd.DataFrame, y: pd.Series, model: FittedSeriesModel) -> 
 
     cleaned = take("cleaned", False).astype(bool)
     filled_rows = take("filled", False).astype(bool) & ~np.isfinite(values)
-    clean_rows = np.where(cleaned, take("expected", np.nan), values)
+    clean_rows = np.where(cleaned, take("clean_value", np.nan), values)
     clean_rows = np.where(filled_rows, take("clean_value", np.nan), clean_rows)
     if model.nonnegative_:
         # x̂ and fills of a non-negative metric are clipped already; a raw negative value
@@ -416,6 +418,50 @@ def _sustained(flag: np.ndarray, raw: np.ndarray, expected: np.ndarray, tau: flo
             away = np.isfinite(after) & (np.abs(after - expected[t]) > tau)
         out[t] = bool(away.all())
     return out
+
+
+def _collapses(
+    flag: np.ndarray, raw: np.ndarray, expected: np.ndarray, tau: float, max_run: int, drop_share: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exporter collapses: runs that fall towards zero and come back (drops, counter resets).
+
+    A run starts at a flagged point t0 whose value is at most `drop_share` of x̂_t0 (and
+    more than τ below it) and lasts while the values stay more than τ below x̂_t0 (missing
+    points included). When the series is back within τ of x̂_t0 after at most `max_run`
+    points, the run is a fault of the exporter, not of the demand: its points are replaced
+    by a straight line from x̂_t0 to the first value after it. A run still open at the end
+    of the data, shorter than `max_run`, cannot be told yet and is replaced by x̂_t0; a
+    run longer than `max_run` is kept (demand really fell). The decision waits for at
+    most `max_run` later points; judging each point stays causal. `max_run` 0 disables it.
+    Returns the mask of replaced points and their values.
+    """
+    n = raw.size
+    mask = np.zeros(n, dtype=bool)
+    values = np.full(n, np.nan)
+    if max_run <= 0 or not flag.any():
+        return mask, values
+    t = 0
+    starts = np.flatnonzero(flag)
+    for t0 in starts:
+        if t0 < t:
+            continue
+        level = expected[t0]
+        with np.errstate(invalid="ignore"):
+            if not (np.isfinite(level) and raw[t0] < level - tau and raw[t0] <= drop_share * level):
+                continue
+        j = t0
+        while j < n and j - t0 <= max_run and (not np.isfinite(raw[j]) or raw[j] < level - tau):
+            j += 1
+        length = j - t0
+        if j >= n and length <= max_run:
+            mask[t0:n] = True
+            values[t0:n] = level
+            t = n
+        elif j < n and length <= max_run:
+            mask[t0:j] = True
+            values[t0:j] = level + (raw[j] - level) * np.arange(1, length + 1) / (length + 1)
+            t = j
+    return mask, values
 
 
 def _short_gaps(raw: np.ndarray, max_len: int) -> np.ndarray:

@@ -79,6 +79,15 @@ class RouterConfig(BaseModel):
             "points; otherwise it is a level shift or a burst of real demand: kept, marked `sustained` (0: no limit)"
         ),
     )
+    max_fault_run: int = Field(
+        36,
+        ge=0,
+        description="a collapse towards zero (a drop or a counter reset of the exporter) that comes back within "
+        "this many points is cleaned as one fault (0: no such rule)",
+    )
+    fault_drop_share: float = Field(
+        0.1, ge=0.0, le=1.0, description="a collapse starts at a value at most this share of x̂"
+    )
     nonnegative: bool | None = Field(
         None,
         description="the metric is never negative (expected and clean values are clipped at 0); None: inferred "

@@ -179,3 +179,17 @@ def test_false_alarm_budget_raises_tau_on_a_heavy_tailed_history():
     # a budget never lowers τ below the multiplier's
     calm = fit_series_model(level_series(n=2000), RouterConfig(alarm_budget=0.005), detector="zscore")
     assert calm.threshold_ >= RouterConfig().tau_multiplier
+
+
+def test_a_counter_reset_is_cleaned_as_one_fault_a_lasting_fall_is_kept():
+    y = level_series(n=1200, seed=5)
+    y.iloc[500:520] = 10 * np.linspace(0.0, 1.0, 20, endpoint=False)  # exporter restart: zero, then a ramp back
+    y.iloc[900:1100] = 0.0  # demand really went away for hours
+    out = stream_detect(y, detector="svr")
+    assert out["is_anomaly"].iloc[500]
+    reset = out.iloc[500:520]
+    assert reset["cleaned"].iloc[:15].all(), "the ramp's points far below the level are replaced"
+    assert (reset["clean_value"].iloc[:15] > 8.5).all() and (reset["clean_value"].iloc[:15] < 11.5).all()
+    assert out["is_anomaly"].iloc[900] and not out["cleaned"].iloc[900:1100].any()
+    rule_off = stream_detect(y, RouterConfig(max_fault_run=0), detector="svr")
+    assert rule_off["cleaned"].iloc[500:515].sum() < 5
