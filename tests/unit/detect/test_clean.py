@@ -22,7 +22,8 @@ def test_injected_spikes_are_flagged_and_cleaned(detector, spiky):
     assert set(where) <= flagged
     assert len(flagged) < 0.01 * len(y)  # ordinary noise is not an anomaly
     for i in where:
-        assert out["clean_value"].iloc[i] == pytest.approx(out["expected"].iloc[i])
+        # a spike takes x̂; a fall towards zero a line from x̂ to the value after it (close to x̂)
+        assert out["clean_value"].iloc[i] == pytest.approx(out["expected"].iloc[i], abs=1.5)
         assert abs(out["clean_value"].iloc[i] - y.iloc[i]) > 5
     ok = ~out["cleaned"] & y.notna()
     assert (out.loc[ok, "clean_value"] == y[ok]).all()
@@ -167,7 +168,7 @@ def test_a_burst_is_kept_and_short_spikes_are_cleaned(detector, make_seasonal):
     assert out["is_anomaly"].iloc[1600] and out["is_anomaly"].iloc[1700] and not out["is_anomaly"].iloc[1701]
     # SR judges the second point of a 2-point spike against a saliency map the first one shaped
     for i in (1600, 1700, 1701) if detector == "svr" else (1600, 1700):
-        assert out["cleaned"].iloc[i] and out["clean_value"].iloc[i] == pytest.approx(out["expected"].iloc[i])
+        assert out["cleaned"].iloc[i] and out["clean_value"].iloc[i] == pytest.approx(out["expected"].iloc[i], abs=1.5)
     # the limit is configuration: without it the burst's flagged points are "cleaned" away
     loose = detect_and_clean(y, detector=detector, score_from=y.index[1000], config=RouterConfig(max_anomaly_run=0))
     assert loose["is_anomaly"].iloc[1300] and loose["cleaned"].iloc[1300] and not loose["sustained"].any()
