@@ -64,9 +64,9 @@ METHODS = ["auto", "sr", "svr", "prophet", "zscore"]
 DELAY_K = 7
 # --cv grid
 CV_SCALE = (1.0, 1.5, 2.0, 3.0)
-CV_BUDGET = (0.0, 0.002, 0.001, 0.0005)
+CV_BUDGET = (None, 0.002, 0.001, 0.0005, 0.0)
 CV_MERGE = (12, 48, 144)
-CV_RULES = ("features", "fallback", "sensitive", "zscore")
+CV_RULES = ("features", "fallback", "fallback_all", "zscore")
 RANDOM_RATES = (0.0005, 0.001, 0.002, 0.004)
 
 
@@ -111,9 +111,12 @@ def merge_alarms(flags: np.ndarray, merge: int) -> np.ndarray:
     return out
 
 
-def model_thresholds(models: list[dict], config: RouterConfig, scale: float, budget: float) -> np.ndarray:
-    """Each model's flagging threshold had the router used τ scale and budget."""
-    level = None if budget <= 0 else TAIL_LEVELS.index(round(1.0 - budget, 6))
+def model_thresholds(models: list[dict], config: RouterConfig, scale: float, budget: float | None) -> np.ndarray:
+    """Each model's alarm threshold had the router used this τ scale and false-alarm budget.
+
+    `budget` is `alarm_history_share`: None none, 0 the history's largest score.
+    """
+    level = None if budget is None else TAIL_LEVELS.index(round(1.0 - budget, 6))
     out = np.empty(len(models))
     for i, m in enumerate(models):
         base = config.tau_multiplier if m["residual"] else config.sr_threshold
@@ -145,6 +148,8 @@ def routed_flags(per: dict, rule: str, config: RouterConfig, scale: float, budge
     features: the profile router's choice at each refit (the cached `auto` run);
     fallback: that choice, replaced by the rolling z-score when the z-score would flag a
     smaller deviation at the same false-alarm budget on the series' own history;
+    fallback_all: the same, and the z-score also where the router chose SR (whose score is
+    not a deviation in the series' units, so it cannot be compared);
     sensitive: among SVR, Prophet and the z-score, the detector that flags the smallest
     deviation (θσ, in the series' units) at that budget (SR where the router chose SR);
     zscore: the z-score alone.
@@ -156,7 +161,7 @@ def routed_flags(per: dict, rule: str, config: RouterConfig, scale: float, budge
     if rule == "zscore":
         dev, _ = deviations(per["zscore"], config, scale, budget)
         return merge_alarms(dev, merge)
-    names = ["auto", "zscore"] if rule == "fallback" else ["auto", "svr", "prophet", "zscore"]
+    names = ["auto", "zscore"] if rule in ("fallback", "fallback_all") else ["auto", "svr", "prophet", "zscore"]
     devs, sizes = {}, {}
     for name in names:
         devs[name], sizes[name] = deviations(per[name], config, scale, budget)
@@ -167,7 +172,7 @@ def routed_flags(per: dict, rule: str, config: RouterConfig, scale: float, budge
     for k in range(len(auto["models"])):
         rows = mid == k
         if routes[k] == "sr":
-            pick = "auto"
+            pick = "zscore" if rule == "fallback_all" else "auto"
         else:
             cands = {nm: sizes[nm][k] for nm in names if nm != "auto" or True}
             if rule == "sensitive":
@@ -327,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=None, help="reuse detector runs cached here")
     ap.add_argument("--cv", action="store_true", help="leave-one-group-out choice of the flagging settings")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--verify", type=int, default=0, help="rerun the default router on the N smallest files")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     config = RouterConfig()
@@ -337,7 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     windows = json.loads((args.nab / "labels" / "combined_windows.json").read_text())
     labels = json.loads((args.nab / "labels" / "combined_labels.json").read_text())
     files = load_files(args.nab, args.groups, args.limit)
-    jobs = [(p, rel, m, config, args.cache) for m in methods for p, rel in files]
+    # the router's alarms are assembled from the features router's run (SR for spiky series,
+    # no fallback) and the z-score's: a fresh run of the default router gives the same alarms
+    # (--verify reruns files to show it), and --cv can then compare routing rules for free
+    features_cfg = config.model_copy(update={"spiky_detector": "sr", "fallback": False})
+    needed = sorted(set(methods) | {"auto", "zscore"})
+    jobs = [(p, rel, m, features_cfg if m == "auto" else config, args.cache) for m in needed for p, rel in files]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max(1, args.workers)) as ex:
         results = list(ex.map(_collect_job, jobs))
@@ -370,15 +381,24 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
 
-    # offline flags must reproduce what the detector itself raised
-    for f in prepared:
-        for m in methods:
-            res = f["per"][m]
-            dev, _ = deviations(res, config, 1.0, config.alarm_budget)
-            again = merge_alarms(dev, config.alarm_merge_points)
-            if not np.array_equal(again, res["alarm"]):
-                print(f"  note: offline flags differ from the run for {f['rel']} {m}: "
-                      f"{int((again != res['alarm']).sum())} points")
+    def alarms_of(f: dict, m: str) -> np.ndarray:
+        if m == "auto":
+            return routed_flags(f["per"], "fallback_all", config, config.alarm_tau_scale, config.alarm_history_share,
+                                config.alarm_merge_points)
+        dev, _ = deviations(f["per"][m], config, config.alarm_tau_scale, config.alarm_history_share)
+        return merge_alarms(dev, config.alarm_merge_points)
+
+    if args.verify:
+        from gpupool.detect.clean import stream_detect
+        from gpupool.detect._robust import as_sorted_unique
+        from gpupool.tsio import read_series_csv
+
+        by_size = sorted(zip(files, prepared), key=lambda t: t[0][0].stat().st_size)[: args.verify]
+        for (path, rel), f in by_size:
+            fresh = stream_detect(as_sorted_unique(read_series_csv(path)), config)["is_anomaly"].to_numpy()
+            same = np.array_equal(fresh, alarms_of(f, "auto"))
+            print(f"verify {rel}: a fresh default run raises {int(fresh.sum())} alarms, "
+                  f"{'identical to' if same else 'DIFFERENT from'} the assembled ones")
 
     out: dict = {"settings": config.model_dump(), "tables": {}}
     for subset, keep in (("all files", lambda f: True), ("real* only", lambda f: f["group"].startswith("real"))):
@@ -389,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in methods:
             t = Table()
             for f in chosen:
-                t.add(f, f["per"][m]["alarm"], f["per"][m]["seconds"])
+                t.add(f, alarms_of(f, m), f["per"][m]["seconds"])
             label = {"auto": "router (auto, default)", "zscore": "rolling z-score"}.get(m, f"{m} alone")
             rows[label] = t.row()
         # references: null, perfect, windowed Gaussian and random
@@ -407,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         zs = [windowed_gaussian_z(f["value"]) for f in chosen]
         for p in PROFILES:
             best = None
-            for thr in np.arange(3.0, 9.01, 0.1):
+            for thr in np.arange(3.0, 12.01, 0.1):
                 t = Table()
                 for f, z in zip(chosen, zs):
                     t.add(f, z >= thr)

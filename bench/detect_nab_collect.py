@@ -23,8 +23,13 @@ from gpupool.detect.router import RouterConfig
 from gpupool.tsio import read_series_csv
 
 
+#: settings that change what is cleaned, never what is flagged: not part of the cache key
+CLEANING_ONLY = ("max_fault_run", "fault_drop_share")
+
+
 def cache_key(rel: str, method: str, config: RouterConfig) -> str:
-    blob = json.dumps([rel, method, config.model_dump()], sort_keys=True, default=str)
+    settings = {k: v for k, v in config.model_dump().items() if k not in CLEANING_ONLY}
+    blob = json.dumps([rel, method, settings], sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 

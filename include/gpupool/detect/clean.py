@@ -78,6 +78,7 @@ class FittedSeriesModel:
     residual_scale_: float = float("nan")
     threshold_: float = float("nan")
     tau_: float = float("nan")
+    alarm_threshold_: float = float("nan")
     nonnegative_: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -127,6 +128,19 @@ def fit_series_model(
         name, reason = detector, f"forced by caller ({detector})"
     else:
         name, reason = route(prof, cfg)
+    model = _fitted(name, reason, prof, cfg, metric, history)
+    if detector == "auto" and cfg.fallback and name in ("svr", "prophet"):
+        baseline = _fitted("zscore", "", prof, cfg, metric, history)
+        if _alarm_size(baseline) < _alarm_size(model):
+            baseline.reason = (
+                f"{reason}; fallback: the rolling z-score alarms at a smaller deviation on this history "
+                f"({_alarm_size(baseline):.4g} < {_alarm_size(model):.4g} for {name})"
+            )
+            return baseline
+    return model
+
+
+def _fitted(name: str, reason: str, prof: dict, cfg: RouterConfig, metric: str | None, history: pd.Series) -> FittedSeriesModel:
     det = make_detector(name, prof, cfg).fit(history)
     model = FittedSeriesModel(
         profile=prof,
@@ -139,6 +153,11 @@ def fit_series_model(
     )
     _calibrate(model, history)
     return model
+
+
+def _alarm_size(model: FittedSeriesModel) -> float:
+    """The smallest deviation |x - x̂| (in the series' units) that raises an alarm."""
+    return model.alarm_threshold_ * model.residual_scale_
 
 
 def _counts_only(history: pd.Series) -> dict:
@@ -184,7 +203,8 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
         history_norm = (scores - model.score_center_) / model.score_scale_
         base = cfg.sr_threshold
     model.extra["history_quantiles"] = _tail_quantiles(history_norm)
-    model.threshold_ = max(base, _budget_threshold(history_norm, cfg.alarm_budget))
+    model.threshold_ = base
+    model.alarm_threshold_ = max(cfg.alarm_tau_scale * base, _budget_threshold(history_norm, cfg.alarm_history_share))
     if model.detector_name in RESIDUAL_DETECTORS:
         model.tau_ = model.threshold_ * model.residual_scale_
     else:
@@ -205,13 +225,14 @@ def _tail_quantiles(norm: np.ndarray) -> list[float | None]:
     return [float(q) for q in np.quantile(v, TAIL_LEVELS)]
 
 
-def _budget_threshold(norm: np.ndarray, budget: float) -> float:
+def _budget_threshold(norm: np.ndarray, budget: float | None) -> float:
     """The threshold that the history's normalised scores exceed at most a `budget` share of the time.
 
     A false-alarm budget per series: a series whose history is heavy-tailed (bursty
-    counts, volumes) gets a higher τ than its robust spread alone would give. 0 disables it.
+    counts, volumes) alarms only beyond what its own history does. 0: beyond the history's
+    largest score; None: no budget.
     """
-    if budget <= 0:
+    if budget is None:
         return 0.0
     v = np.asarray(norm, dtype="float64")
     v = v[np.isfinite(v)]
@@ -300,9 +321,11 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
     norm = (raw_score - model.score_center_) / model.score_scale_
     resid = np.abs(raw - expected)
     with np.errstate(invalid="ignore"):
-        flag = np.isfinite(norm) & np.isfinite(expected) & np.isfinite(raw) & (norm > model.threshold_)
+        judged = np.isfinite(norm) & np.isfinite(expected) & np.isfinite(raw)
         if model.detector_name not in RESIDUAL_DETECTORS:
-            flag &= resid > model.tau_
+            judged &= resid > model.tau_
+        flag = judged & (norm > model.threshold_)
+        alarm = judged & (norm > model.alarm_threshold_)
     sustained = _sustained(flag, raw, expected, model.tau_, cfg.max_anomaly_run)
     fault, fault_value = _collapses(flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share)
     sustained &= ~fault
@@ -322,7 +345,7 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
         {
             "expected": expected,
             "score": norm,
-            "is_anomaly": flag,
+            "is_anomaly": alarm,
             "cleaned": cleaned,
             "clean_value": clean,
             "filled": filled,
@@ -410,13 +433,19 @@ def _sustained(flag: np.ndarray, raw: np.ndarray, expected: np.ndarray, tau: flo
     out = np.zeros(flag.size, dtype=bool)
     if max_run <= 0 or not flag.any():
         return out
+    # a run of flags longer than max_run is a burst or shift as a whole, even where the
+    # detector's x̂ (a slow mean) leaves its last points flagged with the end in sight
+    edges = np.diff(np.concatenate([[0], flag.astype(np.int8), [0]]))
+    for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
+        if b - a > max_run:
+            out[a:b] = True
     for t in np.flatnonzero(flag):
         after = raw[t + 1 : t + 1 + max_run]
         if after.size < max_run:
             continue
         with np.errstate(invalid="ignore"):
             away = np.isfinite(after) & (np.abs(after - expected[t]) > tau)
-        out[t] = bool(away.all())
+        out[t] |= bool(away.all())
     return out
 
 

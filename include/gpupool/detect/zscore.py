@@ -1,6 +1,7 @@
-"""Rolling z-score detector: the simple baseline the router falls back to.
+"""Rolling (robust) z-score detector: the simple baseline the router falls back to.
 
-x̂_t is the mean of the `window` points before t; the score is |x_t - x̂_t|, turned into a
+x̂_t is the median of the `window` points before t (a median, so that one spike does not
+move x̂ for the next `window` points); the score is |x_t - x̂_t|, turned into a
 flag by the same per-series τ as the other residual detectors (clean.py). It learns
 nothing but its context, which makes it the fallback for a series whose own history
 says the models predict it no better than its recent mean.
@@ -15,7 +16,7 @@ from gpupool.detect.base import StreamingContext, judged_from, prepare, to_frame
 
 
 class ZScoreDetector:
-    """Past-window mean as x̂_t; score = |x_t - x̂_t|."""
+    """Past-window median as x̂_t; score = |x_t - x̂_t|."""
 
     name = "zscore"
 
@@ -44,6 +45,6 @@ class ZScoreDetector:
         return to_frame(y, work.index, expected[offset:], np.abs(raw - expected)[offset:])
 
     def _expected(self, raw: np.ndarray, first: int) -> np.ndarray:
-        mean = pd.Series(raw).rolling(self.window, min_periods=self.min_points).mean().shift(1).to_numpy().copy()
+        mean = pd.Series(raw).rolling(self.window, min_periods=self.min_points).median().shift(1).to_numpy().copy()
         mean[:first] = np.nan
         return mean

@@ -141,6 +141,10 @@ def test_threshold_multiplier_is_configuration(spiky):
     y, _ = spiky
     loose = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=2.0))
     strict = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=8.0))
+    assert loose["cleaned"].sum() > strict["cleaned"].sum()
+    # alarms follow τ too once the history budget is off
+    loose = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=2.0, alarm_history_share=None))
+    strict = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=8.0, alarm_history_share=None))
     assert loose["is_anomaly"].sum() > strict["is_anomaly"].sum()
 
 
