@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="CSV out (not the input; its directory must exist)")
     p.add_argument("--time-col")
     p.add_argument("--value-col")
-    p.add_argument("--detector", default="auto", choices=["auto", "sr", "svr", "prophet"])
+    p.add_argument("--detector", default="auto", choices=["auto", "sr", "svr", "prophet", "zscore"])
+    p.add_argument("--refit-every", default=None, help="refit cadence, e.g. 1d (default, as the pipeline), 6h")
 
     p = sub.add_parser("forecast", help="forecast a series in a CSV, or a platform's demand from staging")
     p.add_argument("input", nargs="?", help="CSV with a time column and a value column")
@@ -170,7 +171,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "detect":
         from gpupool.detect.io import detect_csv
 
-        info = detect_csv(args.input, args.out, time_col=args.time_col, value_col=args.value_col, detector=args.detector)
+        info = detect_csv(
+            args.input, args.out, time_col=args.time_col, value_col=args.value_col, detector=args.detector,
+            refit_every=args.refit_every,
+        )
         print(json.dumps(info, default=str))
         return 0
     if args.command == "forecast":

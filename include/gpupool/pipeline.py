@@ -221,39 +221,50 @@ def _finish_extract_run(conn: sa.Connection, run_id: int, status: str, rows: int
 
 # --- detect / clean --------------------------------------------------------------------
 
-DETECT_HISTORY = timedelta(days=7)
-REFIT_EVERY = timedelta(days=1)
+#: points judged before a window so an event running into it raises no second alarm (above
+#: the router's `alarm_merge_points` at the pipeline's 5-minute step)
+DETECT_ALARM_LOOKBACK = timedelta(hours=6)
 
 
 def detect(ctx: Context, platform: str, window: Window) -> dict:
     """Profile, route, score and clean every series of one platform for the window.
 
-    Profiles and fitted models are reused while younger than a day (the daily refit);
-    scoring judges each point of the window on its past only.
+    The same streaming judgement as `gpupool detect` (`stream_detect`): each point is
+    judged on its past only by the model of its refit anchor (daily by default, fitted on
+    the newest `history_days`); models are stored per anchor and reused by later windows.
     """
-    from gpupool.detect.clean import fit_series_model, score_window
+    from gpupool.detect.clean import fit_series_model, stream_detect
 
     db.require_migrated(ctx.engine)
-    hist = reads.read_samples(ctx.engine, window.start - DETECT_HISTORY, window.end, platform)
+    router = ctx.config.detect.router_config()
+    # the oldest refit a window's points (and the alarm look-back before it) can need
+    lookback = timedelta(hours=24.0 * router.history_days + router.refit_every_hours) + DETECT_ALARM_LOOKBACK
+    hist = reads.read_samples(ctx.engine, window.start - lookback, window.end, platform)
     hist = hist[hist["entity_kind"].isin(ctx.config.detect.entity_kinds)]
     in_window = hist[hist["ts"] >= pd.Timestamp(window.start)]
-    router = ctx.config.detect.router_config()
     keys = in_window[SERIES_KEY].drop_duplicates().itertuples(index=False, name=None)
     out, anomalies, refits, routes = [], 0, 0, {}
     freq = pd.Timedelta(ctx.config.step)
     for key in keys:
         series = _series(hist, key, freq)
-        model, fresh = _model_for(ctx.engine, key, series, window, lambda h, m=key[4]: fit_series_model(h, router, metric=m))
-        refits += int(fresh)
-        scored = score_window(model, series, window.start, window.end)
-        scored = scored.loc[(scored.index >= window.start) & (scored.index < window.end)]
+        fresh = []
+
+        def model_for(anchor, history, key=key, fresh=fresh):
+            model, new = _model_for(ctx.engine, key, anchor, history, lambda h: fit_series_model(h, router, metric=key[4]))
+            fresh.append(new)
+            return model
+
+        scored = stream_detect(series, router, metric=key[4], start=window.start, end=window.end, model_for=model_for)
+        refits += sum(fresh)
         frame = scored.reset_index(names="ts")
+        frame["detector"] = frame["detector"].replace("", "none")
         for col, val in zip(SERIES_KEY, key):
             frame[col] = val
         out.append(frame)
         anomalies += int(frame["is_anomaly"].sum())
-        routes[model.detector_name] = routes.get(model.detector_name, 0) + 1
-    cols = SERIES_KEY + ["ts", "value", "expected", "score", "is_anomaly", "filled", "detector", "clean_value"]
+        name = frame["detector"].iloc[-1] if len(frame) else "none"
+        routes[name] = routes.get(name, 0) + 1
+    cols = SERIES_KEY + ["ts", "value", "expected", "score", "is_anomaly", "cleaned", "filled", "detector", "clean_value"]
     frame = pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
     rows = loader.replace_slice(ctx.engine, loader.Slice("clean_sample", {"platform": platform}, window.start, window.end), frame)
     return {"platform": platform, "series": len(out), "rows": rows, "anomalies": anomalies, "refits": refits, "detectors": routes}
@@ -269,42 +280,34 @@ def _series(frame: pd.DataFrame, key: tuple, freq: pd.Timedelta) -> pd.Series:
     return s.reindex(s.index.union(grid)).astype("float64")
 
 
-def _model_for(engine: Engine, key: tuple, series: pd.Series, window: Window, fit):
-    """The series' model fitted at most a day before the window end, else a refit stored now.
+def _model_for(engine: Engine, key: tuple, anchor: pd.Timestamp, history: pd.Series, fit):
+    """The series' model fitted at `anchor` (stored by an earlier run), else fitted on `history` and stored.
 
     Models are stored as JSON parameters (`FittedSeriesModel.to_params`) and rebuilt with
     `from_params`, never unpickled: a staging row is data, not code. A stored row that does
     not rebuild (malformed, from an older format) is logged and replaced by a refit.
     """
     cond = [series_profile.c[c] == v for c, v in zip(SERIES_KEY, key)]
+    at = pd.Timestamp(anchor).to_pydatetime()
     with engine.connect() as conn:
         row = conn.execute(
-            sa.select(series_profile.c.computed_at, series_profile.c.model)
-            .where(*cond, series_profile.c.computed_at <= window.end)
-            .order_by(series_profile.c.computed_at.desc())
-            .limit(1)
+            sa.select(series_profile.c.model).where(*cond, series_profile.c.computed_at == at).limit(1)
         ).first()
     if row is not None and row.model is not None:
-        computed = pd.Timestamp(row.computed_at)
-        computed = computed.tz_localize("UTC") if computed.tzinfo is None else computed
-        if computed > pd.Timestamp(window.end) - REFIT_EVERY:
-            stored = _stored_model(row.model, key, computed)
-            if stored is not None:
-                return stored, False
-    history = series.loc[series.index < window.start]
-    if history.notna().sum() < 3:
-        history = series  # first sight of a series: its window is all there is
+        stored = _stored_model(row.model, key, pd.Timestamp(at))
+        if stored is not None:
+            return stored, False
     model = fit(history)
     rec = dict(zip(SERIES_KEY, key))
     rec.update(
-        computed_at=window.end,
+        computed_at=at,
         features=_jsonable(model.profile),
         detector=model.detector_name,
         reason=model.reason,
         model=json.dumps(model.to_params(), allow_nan=False, separators=(",", ":")),
     )
     with engine.begin() as conn:
-        conn.execute(series_profile.delete().where(*cond, series_profile.c.computed_at == window.end))
+        conn.execute(series_profile.delete().where(*cond, series_profile.c.computed_at == at))
         conn.execute(series_profile.insert().values(**rec))
     return model, True
 

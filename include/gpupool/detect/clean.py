@@ -39,6 +39,7 @@ value like any other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -50,9 +51,14 @@ from gpupool.detect.prophet import ProphetDetector
 from gpupool.detect.router import DETECTORS, RouterConfig, route
 from gpupool.detect.sr import SpectralResidualDetector
 from gpupool.detect.svr import SVRDetector
+from gpupool.detect.zscore import ZScoreDetector
 
-OUTPUT_COLUMNS = ["value", "expected", "score", "is_anomaly", "detector", "clean_value", "filled", "sustained"]
-RESIDUAL_DETECTORS = ("svr", "prophet")
+OUTPUT_COLUMNS = [
+    "value", "expected", "score", "is_anomaly", "cleaned", "detector", "clean_value", "filled", "sustained"
+]
+RESIDUAL_DETECTORS = ("svr", "prophet", "zscore")
+#: detectors whose fit needs no profile (they keep only context)
+CONTEXT_ONLY = ("sr", "zscore")
 #: share of nonzero steps from which a series' typical step floors its residual spread
 MIN_STEP_SHARE = 0.02
 
@@ -76,11 +82,12 @@ class FittedSeriesModel:
     residual_scale_: float = float("nan")
     threshold_: float = float("nan")
     tau_: float = float("nan")
+    alarm_threshold_: float = float("nan")
     nonnegative_: bool = False
     extra: dict = field(default_factory=dict)
 
     PARAMS_FORMAT = 1
-    _SCALARS = ("score_center_", "score_scale_", "residual_scale_", "threshold_", "tau_")
+    _SCALARS = ("score_center_", "score_scale_", "residual_scale_", "threshold_", "tau_", "alarm_threshold_")
 
     def to_params(self) -> dict:
         """The fitted model as a JSON-able dict (numbers, strings, lists; no NaN or inf)."""
@@ -155,7 +162,12 @@ def _jsonable(obj):
     return obj
 
 
-DETECTOR_CLASSES = {"sr": SpectralResidualDetector, "svr": SVRDetector, "prophet": ProphetDetector}
+DETECTOR_CLASSES = {
+    "sr": SpectralResidualDetector,
+    "svr": SVRDetector,
+    "prophet": ProphetDetector,
+    "zscore": ZScoreDetector,
+}
 
 
 def make_detector(name: str, profile: dict, config: RouterConfig | None = None):
@@ -172,6 +184,8 @@ def make_detector(name: str, profile: dict, config: RouterConfig | None = None):
         return SVRDetector(n_lags=cfg.svr_lags, period=use, max_train=cfg.svr_max_train)
     if name == "prophet":
         return ProphetDetector.from_profile(profile, max_train=cfg.prophet_max_train)
+    if name == "zscore":
+        return ZScoreDetector(window=cfg.zscore_window)
     raise ValueError(f"unknown detector {name!r}; expected one of {DETECTORS}")
 
 
@@ -189,11 +203,31 @@ def fit_series_model(
     """
     cfg = (config or RouterConfig()).for_metric(metric)
     history = prepare(y)
-    prof = profile if profile is not None else profile_series(history)
+    if profile is not None:
+        prof = profile
+    elif detector in CONTEXT_ONLY:
+        # a forced detector that learns nothing but context needs no profile: the refit of
+        # a thousand series stays cheap; only the counts are kept
+        prof = _counts_only(history)
+    else:
+        prof = profile_series(history)
     if detector != "auto":
         name, reason = detector, f"forced by caller ({detector})"
     else:
         name, reason = route(prof, cfg)
+    model = _fitted(name, reason, prof, cfg, metric, history)
+    if detector == "auto" and cfg.fallback and name in ("svr", "prophet"):
+        baseline = _fitted("zscore", "", prof, cfg, metric, history)
+        if _alarm_size(baseline) < _alarm_size(model):
+            baseline.reason = (
+                f"{reason}; fallback: the rolling z-score alarms at a smaller deviation on this history "
+                f"({_alarm_size(baseline):.4g} < {_alarm_size(model):.4g} for {name})"
+            )
+            return baseline
+    return model
+
+
+def _fitted(name: str, reason: str, prof: dict, cfg: RouterConfig, metric: str | None, history: pd.Series) -> FittedSeriesModel:
     det = make_detector(name, prof, cfg).fit(history)
     model = FittedSeriesModel(
         profile=prof,
@@ -206,6 +240,16 @@ def fit_series_model(
     )
     _calibrate(model, history)
     return model
+
+
+def _alarm_size(model: FittedSeriesModel) -> float:
+    """The smallest deviation |x - x̂| (in the series' units) that raises an alarm."""
+    return model.alarm_threshold_ * model.residual_scale_
+
+
+def _counts_only(history: pd.Series) -> dict:
+    values = history.to_numpy(dtype="float64")
+    return {"n": int(values.size), "n_valid": int(np.isfinite(values).sum()), "profiled": False}
 
 
 def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
@@ -236,15 +280,52 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     if model.detector_name in RESIDUAL_DETECTORS:
         model.score_center_ = 0.0
         model.score_scale_ = model.residual_scale_
-        model.threshold_ = cfg.tau_multiplier
-        model.tau_ = cfg.tau_multiplier * model.residual_scale_
+        history_norm = np.abs(resid) / model.residual_scale_
+        base = cfg.tau_multiplier
     else:
         scores = np.asarray(getattr(det, "history_scores_", np.array([])), dtype="float64")
-        scores = scores[np.isfinite(scores)]
-        model.score_center_ = float(np.median(scores)) if scores.size else 0.0
-        model.score_scale_ = robust_sigma(scores, floor=1e-6) if scores.size else 1.0
-        model.threshold_ = cfg.sr_threshold
+        finite_scores = scores[np.isfinite(scores)]
+        model.score_center_ = float(np.median(finite_scores)) if finite_scores.size else 0.0
+        model.score_scale_ = robust_sigma(finite_scores, floor=1e-6) if finite_scores.size else 1.0
+        history_norm = (scores - model.score_center_) / model.score_scale_
+        base = cfg.sr_threshold
+    model.extra["history_quantiles"] = _tail_quantiles(history_norm)
+    model.threshold_ = base
+    model.alarm_threshold_ = max(cfg.alarm_tau_scale * base, _budget_threshold(history_norm, cfg.alarm_history_share))
+    if model.detector_name in RESIDUAL_DETECTORS:
+        model.tau_ = model.threshold_ * model.residual_scale_
+    else:
         model.tau_ = cfg.sr_min_residual * model.residual_scale_
+
+
+#: fewest history scores a false-alarm budget is read from
+MIN_BUDGET_POINTS = 50
+#: upper tail levels of a history's normalised scores kept with each model (for the bench)
+TAIL_LEVELS = (0.99, 0.995, 0.998, 0.999, 0.9995, 1.0)
+
+
+def _tail_quantiles(norm: np.ndarray) -> list[float | None]:
+    v = np.asarray(norm, dtype="float64")
+    v = v[np.isfinite(v)]
+    if v.size < MIN_BUDGET_POINTS:
+        return [None] * len(TAIL_LEVELS)
+    return [float(q) for q in np.quantile(v, TAIL_LEVELS)]
+
+
+def _budget_threshold(norm: np.ndarray, budget: float | None) -> float:
+    """The threshold that the history's normalised scores exceed at most a `budget` share of the time.
+
+    A false-alarm budget per series: a series whose history is heavy-tailed (bursty
+    counts, volumes) alarms only beyond what its own history does. 0: beyond the history's
+    largest score; None: no budget.
+    """
+    if budget is None:
+        return 0.0
+    v = np.asarray(norm, dtype="float64")
+    v = v[np.isfinite(v)]
+    if v.size < MIN_BUDGET_POINTS:
+        return 0.0
+    return float(np.quantile(v, 1.0 - budget))
 
 
 def score_window(
@@ -267,6 +348,7 @@ def score_window(
     frame = _judge(model, y, start)
     if start is not None:
         frame = frame[pd.DatetimeIndex(frame.index) >= _aligned(start, pd.DatetimeIndex(frame.index))]
+    frame["is_anomaly"] = alarms(frame, model.config.alarm_merge_points)
     return frame
 
 
@@ -300,13 +382,17 @@ def detect_and_clean(
     model = fit_series_model(history, cfg, profile=profile, detector=detector, metric=metric)
     start = score_from if score_from is not None else (work.index[-1] + pd.Timedelta(1, "ns") if len(work) else None)
     frame = _judge(model, y, start)
+    frame["is_anomaly"] = alarms(frame, model.config.alarm_merge_points)
     frame.attrs["reason"] = model.reason
     frame.attrs["profile"] = model.profile
     return frame
 
 
 def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -> pd.DataFrame:
-    """Score, flag and clean every row of `y` (rows before `start` are context only)."""
+    """Score, flag and clean every row of `y` (rows before `start` are context only).
+
+    `is_anomaly` here is every deviating point; `alarms` collapses runs into events.
+    """
     cfg = model.config
     work = prepare(y)
     raw = work.to_numpy(dtype="float64")
@@ -322,12 +408,16 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
     norm = (raw_score - model.score_center_) / model.score_scale_
     resid = np.abs(raw - expected)
     with np.errstate(invalid="ignore"):
-        flag = np.isfinite(norm) & np.isfinite(expected) & np.isfinite(raw) & (norm > model.threshold_)
+        judged = np.isfinite(norm) & np.isfinite(expected) & np.isfinite(raw)
         if model.detector_name not in RESIDUAL_DETECTORS:
-            flag &= resid > model.tau_
+            judged &= resid > model.tau_
+        flag = judged & (norm > model.threshold_)
+        alarm = judged & (norm > model.alarm_threshold_)
     sustained = _sustained(flag, raw, expected, model.tau_, cfg.max_anomaly_run)
-    flag = flag & ~sustained
-    clean = np.where(flag, expected, raw)
+    fault, fault_value = _collapses(flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share)
+    sustained &= ~fault
+    cleaned = (flag & ~sustained) | fault
+    clean = np.where(fault, fault_value, np.where(cleaned, expected, raw))
     filled = np.zeros(len(work), dtype=bool)
     gaps = _short_gaps(raw, cfg.max_fill_gap_points)
     if gaps.any():
@@ -342,13 +432,19 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
         {
             "expected": expected,
             "score": norm,
-            "is_anomaly": flag,
+            "is_anomaly": alarm,
+            "cleaned": cleaned,
             "clean_value": clean,
             "filled": filled,
-            "sustained": sustained,
+            "sustained": sustained & flag,
         },
         index=work.index,
     )
+    return _to_rows(ts_frame, y, model)
+
+
+def _to_rows(ts_frame: pd.DataFrame, y: pd.Series, model: FittedSeriesModel) -> pd.DataFrame:
+    """Per-timestamp results mapped back onto the rows of `y` (its order and duplicates)."""
     pos = ts_frame.index.get_indexer(pd.DatetimeIndex(y.index))
     values = pd.to_numeric(pd.Series(y), errors="coerce").to_numpy(dtype="float64")
     ok = pos >= 0
@@ -359,20 +455,21 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
             return np.full(len(pos), default)
         return np.where(ok, arr[np.where(ok, pos, 0)], default)
 
-    is_anom = take("is_anomaly", False).astype(bool)
+    cleaned = take("cleaned", False).astype(bool)
     filled_rows = take("filled", False).astype(bool) & ~np.isfinite(values)
-    clean_rows = np.where(is_anom, take("expected", np.nan), values)
+    clean_rows = np.where(cleaned, take("clean_value", np.nan), values)
     clean_rows = np.where(filled_rows, take("clean_value", np.nan), clean_rows)
     if model.nonnegative_:
         # x̂ and fills of a non-negative metric are clipped already; a raw negative value
         # (a broken counter) is left for the flag to judge, never invented by cleaning
-        clean_rows = np.where(is_anom | filled_rows, np.maximum(clean_rows, 0.0), clean_rows)
+        clean_rows = np.where(cleaned | filled_rows, np.maximum(clean_rows, 0.0), clean_rows)
     out = pd.DataFrame(
         {
             "value": values,
             "expected": take("expected", np.nan).astype("float64"),
             "score": take("score", np.nan).astype("float64"),
-            "is_anomaly": is_anom,
+            "is_anomaly": take("is_anomaly", False).astype(bool),
+            "cleaned": cleaned,
             "detector": model.detector_name,
             "clean_value": clean_rows.astype("float64"),
             "filled": filled_rows,
@@ -381,6 +478,36 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
         index=y.index,
     )
     return out[OUTPUT_COLUMNS]
+
+
+def alarms(frame: pd.DataFrame, merge_points: int) -> np.ndarray:
+    """Alarms from deviating rows: the first deviating point of each event.
+
+    A deviating point within `merge_points` points (in time order, one per timestamp) of
+    the previous deviating point belongs to the same event and raises no new alarm; a
+    burst or level shift therefore raises one alarm, at its first point. Returns a
+    boolean array aligned with the rows of `frame` (a duplicate timestamp shares its
+    first row's alarm).
+    """
+    dev = frame["is_anomaly"].to_numpy(dtype=bool)
+    if merge_points <= 0 or not dev.any():
+        return dev.copy()
+    idx = pd.DatetimeIndex(frame.index)
+    order = np.argsort(idx.asi8, kind="stable")
+    sorted_idx = idx[order]
+    first_of_ts = np.ones(len(order), dtype=bool)
+    first_of_ts[1:] = sorted_idx[1:] != sorted_idx[:-1]
+    ts_pos = np.cumsum(first_of_ts) - 1  # position in time of each sorted row
+    dev_ts = np.zeros(int(ts_pos[-1]) + 1 if len(ts_pos) else 0, dtype=bool)
+    np.logical_or.at(dev_ts, ts_pos, dev[order])
+    where = np.flatnonzero(dev_ts)
+    alarm_ts = np.zeros_like(dev_ts)
+    gaps = np.diff(np.concatenate([[-(merge_points + 1)], where]))
+    alarm_ts[where[gaps > merge_points]] = True
+    out = np.zeros(len(order), dtype=bool)
+    out[order] = alarm_ts[ts_pos] & dev[order]
+    # a duplicate timestamp: only its first deviating row carries the alarm
+    return out
 
 
 def _sustained(flag: np.ndarray, raw: np.ndarray, expected: np.ndarray, tau: float, max_run: int) -> np.ndarray:
@@ -393,14 +520,64 @@ def _sustained(flag: np.ndarray, raw: np.ndarray, expected: np.ndarray, tau: flo
     out = np.zeros(flag.size, dtype=bool)
     if max_run <= 0 or not flag.any():
         return out
+    # a run of flags longer than max_run is a burst or shift as a whole, even where the
+    # detector's x̂ (a slow mean) leaves its last points flagged with the end in sight
+    edges = np.diff(np.concatenate([[0], flag.astype(np.int8), [0]]))
+    for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
+        if b - a > max_run:
+            out[a:b] = True
     for t in np.flatnonzero(flag):
         after = raw[t + 1 : t + 1 + max_run]
         if after.size < max_run:
             continue
         with np.errstate(invalid="ignore"):
             away = np.isfinite(after) & (np.abs(after - expected[t]) > tau)
-        out[t] = bool(away.all())
+        out[t] |= bool(away.all())
     return out
+
+
+def _collapses(
+    flag: np.ndarray, raw: np.ndarray, expected: np.ndarray, tau: float, max_run: int, drop_share: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exporter collapses: runs that fall towards zero and come back (drops, counter resets).
+
+    A run starts at a flagged point t0 whose value is at most `drop_share` of x̂_t0 (and
+    more than τ below it) and lasts while the values stay more than τ below x̂_t0 (missing
+    points included). When the series is back within τ of x̂_t0 after at most `max_run`
+    points, the run is a fault of the exporter, not of the demand: its points are replaced
+    by a straight line from x̂_t0 to the first value after it. A run still open at the end
+    of the data, shorter than `max_run`, cannot be told yet and is replaced by x̂_t0; a
+    run longer than `max_run` is kept (demand really fell). The decision waits for at
+    most `max_run` later points; judging each point stays causal. `max_run` 0 disables it.
+    Returns the mask of replaced points and their values.
+    """
+    n = raw.size
+    mask = np.zeros(n, dtype=bool)
+    values = np.full(n, np.nan)
+    if max_run <= 0 or not flag.any():
+        return mask, values
+    t = 0
+    starts = np.flatnonzero(flag)
+    for t0 in starts:
+        if t0 < t:
+            continue
+        level = expected[t0]
+        with np.errstate(invalid="ignore"):
+            if not (np.isfinite(level) and raw[t0] < level - tau and raw[t0] <= drop_share * level):
+                continue
+        j = t0
+        while j < n and j - t0 <= max_run and (not np.isfinite(raw[j]) or raw[j] < level - tau):
+            j += 1
+        length = j - t0
+        if j >= n and length <= max_run:
+            mask[t0:n] = True
+            values[t0:n] = level
+            t = n
+        elif j < n and length <= max_run:
+            mask[t0:j] = True
+            values[t0:j] = level + (raw[j] - level) * np.arange(1, length + 1) / (length + 1)
+            t = j
+    return mask, values
 
 
 def _short_gaps(raw: np.ndarray, max_len: int) -> np.ndarray:
@@ -416,3 +593,167 @@ def _short_gaps(raw: np.ndarray, max_len: int) -> np.ndarray:
         if b - a <= max_len:
             mask[a:b] = True
     return mask
+
+
+# --- streaming: the same judgement over a file (CLI) and hour by hour (pipeline) -------------
+
+ModelFor = Callable[[pd.Timestamp, pd.Series], FittedSeriesModel]
+
+
+def refit_anchors(index: pd.DatetimeIndex, valid: np.ndarray, config: RouterConfig) -> pd.DatetimeIndex:
+    """For each timestamp of `index` (sorted), the time its model was fitted at (NaT: none yet).
+
+    A point at t is judged by the model fitted on the history in [a - history_days, a),
+    a = t floored to `refit_every_hours` (counted from the Unix epoch, so the pipeline and
+    the CLI agree on it), when that history holds at least `min_model_points` valid points;
+    otherwise (a new or short series) a = t floored to `warmup_refit_hours`, when that
+    history holds at least `min_history_points`; otherwise the point is not judged.
+    `valid` marks the timestamps with a finite value.
+    """
+    idx = pd.DatetimeIndex(index)
+    if len(idx) == 0:
+        return idx
+    span = pd.Timedelta(hours=24.0 * config.history_days)
+    vt = idx[np.asarray(valid, dtype=bool)].asi8
+
+    def count(anchor: pd.DatetimeIndex) -> np.ndarray:
+        a = anchor.asi8
+        return np.searchsorted(vt, a, side="left") - np.searchsorted(vt, (anchor - span).asi8, side="left")
+
+    regular = _floor(idx, config.refit_every_hours)
+    warm = _floor(idx, config.warmup_refit_hours)
+    use_regular = count(regular) >= config.min_model_points
+    use_warm = ~use_regular & (count(warm) >= config.min_history_points)
+    out = np.where(use_regular, regular.asi8, np.where(use_warm, warm.asi8, np.iinfo("int64").min))
+    return _from_i8(out, idx)
+
+
+def _from_i8(values: np.ndarray, like: pd.DatetimeIndex) -> pd.DatetimeIndex:
+    nat = values == np.iinfo("int64").min
+    arr = values.astype(f"datetime64[{like.unit}]")
+    arr[nat] = np.datetime64("NaT")
+    out = pd.DatetimeIndex(arr)
+    return out.tz_localize("UTC").tz_convert(like.tz) if like.tz is not None else out
+
+
+def _floor(idx: pd.DatetimeIndex, hours: float) -> pd.DatetimeIndex:
+    """`idx` floored to multiples of `hours` counted from the Unix epoch (UTC)."""
+    step = int(round(hours * 3600 * 1e9))
+    ns = idx.as_unit("ns").asi8 if idx.tz is None else idx.tz_convert("UTC").as_unit("ns").asi8
+    floored = (ns // step) * step
+    out = pd.DatetimeIndex(floored.astype("datetime64[ns]"))
+    if idx.tz is not None:
+        out = out.tz_localize("UTC").tz_convert(idx.tz)
+    return out.as_unit(idx.unit)
+
+
+def stream_detect(
+    y: pd.Series,
+    config: RouterConfig | None = None,
+    detector: str = "auto",
+    metric: str | None = None,
+    start: pd.Timestamp | None = None,
+    end: pd.Timestamp | None = None,
+    model_for: ModelFor | None = None,
+) -> pd.DataFrame:
+    """Detect and clean `y` as time passes: the rows in [start, end), one per input row.
+
+    Every point is judged on its past only, by the model fitted at its refit anchor (see
+    `refit_anchors`): refitted every `refit_every_hours` on the newest `history_days` of
+    history, with routing re-decided at each refit. `model_for(anchor, history)` returns
+    the model for an anchor (the pipeline's stored one, or a fit); by default each anchor's
+    model is fitted here. Alarms (`is_anomaly`) are collapsed per event over the
+    `alarm_merge_points` before `start` too, so judging a file in one go and judging it
+    window by window raise the same alarms. The decision to clean a deviating point looks
+    at up to `max_anomaly_run` later points that are in `y` before `end`.
+
+    Returns the columns of OUTPUT_COLUMNS indexed like the selected rows of `y`; attrs
+    hold `models` (anchor -> (detector, reason)) and the newest model's `reason`/`profile`.
+    """
+    cfg = (config or RouterConfig()).for_metric(metric)
+    rows_idx = pd.DatetimeIndex(y.index)
+    select = np.ones(len(y), dtype=bool)
+    if start is not None:
+        select &= rows_idx >= _aligned(start, rows_idx)
+    if end is not None:
+        select &= rows_idx < _aligned(end, rows_idx)
+    work = prepare(y)
+    if end is not None:
+        work = work[work.index < _aligned(end, work.index)]
+    anchors = refit_anchors(work.index, np.isfinite(work.to_numpy()), cfg)
+    # judged from `alarm_merge_points` before start, so an event running into the window is known
+    first = 0
+    if start is not None:
+        first = max(0, int(work.index.searchsorted(_aligned(start, work.index), side="left")) - cfg.alarm_merge_points)
+    fits: dict[pd.Timestamp, FittedSeriesModel] = {}
+
+    def fitted(anchor: pd.Timestamp) -> FittedSeriesModel:
+        if anchor not in fits:
+            span = pd.Timedelta(hours=24.0 * cfg.history_days)
+            history = work[(work.index >= anchor - span) & (work.index < anchor)]
+            if model_for is not None:
+                fits[anchor] = model_for(anchor, history)
+            else:
+                fits[anchor] = fit_series_model(history, cfg, detector=detector)
+        return fits[anchor]
+
+    parts: list[pd.DataFrame] = []
+    pos = first
+    n = len(work)
+    a_i8 = anchors.asi8
+    while pos < n:
+        stop = pos + 1
+        while stop < n and a_i8[stop] == a_i8[pos]:
+            stop += 1
+        seg_start = work.index[pos]
+        if pd.isna(anchors[pos]):
+            part = pd.DataFrame(
+                {
+                    "value": work.iloc[pos:stop].to_numpy(),
+                    "expected": np.nan,
+                    "score": np.nan,
+                    "is_anomaly": False,
+                    "cleaned": False,
+                    "detector": "",
+                    "clean_value": work.iloc[pos:stop].to_numpy(),
+                    "filled": False,
+                    "sustained": False,
+                },
+                index=work.index[pos:stop],
+            )
+        else:
+            model = fitted(anchors[pos])
+            span = pd.Timedelta(hours=24.0 * cfg.history_days)
+            lo = int(work.index.searchsorted(anchors[pos] - span, side="left"))
+            hi = min(n, stop + cfg.max_anomaly_run)  # the cleaning decision's look at what follows
+            part = _judge(model, work.iloc[lo:hi], seg_start)
+            part = part.iloc[pos - lo : stop - lo]
+        parts.append(part[OUTPUT_COLUMNS])
+        pos = stop
+    judged = pd.concat(parts) if parts else pd.DataFrame(columns=OUTPUT_COLUMNS, index=work.index[:0])
+    if len(judged):
+        judged["is_anomaly"] = alarms(judged, cfg.alarm_merge_points)
+    judged = judged.astype({"is_anomaly": bool, "cleaned": bool, "filled": bool, "sustained": bool})
+    # back onto the caller's rows (order and duplicate timestamps), like _judge does
+    sel = y[select]
+    pos_rows = judged.index.get_indexer(pd.DatetimeIndex(sel.index)) if len(judged) else np.full(len(sel), -1)
+    values = pd.to_numeric(pd.Series(sel), errors="coerce").to_numpy(dtype="float64")
+    ok = pos_rows >= 0
+    out = pd.DataFrame(index=sel.index)
+    for col in OUTPUT_COLUMNS:
+        arr = judged[col].to_numpy()
+        default = {"is_anomaly": False, "cleaned": False, "filled": False, "sustained": False, "detector": ""}.get(col, np.nan)
+        out[col] = np.where(ok, arr[np.where(ok, pos_rows, 0)], default) if arr.size else default
+    # a duplicate timestamp's other rows keep their own value unless cleaned or filled
+    keep_own = ~(out["cleaned"].to_numpy(dtype=bool) | out["filled"].to_numpy(dtype=bool))
+    out["value"] = values
+    out["clean_value"] = np.where(keep_own, values, out["clean_value"].to_numpy(dtype="float64"))
+    out["filled"] = out["filled"].to_numpy(dtype=bool) & ~np.isfinite(values)
+    out = out.astype({"is_anomaly": bool, "cleaned": bool, "filled": bool, "sustained": bool,
+                      "expected": "float64", "score": "float64", "clean_value": "float64", "value": "float64"})
+    newest = fits[max(fits)] if fits else None
+    out.attrs["models"] = {str(a): (m.detector_name, m.reason) for a, m in sorted(fits.items())}
+    out.attrs["reason"] = newest.reason if newest else "history too short to judge any point"
+    out.attrs["profile"] = newest.profile if newest else {}
+    out.attrs["refits"] = len(fits)
+    return out[OUTPUT_COLUMNS]

@@ -1,12 +1,16 @@
 """The `gpupool detect` CLI contract, as a function the CLI (and other tools) call.
 
     gpupool detect INPUT.csv --out OUT.csv [--time-col NAME] [--value-col NAME]
-                   [--detector auto|sr|svr|prophet]
+                   [--detector auto|sr|svr|prophet] [--refit-every 1d]
 
 OUT has one row per input row, in input order, with the columns
-`timestamp,value,expected,score,is_anomaly,detector,clean_value`. Judging a point uses only
-the points before it; the first part of the series is history only (see
-`detect_and_clean`), so its rows carry no expected value or score and are never flagged.
+`timestamp,value,expected,score,is_anomaly,cleaned,detector,clean_value`. The file is judged
+as the pipeline judges a series hour by hour (`stream_detect`): every point on its past
+only, by a model refitted every `--refit-every` (default: the pipeline's daily refit) on
+the newest history, with routing re-decided at each refit, so `detector` can change along
+the file. Rows before the first model (too little history) carry no expected value or
+score and are never flagged. `is_anomaly` is an alarm (the point deviates beyond τ; one
+per event, at its first point); `cleaned` says `clean_value` replaced the value.
 """
 
 from __future__ import annotations
@@ -15,12 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpupool.detect.clean import detect_and_clean
+from gpupool.detect.clean import stream_detect
 from gpupool.detect.router import RouterConfig
-from gpupool.tsio import atomic_output, check_output, read_series_csv
+from gpupool.tsio import SeriesInputError, atomic_output, check_output, read_series_csv
 
-CLI_COLUMNS = ["timestamp", "value", "expected", "score", "is_anomaly", "detector", "clean_value"]
-DETECTOR_CHOICES = ("auto", "sr", "svr", "prophet")
+CLI_COLUMNS = ["timestamp", "value", "expected", "score", "is_anomaly", "cleaned", "detector", "clean_value"]
+DETECTOR_CHOICES = ("auto", "sr", "svr", "prophet", "zscore")
 
 
 def detect_csv(
@@ -30,13 +34,15 @@ def detect_csv(
     value_col: str | None = None,
     detector: str = "auto",
     config: RouterConfig | None = None,
+    refit_every: str | None = None,
 ) -> dict:
     """Read INPUT.csv, detect and clean its series, write OUT.csv; returns a summary dict.
 
     The summary holds input, out, rows, judged (rows with a score), anomalies, filled,
     detector, reason and value_col. Raises `gpupool.tsio.SeriesInputError` on unusable
-    input, `gpupool.errors.UsageError` when OUT is INPUT (by any name) or its directory does
-    not exist, and ValueError on an unknown detector. OUT is replaced in one step, never left
+    input or an unreadable `refit_every` (a duration such as "1d", "6h" or "90min"),
+    `gpupool.errors.UsageError` when OUT is INPUT (by any name) or its directory does not
+    exist, and ValueError on an unknown detector. OUT is replaced in one step, never left
     half-written.
     """
     if detector not in DETECTOR_CHOICES:
@@ -44,7 +50,9 @@ def detect_csv(
     out = check_output(out, {"input": input})
     y = read_series_csv(input, time_col=time_col, value_col=value_col)
     cfg = config or RouterConfig()
-    frame = detect_and_clean(y, detector=detector, config=cfg)
+    if refit_every is not None:
+        cfg = cfg.model_copy(update={"refit_every_hours": refit_hours(refit_every)})
+    frame = stream_detect(y, cfg, detector=detector)
     table = pd.DataFrame(
         {
             "timestamp": pd.DatetimeIndex(y.index).strftime("%Y-%m-%dT%H:%M:%S%z").str.replace(
@@ -54,21 +62,36 @@ def detect_csv(
             "expected": frame["expected"].to_numpy(),
             "score": frame["score"].to_numpy(),
             "is_anomaly": frame["is_anomaly"].to_numpy(),
+            "cleaned": frame["cleaned"].to_numpy(),
             "detector": frame["detector"].to_numpy(),
             "clean_value": frame["clean_value"].to_numpy(),
         }
     )
     with atomic_output(out) as tmp:
         table.to_csv(tmp, index=False, columns=CLI_COLUMNS)
-    name = str(frame["detector"].iloc[0]) if len(frame) else detector
+    judged = frame["detector"][frame["detector"] != ""]
+    name = str(judged.iloc[-1]) if len(judged) else detector
     return {
         "input": str(input),
         "out": str(out),
         "rows": int(len(frame)),
         "judged": int(frame["score"].notna().sum()),
         "anomalies": int(frame["is_anomaly"].sum()),
+        "cleaned": int(frame["cleaned"].sum()),
+        "refits": int(frame.attrs.get("refits", 0)),
         "filled": int(frame["filled"].sum()),
         "detector": name,
         "reason": frame.attrs.get("reason", ""),
         "value_col": str(y.name),
     }
+
+
+def refit_hours(text: str) -> float:
+    """A refit cadence such as "1d", "6h" or "90min" in hours; SeriesInputError (a user error) when unreadable."""
+    try:
+        td = pd.Timedelta(str(text).strip())
+    except (ValueError, TypeError):
+        raise SeriesInputError(f"--refit-every {text!r} is not a duration (e.g. 1d, 6h, 90min)") from None
+    if pd.isna(td) or td <= pd.Timedelta(0):
+        raise SeriesInputError(f"--refit-every {text!r} must be a positive duration (e.g. 1d, 6h, 90min)")
+    return td.total_seconds() / 3600.0

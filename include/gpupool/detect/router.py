@@ -3,21 +3,29 @@
 The rules, in order (the first that applies wins, and its reason is recorded):
 
 1. a forced detector (`RouterConfig.detector`, or a per-metric override of it);
-2. too little history to train a model (`min_model_points`) -> Spectral Residual, which needs
-   only a window of context;
+2. too little history to train a model (`min_model_points`) -> `spiky_detector` (the rolling
+   z-score by default, or Spectral Residual), which needs only a window of context;
 3. a constant history -> SVR, whose local-level prediction makes any change stand out;
 4. a strong, regular season with enough cycles of history (autocorrelation at the period
    >= `prophet_min_acf`, STL seasonal strength >= `prophet_min_seasonal_strength`, at least
    `prophet_min_cycles` periods, at most `prophet_max_missing_share` missing) -> Prophet;
 5. point-to-point noise as large as the series' whole spread (`noise_ratio` >=
    `sr_min_noise_ratio`): nothing for a regression to predict, spikes are what matter ->
-   Spectral Residual;
+   `spiky_detector` (chosen leave-one-NAB-group-out: the rolling z-score scored higher than
+   Spectral Residual on every held-out group);
 6. otherwise (structure that the recent past predicts: trends, level shifts, smooth
    cycles) -> SVR.
 
 Thresholds for flagging live here too, because they travel with the routing decision:
 residual detectors flag |x_t - x̂_t| > τ with τ = `tau_multiplier` x the robust spread of
 the history's residuals; SR flags its per-series normalised score above `sr_threshold`.
+That τ decides cleaning. An alarm needs more: `alarm_tau_scale` x τ, and a deviation that at
+most `alarm_history_share` of the history reached (by default: none, a deviation larger
+than any of the last `history_days`): a false-alarm budget per series.
+
+After routing, `fallback` compares the routed SVR or Prophet with the rolling z-score on the
+series' own history: the one that alarms at the smaller deviation (in the series' units,
+under the same budget) is kept.
 
 Per-metric overrides: `RouterConfig(overrides={"gpu_capacity": {"detector": "svr",
 "tau_multiplier": 8}})`; `config.for_metric("gpu_capacity")` gives the merged config.
@@ -29,8 +37,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DetectorName = Literal["sr", "svr", "prophet"]
-DETECTORS: tuple[str, ...] = ("sr", "svr", "prophet")
+DetectorName = Literal["sr", "svr", "prophet", "zscore"]
+DETECTORS: tuple[str, ...] = ("sr", "svr", "prophet", "zscore")
 
 
 class RouterConfig(BaseModel):
@@ -38,7 +46,9 @@ class RouterConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    detector: Literal["auto", "sr", "svr", "prophet"] = Field("auto", description="force one detector for every series")
+    detector: Literal["auto", "sr", "svr", "prophet", "zscore"] = Field(
+        "auto", description="force one detector for every series"
+    )
     min_model_points: int = Field(96, ge=0, description="history points below which only SR is used")
     prophet_enabled: bool = Field(True, description="allow routing to Prophet (the slowest detector to fit)")
     prophet_min_acf: float = Field(0.6, description="autocorrelation at the profiled period needed for Prophet")
@@ -52,6 +62,26 @@ class RouterConfig(BaseModel):
     sr_min_residual: float = Field(
         2.0, ge=0, description="SR also needs |x - x̂| above this many robust residual spreads"
     )
+
+    alarm_tau_scale: float = Field(
+        1.5, ge=1.0, description="an alarm needs a deviation this many times the cleaning threshold (τ) at least"
+    )
+    alarm_history_share: float | None = Field(
+        0.0,
+        ge=0.0,
+        lt=0.5,
+        description="false-alarm budget: an alarm also needs a deviation that at most this share of the "
+        "history's points reached (0: larger than any in the history the model was fitted on; None: no budget)",
+    )
+    fallback: bool = Field(
+        True,
+        description="at each refit, use the rolling z-score instead of the routed SVR or Prophet when the "
+        "z-score alarms at a smaller deviation under the same budget on the series' own history",
+    )
+    spiky_detector: Literal["zscore", "sr"] = Field(
+        "zscore", description="the detector for short or noise-dominated histories (rules 2 and 5)"
+    )
+    zscore_window: int = Field(288, ge=12, description="points in the rolling z-score's past mean")
 
     resolution_floor: float = Field(
         0.5, ge=0, description="residual spread is at least this x the typical nonzero step of the history"
@@ -68,6 +98,15 @@ class RouterConfig(BaseModel):
             "points; otherwise it is a level shift or a burst of real demand: kept, marked `sustained` (0: no limit)"
         ),
     )
+    max_fault_run: int = Field(
+        36,
+        ge=0,
+        description="a collapse towards zero (a drop or a counter reset of the exporter) that comes back within "
+        "this many points is cleaned as one fault (0: no such rule)",
+    )
+    fault_drop_share: float = Field(
+        0.1, ge=0.0, le=1.0, description="a collapse starts at a value at most this share of x̂"
+    )
     nonnegative: bool | None = Field(
         None,
         description="the metric is never negative (expected and clean values are clipped at 0); None: inferred "
@@ -80,6 +119,21 @@ class RouterConfig(BaseModel):
         description="share of exact zeros from which a non-negative history is zero-inflated: its residual spread "
         "is floored at its resolution even when it steps rarely, so a zero next to a small x̂ is not an anomaly",
     )
+    alarm_merge_points: int = Field(
+        12,
+        ge=0,
+        description="a deviating point within this many points of the previous deviating point belongs to the same "
+        "event: it raises no new alarm (0: every deviating point is an alarm)",
+    )
+    refit_every_hours: float = Field(24.0, gt=0, description="streaming: the model is refitted this often (hours)")
+    history_days: float = Field(7.0, gt=0, description="streaming: a refit sees at most this much history (days)")
+    warmup_refit_hours: float = Field(
+        1.0,
+        gt=0,
+        description="streaming: while the history before the regular refit is under `min_model_points`, refit this "
+        "often (hours), so a new or short series is judged as soon as it has `min_history_points`",
+    )
+    min_history_points: int = Field(24, ge=3, description="streaming: fewest history points a model is fitted on")
     warmup_share: float = Field(0.15, ge=0.0, lt=1.0, description="share of a series used as history only")
     min_warmup_points: int = Field(48, ge=0, description="fewest history-only points when none is given")
 
@@ -128,7 +182,7 @@ def route(profile: dict, config: RouterConfig | None = None, metric: str | None 
         return cfg.detector, f"forced by configuration ({cfg.detector})"
     n_valid = int(profile.get("n_valid") or 0)
     if n_valid < cfg.min_model_points:
-        return "sr", f"history too short for a model ({n_valid} < {cfg.min_model_points} points)"
+        return cfg.spiky_detector, f"history too short for a model ({n_valid} < {cfg.min_model_points} points)"
     if profile.get("constant"):
         return "svr", "constant history: local-level prediction makes any change stand out"
 
@@ -154,7 +208,9 @@ def route(profile: dict, config: RouterConfig | None = None, metric: str | None 
         )
     noise = profile.get("noise_ratio")
     if noise is not None and noise >= cfg.sr_min_noise_ratio:
-        return "sr", f"noise dominates (noise ratio {noise:.2f} >= {cfg.sr_min_noise_ratio}): spikes, not shape"
+        return cfg.spiky_detector, (
+            f"noise dominates (noise ratio {noise:.2f} >= {cfg.sr_min_noise_ratio}): spikes, not shape"
+        )
     return "svr", (
         f"structured, not regularly seasonal (noise ratio {_fmt(noise)}, acf at period {_fmt(acf_p)}, "
         f"{profile.get('level_shifts')} level shifts): predicted from lags and calendar"

@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
 )
 
 metadata = MetaData()
@@ -101,7 +102,8 @@ clean_sample = Table(
     Column("value", Float),  # NULL: the point was missing (and maybe filled)
     Column("expected", Float),
     Column("score", Float),
-    Column("is_anomaly", Boolean, nullable=False),
+    Column("is_anomaly", Boolean, nullable=False),  # an alarm: the point deviated beyond τ
+    Column("cleaned", Boolean, nullable=False, server_default=false()),  # clean_value replaced the value
     Column("filled", Boolean, nullable=False),
     Column("detector", String(16), nullable=False),
     Column("clean_value", Float),

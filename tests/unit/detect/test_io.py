@@ -35,7 +35,9 @@ def test_contract_columns_and_one_row_per_input_row(tmp_path, csv_in, spiky):
     assert list(table.columns) == CLI_COLUMNS
     assert len(table) == len(raw) == summary["rows"]
     assert summary["value_col"] == "gpu_util"
-    assert table["detector"].nunique() == 1 and table["detector"].iloc[0] == summary["detector"]
+    # routing is re-decided at every refit; the summary names the newest model's detector
+    assert table["detector"].dropna().iloc[-1] == summary["detector"]
+    assert table["detector"].isna().sum() < 0.1 * len(table)  # only the first hours lack a model
     assert np.isnan(table["value"].iloc[50])
     _, where = spiky
     assert set(where) <= set(np.flatnonzero(table["is_anomaly"].to_numpy()))
@@ -48,7 +50,7 @@ def test_named_columns_and_forced_detector(tmp_path, csv_in):
     out = tmp_path / "out.csv"
     summary = detect_csv(path, out, time_col="ts", value_col="other", detector="sr")
     table = pd.read_csv(out)
-    assert summary["detector"] == "sr" and (table["detector"] == "sr").all()
+    assert summary["detector"] == "sr" and (table["detector"].dropna() == "sr").all()
     assert (table["value"] == 1.0).all() and len(table) == len(raw)
 
 

@@ -21,16 +21,17 @@ def test_seasonal_goes_to_prophet_with_reason():
     assert "period 288" in reason
 
 
-def test_noisy_goes_to_sr_and_structured_to_svr():
-    assert route(NOISY, RouterConfig())[0] == "sr"
+def test_noisy_goes_to_the_spiky_detector_and_structured_to_svr():
+    assert route(NOISY, RouterConfig())[0] == "zscore"
+    assert route(NOISY, RouterConfig(spiky_detector="sr"))[0] == "sr"
     assert route(STRUCTURED, RouterConfig())[0] == "svr"
 
 
 def test_short_and_constant_histories():
-    assert route({**SEASONAL, "n_valid": 20}, RouterConfig())[0] == "sr"
+    assert route({**SEASONAL, "n_valid": 20}, RouterConfig())[0] == "zscore"
     name, reason = route({**SEASONAL, "constant": True}, RouterConfig())
     assert name == "svr" and "constant" in reason
-    assert route({"n_valid": 0}, RouterConfig())[0] == "sr"  # an empty profile still routes
+    assert route({"n_valid": 0}, RouterConfig(spiky_detector="sr"))[0] == "sr"  # an empty profile still routes
 
 
 def test_prophet_needs_enough_cycles_and_few_gaps():
@@ -41,7 +42,7 @@ def test_prophet_needs_enough_cycles_and_few_gaps():
 def test_thresholds_are_configuration():
     assert route(SEASONAL, RouterConfig(prophet_min_acf=0.95))[0] != "prophet"
     assert route(SEASONAL, RouterConfig(prophet_enabled=False))[0] != "prophet"
-    assert route(STRUCTURED, RouterConfig(sr_min_noise_ratio=0.05))[0] == "sr"
+    assert route(STRUCTURED, RouterConfig(sr_min_noise_ratio=0.05))[0] == "zscore"
 
 
 def test_forced_detector_and_per_metric_override():

@@ -1,0 +1,214 @@
+"""stream_detect: alarms apart from cleaning, refits as time passes, one judgement for the
+CLI and the pipeline."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpupool.detect.clean import OUTPUT_COLUMNS, refit_anchors, stream_detect
+from gpupool.detect.io import detect_csv
+from gpupool.detect.router import RouterConfig
+from gpupool.tsio import SeriesInputError
+
+
+def level_series(n: int = 600, seed: int = 0, start: str = "2025-01-06") -> pd.Series:
+    """A series around 10 at 5-minute steps (the issue's example)."""
+    rng = np.random.default_rng(seed)
+    idx = pd.date_range(start, periods=n, freq="5min", tz="UTC")
+    return pd.Series(10 + rng.normal(0, 0.5, n), index=idx, name="gpu_allocated")
+
+
+def test_a_burst_raises_one_alarm_and_is_kept_a_spike_is_alarmed_and_cleaned():
+    y = level_series()
+    y.iloc[500:510] = 20.0  # ten points at twice the level: real demand, not a fault
+    y.iloc[300] = 25.0  # one point: an exporter glitch
+    out = stream_detect(y)
+    assert list(out.columns) == OUTPUT_COLUMNS
+    assert out["is_anomaly"].iloc[500], "the burst's first point raises the alarm"
+    assert out["is_anomaly"].iloc[500:510].sum() == 1, "one alarm per event"
+    assert not out["cleaned"].iloc[500:510].any()
+    assert (out["clean_value"].iloc[500:510] == 20.0).all()
+    assert out["is_anomaly"].iloc[300] and out["cleaned"].iloc[300]
+    assert out["clean_value"].iloc[300] == pytest.approx(out["expected"].iloc[300])
+    assert abs(out["clean_value"].iloc[300] - 10) < 2
+    assert out["is_anomaly"].sum() <= 6  # ordinary noise raises (almost) nothing
+
+
+def test_alarm_merge_is_configuration():
+    y = level_series()
+    y.iloc[[300, 305]] = 25.0  # two glitches five points apart: one event by default
+    every = stream_detect(y, RouterConfig(alarm_merge_points=0), detector="svr")
+    merged = stream_detect(y, detector="svr")
+    assert every["is_anomaly"].iloc[[300, 305]].all()
+    assert merged["is_anomaly"].iloc[300] and not merged["is_anomaly"].iloc[305]
+    assert merged["cleaned"].iloc[[300, 305]].all(), "both are cleaned: merging alarms changes no cleaning"
+
+
+def test_a_short_file_gets_a_model_and_routing_is_redecided_at_refits():
+    y = level_series(n=600)  # 50 hours: too short for the old 15 % warm-up plus 96-point minimum
+    out = stream_detect(y)
+    models = out.attrs["models"]
+    assert out.attrs["refits"] == len(models) >= 3
+    # judged from the first hours on, and by a model fitted on more than SR's minimum by the end
+    assert out["score"].notna().sum() > 0.9 * len(y)
+    assert not models[max(models)][1].startswith("history too short")
+
+
+def test_refit_cadence_is_configuration():
+    y = level_series(n=1200)
+    daily = stream_detect(y, detector="svr")
+    six = stream_detect(y, RouterConfig(refit_every_hours=6), detector="svr")
+    day2 = str(y.index[0].normalize() + timedelta(days=1))
+    n_daily = sum(a >= day2 for a in daily.attrs["models"])
+    assert n_daily == 4 and sum(a >= day2 for a in six.attrs["models"]) >= 3 * n_daily
+    anchors = refit_anchors(y.index, np.ones(len(y), dtype=bool), RouterConfig())
+    later = anchors[300:]
+    assert (later == later.floor("1D")).all(), "after the first day the refit is daily, at midnight UTC"
+    assert (anchors[~anchors.isna()] <= y.index[~anchors.isna()]).all()
+
+
+def test_no_look_ahead():
+    y = level_series(n=900)
+    y.iloc[400] = 25.0
+    a = stream_detect(y, detector="svr")
+    changed = y.copy()
+    changed.iloc[700:] += 30.0
+    b = stream_detect(changed, detector="svr")
+    cols = ["expected", "score", "is_anomaly"]
+    # the cleaning decision may look max_anomaly_run points ahead; alarms and x̂ never do
+    pd.testing.assert_frame_equal(a[cols].iloc[:700], b[cols].iloc[:700])
+
+
+def test_window_by_window_gives_the_same_alarms_as_one_go():
+    y = level_series(n=900)
+    y.iloc[400] = 25.0
+    y.iloc[610:640] = 20.0  # a burst that runs across window starts
+    one_go = stream_detect(y, detector="svr")
+    hours = pd.date_range(y.index[0], y.index[-1] + timedelta(hours=1), freq="1h")
+    parts = [stream_detect(y, detector="svr", start=a, end=b) for a, b in zip(hours[:-1], hours[1:])]
+    windows = pd.concat(parts)
+    pd.testing.assert_frame_equal(windows[["expected", "score", "is_anomaly"]], one_go[["expected", "score", "is_anomaly"]])
+    assert one_go["is_anomaly"].iloc[610:640].sum() == 1
+
+
+def test_cli_refit_every(tmp_path):
+    y = level_series(n=1200)
+    path = tmp_path / "in.csv"
+    pd.DataFrame({"ts": y.index, "v": y.to_numpy()}).to_csv(path, index=False)
+    a = detect_csv(path, tmp_path / "a.csv")
+    b = detect_csv(path, tmp_path / "b.csv", refit_every="2h")
+    assert b["refits"] > a["refits"]
+    with pytest.raises(SeriesInputError, match="--refit-every"):
+        detect_csv(path, tmp_path / "c.csv", refit_every="often")
+
+
+def test_cli_and_pipeline_raise_the_same_alarms(tmp_path, sqlite_engine):
+    from gpupool import pipeline
+    from gpupool.config import default_config
+    from gpupool.staging import loader
+
+    y = level_series(n=720, seed=3, start="2026-03-01")  # 2.5 days
+    y.iloc[400] = 25.0
+    y.iloc[560:590] = 20.0
+    y.iloc[640] = 0.0
+    frame = pd.DataFrame(
+        {
+            "platform": "openstack",
+            "cluster": "",
+            "entity_kind": "platform",
+            "entity_id": "",
+            "metric": "gpu_allocated",
+            "ts": y.index,
+            "value": y.to_numpy(),
+            "unit": "gpus",
+        }
+    )
+    first, end = y.index[0], y.index[-1] + timedelta(minutes=5)
+    loader.replace_slice(sqlite_engine, loader.Slice("sample", {"platform": "openstack"}, first, end), frame)
+    ctx = pipeline.Context(default_config(), sqlite_engine)
+    judged_from = pd.Timestamp("2026-03-02 08:00", tz="UTC")
+    hours = pd.date_range(judged_from, end, freq="1h")
+    for a, b in zip(hours[:-1], hours[1:]):
+        pipeline.detect(ctx, "openstack", pipeline.Window(a.to_pydatetime(), b.to_pydatetime()))
+    import sqlalchemy as sa
+
+    from gpupool.staging.schema import clean_sample
+
+    with sqlite_engine.connect() as conn:
+        stored = pd.read_sql(sa.select(clean_sample).order_by(clean_sample.c.ts), conn)
+    stored["ts"] = pd.to_datetime(stored["ts"], utc=True)
+    path = tmp_path / "series.csv"
+    pd.DataFrame({"timestamp": y.index, "gpu_allocated": y.to_numpy()}).to_csv(path, index=False)
+    detect_csv(path, tmp_path / "out.csv")
+    cli = pd.read_csv(tmp_path / "out.csv")
+    cli["timestamp"] = pd.to_datetime(cli["timestamp"], utc=True)
+    cli = cli[cli["timestamp"] >= judged_from].reset_index(drop=True)
+    assert len(stored) == len(cli) == len(hours[:-1]) * 12
+    assert (stored["ts"].to_numpy() == cli["timestamp"].to_numpy()).all()
+    assert stored["is_anomaly"].tolist() == cli["is_anomaly"].tolist()
+    assert stored["is_anomaly"].sum() >= 2 and stored["cleaned"].sum() >= 2
+    np.testing.assert_allclose(stored["expected"].to_numpy(), cli["expected"].to_numpy(), rtol=1e-9)
+    assert (stored["detector"] == cli["detector"]).all()
+
+
+def test_zscore_detector_flags_and_cleans_a_spike():
+    y = level_series(n=900)
+    y.iloc[600] = 25.0
+    out = stream_detect(y, detector="zscore")
+    assert out["is_anomaly"].iloc[600] and out["cleaned"].iloc[600]
+    assert abs(out["clean_value"].iloc[600] - 10) < 1
+    assert set(out["detector"].iloc[300:]) == {"zscore"}
+    assert out["is_anomaly"].sum() <= 5
+
+
+def test_false_alarm_budget_raises_the_alarm_threshold_on_a_heavy_tailed_history():
+    from gpupool.detect.clean import fit_series_model
+
+    rng = np.random.default_rng(4)
+    y = level_series(n=2000)
+    bursts = rng.choice(2000, 60, replace=False)
+    y.iloc[bursts] += rng.exponential(4.0, 60)  # frequent ordinary bursts: a heavy upper tail
+    off = fit_series_model(y, RouterConfig(alarm_history_share=None), detector="zscore")
+    budget = fit_series_model(y, RouterConfig(alarm_history_share=0.005), detector="zscore")
+    assert off.alarm_threshold_ == RouterConfig().alarm_tau_scale * RouterConfig().tau_multiplier
+    assert budget.alarm_threshold_ > off.alarm_threshold_
+    assert budget.threshold_ == off.threshold_, "the budget is for alarms; cleaning keeps τ"
+    # a budget never lowers the alarm threshold below the τ scale's
+    calm = fit_series_model(level_series(n=2000), RouterConfig(alarm_history_share=0.005), detector="zscore")
+    assert calm.alarm_threshold_ >= off.alarm_threshold_
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_fallback_keeps_the_detector_that_alarms_at_the_smaller_deviation(seed):
+    from gpupool.detect.clean import _alarm_size, fit_series_model
+
+    rng = np.random.default_rng(seed)
+    idx = pd.date_range("2025-01-06", periods=2016, freq="5min", tz="UTC")
+    # heavy-tailed noise around a slowly moving level: SVR and the z-score are close rivals
+    y = pd.Series(50 + np.cumsum(rng.normal(0, 0.05, 2016)) + rng.standard_t(2, 2016), index=idx)
+    cfg = RouterConfig(sr_min_noise_ratio=10.0, prophet_enabled=False)  # the features say SVR
+    off = fit_series_model(y, cfg.model_copy(update={"fallback": False}))
+    assert off.detector_name == "svr"
+    zs = fit_series_model(y, cfg, detector="zscore")
+    routed = fit_series_model(y, cfg)
+    assert _alarm_size(routed) == min(_alarm_size(off), _alarm_size(zs))
+    assert routed.detector_name == ("zscore" if _alarm_size(zs) < _alarm_size(off) else "svr")
+    assert ("fallback" in routed.reason) == (routed.detector_name == "zscore")
+
+
+def test_a_counter_reset_is_cleaned_as_one_fault_a_lasting_fall_is_kept():
+    y = level_series(n=1200, seed=5)
+    y.iloc[500:520] = 10 * np.linspace(0.0, 1.0, 20, endpoint=False)  # exporter restart: zero, then a ramp back
+    y.iloc[900:1100] = 0.0  # demand really went away for hours
+    out = stream_detect(y, detector="svr")
+    assert out["is_anomaly"].iloc[500]
+    reset = out.iloc[500:520]
+    assert reset["cleaned"].iloc[:15].all(), "the ramp's points far below the level are replaced"
+    assert (reset["clean_value"].iloc[:15] > 8.5).all() and (reset["clean_value"].iloc[:15] < 11.5).all()
+    assert out["is_anomaly"].iloc[900] and not out["cleaned"].iloc[900:1100].any()
+    rule_off = stream_detect(y, RouterConfig(max_fault_run=0), detector="svr")
+    assert rule_off["cleaned"].iloc[500:515].sum() < 5
