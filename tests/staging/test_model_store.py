@@ -1,4 +1,5 @@
-"""The pipeline's daily model cache stores fitted models as JSON and never unpickles a row."""
+"""The pipeline's model store (one model per series and refit anchor) keeps fitted models as
+JSON and never unpickles a row."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from alembic import command
 
 from gpupool.canonical import SERIES_KEY
 from gpupool.detect.clean import fit_series_model, score_window
-from gpupool.pipeline import Window, _model_for
+from gpupool.pipeline import _model_for
 from gpupool.staging import db
 from gpupool.staging.schema import series_profile
 
@@ -58,16 +59,19 @@ def _write_model(engine, value, at):
         conn.execute(series_profile.insert().values(**rec))
 
 
-def test_model_is_stored_as_json_and_reused_for_a_day(engine):
+def _before(y: pd.Series, at: datetime) -> pd.Series:
+    return y.loc[y.index < pd.Timestamp(at)]
+
+
+def test_model_is_stored_as_json_and_reused_for_its_anchor(engine):
     y, calls = _series(), []
-    w1 = Window(T0, T0 + timedelta(hours=1))
-    model, fresh = _model_for(engine, KEY, y, w1, _fit(calls))
+    model, fresh = _model_for(engine, KEY, pd.Timestamp(T0), _before(y, T0), _fit(calls))
     assert fresh and calls
     (row,) = _stored(engine)
     params = json.loads(row.model)
     assert params["detector_name"] == "svr" and params["detector"]["svm"]["support_vectors"]
-    w2 = Window(T0 + timedelta(hours=5), T0 + timedelta(hours=6))
-    again, fresh = _model_for(engine, KEY, y, w2, _fit(calls))
+    # a later window with the same refit anchor rebuilds the stored model instead of refitting
+    again, fresh = _model_for(engine, KEY, pd.Timestamp(T0), _before(y, T0), _fit(calls))
     assert not fresh and len(calls) == 1
     start, end = y.index[-12], y.index[-1] + pd.Timedelta("5min")
     pd.testing.assert_frame_equal(score_window(again, y, start, end), score_window(model, y, start, end), rtol=0, atol=1e-9)
@@ -82,7 +86,7 @@ def test_a_pickle_in_the_column_is_never_unpickled(engine, tmp_path, caplog):
     _write_model(engine, payload, T0)
     calls = []
     with caplog.at_level(logging.WARNING, logger="gpupool.pipeline"):
-        model, fresh = _model_for(engine, KEY, _series(), Window(T0, T0 + timedelta(hours=1)), _fit(calls))
+        model, fresh = _model_for(engine, KEY, pd.Timestamp(T0), _before(_series(), T0), _fit(calls))
     assert fresh and calls and model.detector_name == "svr"
     assert not marker.exists()
     assert "sim/c1/platform//gpu_allocated" in caplog.text and "refitting" in caplog.text
@@ -100,7 +104,7 @@ def test_garbage_and_malformed_params_get_a_refit_not_a_crash(engine, caplog):
         _write_model(engine, value, at)
         calls = []
         with caplog.at_level(logging.WARNING, logger="gpupool.pipeline"):
-            _, fresh = _model_for(engine, KEY, y, Window(at, at + timedelta(hours=1)), _fit(calls))
+            _, fresh = _model_for(engine, KEY, pd.Timestamp(at), _before(y, T0), _fit(calls))
         assert fresh and calls, value[:40]
     assert caplog.text.count("refitting") == len(bad_values)
 
@@ -115,10 +119,10 @@ def test_upgrade_drops_stored_pickles(engine):
     rec = dict(zip(SERIES_KEY, KEY), computed_at=T0, features={}, detector="svr", reason="old", model=pickle.dumps({"a": 1}))
     with engine.begin() as conn:
         conn.execute(old.insert().values(**rec))
-    assert db.upgrade(engine) == db.head_revision() == "0002"
+    assert db.upgrade(engine) == db.head_revision()
     (row,) = _stored(engine)
     assert row.model is None  # a cache: the next run refits
-    _, fresh = _model_for(engine, KEY, _series(), Window(T0, T0 + timedelta(hours=1)), _fit([]))
+    _, fresh = _model_for(engine, KEY, pd.Timestamp(T0), _before(_series(), T0), _fit([]))
     assert fresh
 
 
