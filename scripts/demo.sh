@@ -57,6 +57,9 @@ rows = json.load(open(sys.argv[1]))
 print(f"  {'policy':<11}{'demand GPU-h':>14}{'unmet GPU-h':>13}{'utilization':>13}{'moves':>7}")
 for r in rows:
     print(f"  {r['policy']:<11}{r['demand_gpu_hours']:>14.0f}{r['unmet_gpu_hours']:>13.1f}{r['utilization']:>13.3f}{r['moves']:>7}")
+for r in rows:
+    if r.get("note"):
+        print(f"  {r['policy']}: {r['note']}")
 PY
 echo
 echo "report:   file://$AIRFLOW_HOME/report/index.html"

@@ -119,3 +119,35 @@ def add_platform_totals(frame: pd.DataFrame) -> pd.DataFrame:
     if not extra:
         return frame
     return pd.concat([frame, *extra], ignore_index=True)[SAMPLE_COLUMNS]
+
+
+#: how far back the spread of demand inside an hour is measured
+SPREAD_WINDOW = pd.Timedelta(days=1)
+
+
+def demand_of_steps(wide: pd.DataFrame) -> tuple[pd.Series, dict]:
+    """Hourly mean demand (allocated + pending) from step-level values, one column per metric.
+
+    A platform with no pending-work metric has no queue to report (zero); a step missing one of
+    the metrics the platform does report is no demand figure at all. Also returns
+    ``{"within_hour_sd": ...}``: the root mean square deviation of the step-level demand from its
+    hour's mean over the last day. The planner serves steps, not hourly means, so it plans on the
+    hour's spread as well as the forecast's (a platform given its mean is short at every step
+    above it). Pure: the forecast stage (through ``staging.reads.hourly_demand``) and
+    ``gpupool simulate`` both call it.
+    """
+    import numpy as np
+
+    if wide.empty:
+        return pd.Series(dtype="float64"), {"within_hour_sd": 0.0}
+    cols = [wide[m] if m in wide else pd.Series(0.0, index=wide.index) for m in DEMAND_METRICS]
+    values = np.column_stack([c.to_numpy(float) for c in cols])
+    demand = pd.Series(np.where(np.isnan(values).any(axis=1), np.nan, values.sum(axis=1)), index=wide.index)
+    hourly = demand.resample("1h").mean()
+    recent = demand[demand.index >= demand.index.max() - SPREAD_WINDOW].dropna()
+    within = 0.0
+    if len(recent) > 2:
+        steps = pd.Series(recent.to_numpy(float))
+        dev = steps - steps.groupby(recent.index.floor("1h").to_numpy()).transform("mean")
+        within = float(np.sqrt(np.mean(dev.to_numpy() ** 2)))
+    return hourly, {"within_hour_sd": round(within, 6)}

@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario")
     p.add_argument("--policy", default="predictive", choices=["static", "reactive", "predictive", "oracle"])
     p.add_argument("--json", dest="json_out", help="write the result JSON here")
+    p.add_argument("--no-clean", action="store_true",
+                   help="forecast from the raw telemetry (skip detect/clean) to measure what cleaning is worth")
     p.add_argument("--no-progress", action="store_true")
 
     p = sub.add_parser("sim", help="the virtual datacenter")
@@ -184,7 +186,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from gpupool.sim.study import simulate
 
         scenario = load_scenario(args.scenario)
-        result = simulate(scenario, args.policy, progress=not args.no_progress and sys.stderr.isatty())
+        result = simulate(scenario, args.policy, progress=not args.no_progress and sys.stderr.isatty(),
+                          clean=not args.no_clean)
         text = json.dumps(result, indent=2)
         if args.json_out:
             with open(args.json_out, "w") as fh:

@@ -233,13 +233,10 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
     judged on its past only by the model of its refit anchor (daily by default, fitted on
     the newest `history_days`); models are stored per anchor and reused by later windows.
     """
-    from gpupool.detect.clean import fit_series_model, stream_detect
-
     db.require_migrated(ctx.engine)
     router = ctx.config.detect.router_config()
     # the oldest refit a window's points (and the alarm look-back before it) can need
-    lookback = timedelta(hours=24.0 * router.history_days + router.refit_every_hours) + DETECT_ALARM_LOOKBACK
-    hist = reads.read_samples(ctx.engine, window.start - lookback, window.end, platform)
+    hist = reads.read_samples(ctx.engine, window.start - detect_lookback(router), window.end, platform)
     hist = hist[hist["entity_kind"].isin(ctx.config.detect.entity_kinds)]
     in_window = hist[hist["ts"] >= pd.Timestamp(window.start)]
     keys = in_window[SERIES_KEY].drop_duplicates().itertuples(index=False, name=None)
@@ -250,11 +247,11 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
         fresh = []
 
         def model_for(anchor, history, key=key, fresh=fresh):
-            model, new = _model_for(ctx.engine, key, anchor, history, lambda h: fit_series_model(h, router, metric=key[4]))
+            model, new = _model_for(ctx.engine, key, anchor, history, lambda h: fit_detector(h, router, key[4]))
             fresh.append(new)
             return model
 
-        scored = stream_detect(series, router, metric=key[4], start=window.start, end=window.end, model_for=model_for)
+        scored = judge_series(series, router, key[4], window.start, window.end, model_for)
         refits += sum(fresh)
         frame = scored.reset_index(names="ts")
         frame["detector"] = frame["detector"].replace("", "none")
@@ -268,6 +265,34 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
     frame = pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
     rows = loader.replace_slice(ctx.engine, loader.Slice("clean_sample", {"platform": platform}, window.start, window.end), frame)
     return {"platform": platform, "series": len(out), "rows": rows, "anomalies": anomalies, "refits": refits, "detectors": routes}
+
+
+def detect_lookback(router) -> timedelta:
+    """How far before a window the detect stage reads: the oldest refit its points can need."""
+    return timedelta(hours=24.0 * router.history_days + router.refit_every_hours) + DETECT_ALARM_LOOKBACK
+
+
+def fit_detector(history: pd.Series, router, metric: str | None):
+    """The detect stage's model of one series at a refit anchor, fitted on ``history``.
+
+    Pure: the pipeline stores it per anchor in ``series_profile``; ``gpupool simulate`` keeps it
+    in memory per anchor.
+    """
+    from gpupool.detect.clean import fit_series_model
+
+    return fit_series_model(history, router, metric=metric)
+
+
+def judge_series(series: pd.Series, router, metric: str | None, start, end, model_for) -> pd.DataFrame:
+    """The detect stage's streaming judgement of the points of ``series`` in ``[start, end)``.
+
+    ``series`` holds the window and :func:`detect_lookback` before it; ``model_for(anchor,
+    history)`` gives each refit anchor's model. Pure: the pipeline writes the result to
+    ``clean_sample``; the simulator feeds its ``clean_value`` on to the forecast.
+    """
+    from gpupool.detect.clean import stream_detect
+
+    return stream_detect(series, router, metric=metric, start=start, end=end, model_for=model_for)
 
 
 def _series(frame: pd.DataFrame, key: tuple, freq: pd.Timedelta) -> pd.Series:
@@ -355,8 +380,6 @@ FORECAST_HISTORY = timedelta(days=28)
 
 def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | None = None, level: float = 90.0) -> dict:
     """Forecast one platform's hourly demand from the window's end; store run and rows."""
-    from gpupool.forecast.select import AutoForecaster
-
     horizon = horizon or ctx.config.limits.horizon_hours
     end = pd.Timestamp(window.end).floor("1h")
     history, info = reads.hourly_demand(ctx.engine, platform, (end - FORECAST_HISTORY).to_pydatetime(), end.to_pydatetime())
@@ -365,12 +388,9 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
         raise ValueError(f"platform {platform}: no demand history before {end.isoformat()} to forecast from")
     # orders chosen in the last day are reused (parameters are re-estimated, the search is not)
     warm = _recent_summary(ctx.engine, platform, window.end)
-    # demand includes pending work, so it is bounded below by zero but not above by the
-    # platform's capacity: the interval is clipped at zero only. The model is chosen by
-    # validation inside the history; the choice and every candidate's error go into the summary.
-    model = AutoForecaster(horizon=horizon, level=level, lower_bound=0.0, upper_bound=None, orders=warm)
-    model.fit(history)
-    fc = model.predict(horizon)
+    # the model is chosen by validation inside the history; the choice and every candidate's
+    # error go into the summary
+    fc, model_summary = demand_forecast(history, horizon, level, warm)
     issued = window.end
     rows = pd.DataFrame(
         {
@@ -384,7 +404,7 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
             "yhat_upper": fc["yhat_upper"].to_numpy(),
         }
     )
-    summary = _jsonable({**model.summary_, **info, "history_hours": int(history.notna().sum())})
+    summary = _jsonable({**model_summary, **info, "history_hours": int(history.notna().sum())})
     with ctx.engine.begin() as conn:
         key = [forecast_run.c.platform == platform, forecast_run.c.series == "demand", forecast_run.c.issued_at == issued]
         conn.execute(forecast_run.delete().where(*key))
@@ -407,13 +427,35 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
     }
 
 
+def demand_forecast(history: pd.Series, horizon: int, level: float = 90.0, warm: dict | None = None) -> tuple[pd.DataFrame, dict]:
+    """The forecast stage's model on one platform's hourly demand: ``(frame, summary)``.
+
+    ``frame`` has ``ts, yhat, yhat_lower, yhat_upper`` for the next ``horizon`` hours; ``summary``
+    is the fitted model's (orders, fallback, ...), the next run's warm start. ``warm``: the
+    summary of a forecast issued within the last day (see :func:`warm_start`). Pure: the
+    pipeline stores both; ``gpupool simulate`` keeps the summary for its next hour.
+    """
+    from gpupool.forecast.select import AutoForecaster
+
+    # demand includes pending work, so it is bounded below by zero but not above by the
+    # platform's capacity: the interval is clipped at zero only. The model is chosen by
+    # validation inside the history (forecast.select).
+    model = AutoForecaster(horizon=horizon, level=level, lower_bound=0.0, upper_bound=None, orders=warm)
+    model.fit(history)
+    return model.predict(horizon), dict(model.summary_)
+
+
+def warm_start(summary: dict | None) -> dict | None:
+    """A stored forecast summary as a warm start: none from a fallback (it is no order to start from)."""
+    if not isinstance(summary, dict) or summary.get("fallback"):
+        return None
+    return summary
+
+
 def _recent_summary(engine: Engine, platform: str, at: datetime) -> dict | None:
     """The model summary of the platform's last forecast issued within a day before `at`,
     unless that one fell back (a fallback is no order to start from)."""
-    found = reads.recent_forecast_summary(engine, platform, at, within=timedelta(days=1))
-    if not isinstance(found, dict) or found.get("fallback"):
-        return None
-    return found
+    return warm_start(reads.recent_forecast_summary(engine, platform, at, within=timedelta(days=1)))
 
 
 # --- plan ------------------------------------------------------------------------------

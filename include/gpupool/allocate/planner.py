@@ -203,6 +203,109 @@ class Plan:
 
 
 # --------------------------------------------------------------------------------------------
+# what the planner plans on: one function per demand source, shared by the pipeline's plan
+# stage and `gpupool simulate`
+
+
+#: hours of a forecast's own track record the plan weighs it on
+SKILL_HOURS = 48
+#: scored hours before a forecast's record may overrule it
+MIN_SKILL_HOURS = 6
+
+
+@dataclass(frozen=True)
+class ForecastSkill:
+    """How the forecast did against the last hour (the naive forecast) on the platform's own recent hours."""
+
+    hours: int
+    rmse_forecast: float
+    rmse_naive: float
+
+    @property
+    def forecast_wins(self) -> bool:
+        """Whether the plan uses the forecast: until its record covers ``MIN_SKILL_HOURS`` there is
+        no evidence against it; after that, only while it beats the last hour."""
+        return self.hours < MIN_SKILL_HOURS or self.rmse_forecast <= self.rmse_naive
+
+
+def forecast_skill(issued: pd.Series, hourly: pd.Series, hours: int = SKILL_HOURS) -> ForecastSkill:
+    """Score the one-hour-ahead forecasts ``issued`` (indexed by the hour they forecast) against
+    the hourly demand seen since, beside the naive forecast (the hour before), over the last ``hours``."""
+    seen = hourly.dropna()
+    both = pd.DataFrame({"fc": issued, "actual": seen, "naive": seen.shift(1, freq="1h")}).dropna()
+    both = both.iloc[-hours:]
+    if both.empty:
+        return ForecastSkill(0, math.inf, math.inf)
+    err_fc = both["actual"].to_numpy() - both["fc"].to_numpy()
+    err_naive = both["actual"].to_numpy() - both["naive"].to_numpy()
+    return ForecastSkill(len(both), float(np.sqrt(np.mean(err_fc**2))), float(np.sqrt(np.mean(err_naive**2))))
+
+
+def demand_from_forecast(
+    yhat: Sequence[float],
+    yhat_upper: Sequence[float],
+    level: float,
+    within_hour_sd: float,
+    headroom_quantile: float,
+    skill: ForecastSkill | None = None,
+    hourly: pd.Series | None = None,
+) -> PlatformDemand:
+    """The planner's demand from an hourly forecast: its mean, and an upper bound at the policy's quantile.
+
+    The forecast is of each hour's *mean*; the world serves every step of the hour. The spread
+    the planner plans on is therefore the forecast's error (its interval at ``level``, Normal)
+    and the spread of demand inside an hour (``within_hour_sd``, seen in the telemetry) together:
+    ``sigma = sqrt(sigma_forecast^2 + within_hour_sd^2)``. Planning on the mean alone leaves a
+    platform short at every step above it.
+
+    With ``skill`` (the forecast's own track record, :func:`forecast_skill`) and the ``hourly``
+    demand seen: where the last hour has forecast this platform better than the model over its
+    recent hours, the plan uses the last hour (:func:`demand_from_last_hour`) — the method notices
+    on the series' own history that the simple baseline wins, and falls back to it.
+    """
+    if skill is not None and hourly is not None and not skill.forecast_wins:
+        return demand_from_last_hour(hourly, within_hour_sd, len(tuple(yhat)), headroom_quantile)
+    mean = np.clip(np.asarray(yhat, dtype=float), 0.0, None)
+    z_fc = float(ndtri(0.5 + float(level) / 200.0))
+    sigma_fc = np.clip(np.asarray(yhat_upper, dtype=float) - mean, 0.0, None) / z_fc
+    if skill is not None and skill.hours >= MIN_SKILL_HOURS:
+        # the model's interval, but never narrower than the errors it really made
+        sigma_fc = np.maximum(sigma_fc, skill.rmse_forecast * np.sqrt(np.arange(1, len(mean) + 1)))
+    sigma = np.sqrt(sigma_fc**2 + float(within_hour_sd) ** 2)
+    return _normal_demand(mean, sigma, headroom_quantile)
+
+
+def demand_from_last_hour(
+    hourly: pd.Series,
+    within_hour_sd: float,
+    horizon: int,
+    headroom_quantile: float,
+    lookback: int = 24,
+) -> PlatformDemand:
+    """The reactive planner's demand: the last hour's mean for every hour ahead, with its spread.
+
+    The last hour is a naive forecast; its error ``h`` hours ahead is taken from the hour-to-hour
+    changes of the last ``lookback`` hours (a random walk: ``sqrt(h)`` times their root mean
+    square), and the spread inside an hour is added as for :func:`demand_from_forecast`.
+    """
+    seen = hourly.dropna()
+    last = float(seen.iloc[-1]) if len(seen) else 0.0
+    last = max(last, 0.0) if math.isfinite(last) else 0.0
+    changes = seen.diff().dropna().to_numpy(float)[-lookback:]
+    step_sd = float(np.sqrt(np.mean(changes**2))) if len(changes) >= 2 else 0.0
+    h = np.arange(1, horizon + 1, dtype=float)
+    sigma = np.sqrt(h * step_sd**2 + float(within_hour_sd) ** 2)
+    return _normal_demand(np.full(horizon, last), sigma, headroom_quantile)
+
+
+def _normal_demand(mean: np.ndarray, sigma: np.ndarray, headroom_quantile: float) -> PlatformDemand:
+    z = float(ndtri(headroom_quantile))
+    upper = mean + z * sigma
+    return PlatformDemand(mean=tuple(round(float(v), 6) for v in mean),
+                          upper=tuple(round(float(v), 6) for v in upper))
+
+
+# --------------------------------------------------------------------------------------------
 # capacity in a platform's unit
 
 

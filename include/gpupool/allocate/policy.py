@@ -38,8 +38,11 @@ class Policy(BaseModel):
     )
     priority: dict[str, float] = Field(default_factory=dict, description="platform -> weight of its unmet demand")
     max_moves_per_decision: int = Field(4, ge=0)
-    cooldown: dt.timedelta = Field(dt.timedelta(hours=2), description="a moved node stays put this long")
-    move_cost: float = Field(1.0, ge=0, description="GPU-hours charged per node move (churn, risk)")
+    # cooldown and move_cost: chosen on the tuning groupings G1, G2 of bench/allocate_helios.py
+    # (bench/allocate_tune.py: 100 % and 115 % pools, 5 days; move_cost 0.5 left 22.6 GPU-h
+    # unmet against 30.3 at 1.0 and 36.2 at 2.0; cool-downs of 0, 1 and 2 h were level, 1 h kept)
+    cooldown: dt.timedelta = Field(dt.timedelta(hours=1), description="a moved node stays put this long")
+    move_cost: float = Field(0.5, ge=0, description="GPU-hours charged per node move (churn, risk)")
     idle_weight: float = Field(0.05, ge=0, description="weight of a held but idle GPU-hour")
     move_minutes: float = Field(30.0, ge=0, description="a moving node serves nobody for this long")
     layout_change_minutes: float = Field(10.0, ge=0, description="a MIG re-layout makes a node unavailable this long")

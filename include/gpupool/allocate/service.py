@@ -21,19 +21,25 @@ holds (closed-loop studies, tests).
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 import pandas as pd
 import sqlalchemy as sa
-from scipy.special import ndtri
 from sqlalchemy.engine import Engine
 
 from gpupool import mig
 from gpupool.allocate import handover as ho
 from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason
-from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
+from gpupool.allocate.planner import (
+    GPU_UNIT,
+    SKILL_HOURS,
+    NodeRecord,
+    demand_from_forecast,
+    demand_from_last_hour,
+    forecast_skill,
+    plan,
+)
 from gpupool.allocate.policy import Policy
 from gpupool.staging import reads
 from gpupool.staging.schema import action_audit, allocation_plan, handover
@@ -128,40 +134,53 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
                     headroom_quantile: float) -> tuple[dict[str, dict], dict[str, str]]:
     """Demand per platform for the planner (``{mean, upper}`` per hour) and where it came from.
 
-    ``predictive``: the forecast issued at the window's end, its upper bound rescaled from the
-    forecast's interval level to the policy's headroom quantile (Normal errors). A platform
-    without such a forecast, and the ``reactive``/``static`` policies, use the last hour's mean
-    demand taken as certain.
+    ``predictive``: the forecast issued at the window's end and the spread of demand inside an
+    hour the forecast stage measured, through :func:`~gpupool.allocate.planner.demand_from_forecast`.
+    A platform without such a forecast, and the ``reactive``/``static`` policies, use the last
+    hour's demand and the last day's spread (:func:`~gpupool.allocate.planner.demand_from_last_hour`).
+    ``gpupool simulate`` calls the same two functions on the same stages' outputs.
     """
     end = _utc(window.end)
     demand: dict[str, dict] = {}
     source: dict[str, str] = {}
     if kind == "predictive":
         fc = reads.read_forecasts(engine, end.to_pydatetime(), platforms)
-        levels = reads.forecast_levels(engine, end.to_pydatetime(), platforms)
-        z_want = float(ndtri(headroom_quantile))
+        runs = reads.forecast_runs(engine, end.to_pydatetime(), platforms)
+        since = end - pd.Timedelta(hours=SKILL_HOURS + 1)
+        issued = reads.forecasts_issued_between(engine, since.to_pydatetime(), end.to_pydatetime(), step=1)
         for p in platforms:
             rows = fc[fc["platform"] == p].sort_values("step").head(horizon)
             if rows.empty:
                 continue
-            mean = rows["yhat"].clip(lower=0).to_numpy(float)
-            z_fc = float(ndtri(0.5 + levels.get(p, 90.0) / 200.0))
-            sigma = (rows["yhat_upper"].to_numpy(float) - mean).clip(min=0) / z_fc
-            demand[p] = {"mean": [round(float(v), 4) for v in mean],
-                         "upper": [round(float(v), 4) for v in (mean + z_want * sigma)], "unit": GPU_UNIT}
-            source[p] = f"forecast issued {end.isoformat()} (level {levels.get(p, 90.0):g})"
+            level, summary = runs.get(p, (90.0, {}))
+            within = float((summary or {}).get("within_hour_sd") or 0.0)
+            hourly, _ = reads.hourly_demand(engine, p, since.to_pydatetime(), end.to_pydatetime())
+            hourly = hourly[hourly.index < end]
+            skill = forecast_skill(_first_hour_forecasts(issued, p), hourly)
+            d = demand_from_forecast(rows["yhat"].to_numpy(float), rows["yhat_upper"].to_numpy(float), level,
+                                     within, headroom_quantile, skill=skill, hourly=hourly)
+            demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT}
+            source[p] = (f"forecast issued {end.isoformat()} (level {level:g}, spread within the hour {within:.1f})"
+                         if skill.forecast_wins else
+                         f"last hour: over {skill.hours} h it forecast better than the model issued "
+                         f"{end.isoformat()} (RMSE {skill.rmse_naive:.1f} vs {skill.rmse_forecast:.1f})")
     for p in platforms:
         if p in demand:
             continue
-        hist, _ = reads.hourly_demand(engine, p, (end - pd.Timedelta(hours=1)).to_pydatetime(), end.to_pydatetime())
-        hist = hist.dropna()
-        last = float(hist.iloc[-1]) if len(hist) else 0.0
-        last = max(last, 0.0) if math.isfinite(last) else 0.0
-        demand[p] = {"mean": [round(last, 4)] * horizon, "upper": [round(last, 4)] * horizon, "unit": GPU_UNIT}
-        source[p] = "last hour" + ("" if len(hist) else " (no demand data: zero)")
+        hist, info = reads.hourly_demand(engine, p, (end - pd.Timedelta(days=1)).to_pydatetime(), end.to_pydatetime())
+        hist = hist[hist.index < end]
+        d = demand_from_last_hour(hist, float(info.get("within_hour_sd") or 0.0), horizon, headroom_quantile)
+        demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT}
+        source[p] = "last hour" + ("" if hist.notna().any() else " (no demand data: zero)")
         if kind == "predictive":
             source[p] += "; no forecast issued at the window's end"
     return demand, source
+
+
+def _first_hour_forecasts(issued: pd.DataFrame, platform: str) -> pd.Series:
+    """One platform's one-hour-ahead demand forecasts, indexed by the hour they forecast."""
+    mine = issued[(issued["platform"] == platform) & (issued["series"] == "demand")]
+    return pd.Series(mine["yhat"].to_numpy(float), index=pd.DatetimeIndex(mine["ts"]))
 
 
 def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[str, Any]:

@@ -15,7 +15,8 @@ The format other tools read and write::
 Relative trace paths are relative to the scenario file. Optional keys beyond that format:
 ``start``/``end`` (the simulated window; required when no platform has a trace, otherwise it
 clips the traces), ``seed`` (synthetic platforms), ``policy`` (overrides of
-:class:`gpupool.allocate.planner.Policy` fields) and, per platform, ``gpu_model``.
+:class:`gpupool.allocate.planner.Policy` fields), ``faults`` (telemetry faults the pipeline sees,
+:mod:`gpupool.sim.faults`; absent: clean telemetry) and, per platform, ``gpu_model``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpupool.sim.faults import FaultSpec
 from gpupool.sim.synthetic import SyntheticSpec
 
 
@@ -88,6 +90,7 @@ class Scenario(BaseModel):
     end: dt.datetime | None = None
     seed: int = 0
     policy: dict[str, Any] = Field(default_factory=dict)
+    faults: FaultSpec | None = Field(None, description="telemetry faults the pipeline sees (gpupool.sim.faults)")
     name: str = ""
     source: Path | None = Field(None, exclude=True, description="the file this scenario was read from")
 

@@ -1,21 +1,26 @@
-"""The closed-loop what-if study: the allocator driving the world, in process.
+"""The closed-loop what-if study: the production decision chain driving the world, in process.
 
-Every ``decision_every`` the study reads the pool's state from the :class:`~gpupool.sim.world.World`,
-asks a demand source for each platform's next hours, calls
-:func:`gpupool.allocate.planner.plan` — exactly the planner production uses — and carries out
-the plan's moves in the world. At the end the world's fluid-model numbers are the result.
+Every ``decision_every`` the study runs what ``gpupool_pipeline`` runs, on what it would see:
 
-Demand sources by policy kind:
+1. **telemetry** — each platform's platform-level ``gpu_allocated`` and ``gpu_pending`` of the
+   hour just ended, as its exporter reports them (:meth:`World.demand_telemetry`), corrupted by
+   the scenario's ``faults:`` (:mod:`gpupool.sim.faults`; the world keeps serving the true demand);
+2. **detect/clean** — :func:`gpupool.pipeline.judge_series` (the streaming judgement) with
+   :func:`gpupool.pipeline.fit_detector` at each refit anchor, the detect stage's own functions,
+   on :func:`~gpupool.pipeline.detect_lookback` of history; ``clean=False`` (``--no-clean``)
+   passes the raw values on;
+3. **forecast** — :func:`gpupool.canonical.demand_of_steps` (what `staging.reads.hourly_demand` runs) and :func:`gpupool.pipeline.demand_forecast`
+   on the last :data:`~gpupool.pipeline.FORECAST_HISTORY` of cleaned telemetry, warm-started from
+   the previous hour's model (:func:`gpupool.pipeline.warm_start`), as the forecast stage does;
+4. **plan** — :func:`gpupool.allocate.planner.demand_from_forecast` (``predictive``) or
+   :func:`~gpupool.allocate.planner.demand_from_last_hour` (``reactive``) and
+   :func:`gpupool.allocate.planner.plan`, as the plan stage does;
+5. the plan's moves are carried out in the world.
 
-* ``static`` — the planner is called and never moves (``Policy.kind == "static"``);
-* ``reactive`` — the last hour's mean demand, as certain, for every hour ahead;
-* ``predictive`` — one :class:`gpupool.forecast.arima.ArimaForecaster` per platform on hourly
-  mean demand, refit daily on the last four weeks and updated (filtered, no re-estimation)
-  every hour; its mean and its ``headroom_quantile`` upper bound, widened by the spread of
-  demand inside an hour seen over the last day (the planner serves steps, not hourly means).
-  Until a day of history exists it answers like ``reactive``;
-* ``oracle`` — the true demand of the next ``horizon_hours``: hourly mean and, as upper bound,
-  mean + z_q x the true spread inside each hour.
+``static`` never moves (the chain is not run: its plan could not change anything); ``oracle``
+skips steps 1-3 and plans on the true demand of the next hours (its hourly mean, and the true
+spread inside each hour) — the bound no forecast can beat. At the end the world's fluid-model
+numbers are the result.
 """
 
 from __future__ import annotations
@@ -27,18 +32,24 @@ import pandas as pd
 from scipy.special import ndtri
 from tqdm.auto import tqdm
 
-from gpupool.allocate.planner import NodeRecord, PlatformDemand, plan
+from gpupool import pipeline
+from gpupool.allocate.planner import (
+    NodeRecord,
+    PlatformDemand,
+    demand_from_forecast,
+    demand_from_last_hour,
+    forecast_skill,
+    plan,
+)
 from gpupool.allocate.policy import POLICY_KINDS, Policy
-from gpupool.forecast.arima import ArimaForecaster
+from gpupool.canonical import DEMAND_METRICS, demand_of_steps
+from gpupool.config import default_config
+from gpupool.sim.faults import FaultSpec, corrupt, fault_plan
 from gpupool.sim.scenario import Scenario, load_scenario
 from gpupool.sim.world import World
 
-#: how much history the daily refit of the predictive policy uses
-REFIT_WINDOW = pd.Timedelta(days=28)
-#: how much history the daily refit uses when the forecaster sees every step
-STEP_WINDOW = pd.Timedelta(days=3)
-#: history the predictive policy needs before it trusts its forecaster
-MIN_HISTORY = pd.Timedelta(days=1)
+#: the forecast stage's interval level (``pipeline.forecast_demand``'s default)
+FORECAST_LEVEL = 90.0
 
 
 def resolve_policy(policy: str | Policy, scenario: Scenario) -> Policy:
@@ -68,19 +79,23 @@ def simulate(
     policy: str | Policy,
     progress: bool = False,
     plans: list | None = None,
+    clean: bool = True,
+    chain_log: list | None = None,
 ) -> dict:
     """Run ``policy`` against ``scenario`` and return the study's numbers.
 
     Returns ``{"total": {...}, "platforms": {name: {...}}, "policy": kind, "scenario": label}``,
     each block with ``demand_gpu_hours``, ``served_gpu_hours``, ``unmet_gpu_hours``,
     ``capacity_gpu_hours``, ``utilization`` (served / capacity) and ``moves`` (per platform:
-    nodes received). ``plans``, when given a list, receives every :class:`Plan` made.
+    nodes received). ``plans``, when given a list, receives every :class:`Plan` made;
+    ``clean=False`` skips cleaning (the raw telemetry is forecast from); ``chain_log``, when
+    given a list, receives one dict per decision and platform (what the chain saw and decided).
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     policy = resolve_policy(policy, scenario)
     world = World(scenario, clock="start")
-    source = demand_source(policy, world)
+    source = demand_source(policy, world, clean=clean)
     every = pd.Timedelta(scenario.decision_every)
     times = pd.date_range(world.start, world.end, freq=every, inclusive="left")
     for t in tqdm(times, desc=f"{scenario.label()}:{policy.kind}", unit="decision", disable=not progress,
@@ -89,6 +104,9 @@ def simulate(
         demand = source.demand(t)
         if demand is None:
             continue
+        if chain_log is not None:
+            chain_log.extend({"at": t, "platform": p, "mean": d.mean, "upper": d.upper,
+                              **source.notes.get(p, {})} for p, d in demand.items())
         records = [NodeRecord.from_mapping(n) for n in world.pool(t)]
         result = plan(records, demand, policy, at=t)
         if plans is not None:
@@ -109,38 +127,22 @@ class DemandSource:
         self.world = world
         self.z = float(ndtri(policy.headroom_quantile))
         self.steps_per_hour = int(round(pd.Timedelta("1h") / world.step))
+        self.notes: dict[str, dict] = {}
 
     def demand(self, t: pd.Timestamp) -> dict[str, PlatformDemand] | None:
         raise NotImplementedError
 
-    def _last_hour(self, t: pd.Timestamp) -> dict[str, PlatformDemand] | None:
-        if t - pd.Timedelta("1h") < self.world.start:
-            return None
-        hours = self.policy.horizon_hours
-        out = {}
-        for p in self.world.platforms:
-            level = float(self.world.demand(p, t - pd.Timedelta("1h"), t).mean())
-            out[p] = PlatformDemand(mean=(level,) * hours, upper=(level,) * hours)
-        return out
-
 
 class StaticDemand(DemandSource):
-    """The static policy plans on the last hour's demand (and never moves)."""
+    """The static policy never moves: the planner is given no demand worth a move."""
 
     def demand(self, t):
         hours = self.policy.horizon_hours
         return {p: PlatformDemand(mean=(0.0,) * hours, upper=(0.0,) * hours) for p in self.world.platforms}
 
 
-class ReactiveDemand(DemandSource):
-    """Last hour's mean demand, taken as certain for every hour ahead."""
-
-    def demand(self, t):
-        return self._last_hour(t)
-
-
 class OracleDemand(DemandSource):
-    """The true demand of the next hours (simulator only)."""
+    """The true demand of the next hours (simulator only): hourly mean and true spread inside it."""
 
     def demand(self, t):
         end = min(t + pd.Timedelta(hours=self.policy.horizon_hours), self.world.end)
@@ -155,80 +157,134 @@ class OracleDemand(DemandSource):
         return out
 
 
-class PredictiveDemand(DemandSource):
-    """ARIMA per platform: refit daily, updated (filtered) every hour.
+class ChainDemand(DemandSource):
+    """The pipeline's chain on the world's telemetry: detect/clean, forecast, demand for the plan.
 
-    ``resolution="step"`` fits the demand at the world's step over the last ``window`` (default 3
-    days): the forecast starts from the latest sample, and each planning hour gets the mean of its
-    steps' forecasts with the root-mean-square of their standard errors. ``resolution="hour"`` fits
-    hourly mean demand over the last 28 days with a daily season hint, and adds the spread of
-    demand inside an hour (seen over the last day) to the forecast's error.
+    Keeps, per platform and demand metric, the values seen (NaN where a row is missing) and the
+    cleaned values on the world's step grid; the detector of each series is refitted when it is a
+    refit anchor is reached (the detect stage's streaming rule), and each hour's forecast
+    model is the warm start of the next, as in the forecast stage.
     """
 
-    def __init__(self, policy: Policy, world: World, resolution: str = "step", window: pd.Timedelta | None = None):
+    def __init__(self, policy: Policy, world: World, clean: bool = True):
         super().__init__(policy, world)
-        if resolution not in ("step", "hour"):
-            raise ValueError("resolution must be 'step' or 'hour'")
-        self.resolution = resolution
-        self.window = window if window is not None else (STEP_WINDOW if resolution == "step" else REFIT_WINDOW)
-        self.level = 100.0 * (2.0 * policy.headroom_quantile - 1.0)
-        self.models: dict[str, ArimaForecaster] = {}
-        self.fitted_day: pd.Timestamp | None = None
-        self.seen_until: pd.Timestamp | None = None
+        self.clean = clean
+        self.router = default_config().detect.router_config()
+        n = len(world.index)
+        spd = pd.Timedelta("1D") / world.step
+        faults = world.scenario.faults or FaultSpec()
+        self.faults = {(p, m): fault_plan(faults, p, m, n, spd) for p in world.platforms for m in DEMAND_METRICS} \
+            if faults.any() else {}
+        self.truth = {(p, m): np.full(n, np.nan) for p in world.platforms for m in DEMAND_METRICS}
+        self.seen = {k: np.full(n, np.nan) for k in self.truth}
+        self.cleaned = {k: np.full(n, np.nan) for k in self.truth}
+        self.models: dict[tuple[str, str], dict] = {}
+        self.summaries: dict[str, tuple[pd.Timestamp, dict | None]] = {}
+        self.read_until = 0  # steps before it are in `seen` and `cleaned`
+
+    # --- 1. telemetry
+    def _observe(self, i1: int) -> None:
+        i0 = self.read_until
+        if i1 <= i0:
+            return
+        for p in self.world.platforms:
+            _, reported, kept = self.world.demand_telemetry(p, i0, i1)
+            for m in DEMAND_METRICS:
+                key = (p, m)
+                self.truth[key][i0:i1] = reported[m]
+                values, rows = reported[m], kept
+                if key in self.faults:
+                    values, extra = corrupt(self.truth[key], self.faults[key], i0, i1)
+                    rows = rows & extra
+                self.seen[key][i0:i1] = np.where(rows, values, np.nan)
+        self._clean(i0, i1)
+        self.read_until = i1
+
+    # --- 2. detect/clean, the detect stage's functions
+    def _clean(self, i0: int, i1: int) -> None:
+        index = self.world.index
+        start, end = index[i0], (index[i1] if i1 < len(index) else self.world.end)
+        h0 = max(0, i0 - int(pipeline.detect_lookback(self.router) / self.world.step))
+        for key, seen in self.seen.items():
+            if not self.clean:
+                self.cleaned[key][i0:i1] = seen[i0:i1]
+                continue
+            series = pd.Series(seen[h0:i1], index=index[h0:i1])
+            cache = self.models.setdefault(key, {})
+
+            def model_for(anchor, history, cache=cache, metric=key[1]):
+                if anchor not in cache:  # the pipeline's series_profile, in memory
+                    cache[anchor] = pipeline.fit_detector(history, self.router, metric)
+                return cache[anchor]
+
+            scored = pipeline.judge_series(series, self.router, key[1], start, end, model_for)
+            self.cleaned[key][i0:i1] = scored["clean_value"].reindex(index[i0:i1]).to_numpy(float)
+
+    # --- 3. what the forecast stage reads: hourly demand from cleaned telemetry
+    def _history(self, p: str, i1: int, span: pd.Timedelta) -> tuple[pd.Series, dict]:
+        i0 = max(0, i1 - int(span / self.world.step))
+        wide = pd.DataFrame({m: self.cleaned[(p, m)][i0:i1] for m in DEMAND_METRICS}, index=self.world.index[i0:i1])
+        return demand_of_steps(wide)
 
     def demand(self, t):
-        if t - self.world.start < MIN_HISTORY:
-            return self._last_hour(t)
-        hours = self.policy.horizon_hours
+        i1 = self.world.clock_index
+        self._observe(i1)
+        if i1 == 0:
+            return None
+        return self._demand(t, i1)
+
+    def _demand(self, t, i1):
+        raise NotImplementedError
+
+
+class ReactiveDemand(ChainDemand):
+    """The plan stage's ``reactive`` input: the last hour's (cleaned) demand, with its spread."""
+
+    def _demand(self, t, i1):
         out = {}
-        for p, (mean, sigma) in self.forecast(t, hours).items():
-            if self.resolution == "hour":
-                sigma = np.sqrt(sigma**2 + self._within_hour_sd(p, t) ** 2)
-            out[p] = PlatformDemand(mean=tuple(mean), upper=tuple(mean + self.z * sigma))
-        return out
-
-    def forecast(self, t: pd.Timestamp, hours: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Per platform, the mean demand of each of the next ``hours`` and its standard error."""
-        day = t.floor("1D")
-        if self.fitted_day != day or not self.models:
-            self._refit(t)
-            self.fitted_day = day
-        elif self.seen_until < t:
-            for p, model in self.models.items():
-                model.update(self._series(p, self.seen_until, t))
-        self.seen_until = t
-        per_hour = self.steps_per_hour if self.resolution == "step" else 1
-        out = {}
-        for p, model in self.models.items():
-            fc = model.predict(hours * per_hour, level=self.level)
-            mean = np.clip(fc["yhat"].to_numpy(float), 0.0, None)
-            sd = np.clip(fc["yhat_upper"].to_numpy(float) - fc["yhat"].to_numpy(float), 0.0, None) / self.z
-            mean = mean.reshape(hours, per_hour).mean(axis=1)
-            sd = np.sqrt((sd.reshape(hours, per_hour) ** 2).mean(axis=1))
-            out[p] = (mean, sd)
-        return out
-
-    def _series(self, p: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
-        if self.resolution == "step":
-            return self.world.demand(p, start, end)
-        return self.world.hourly_demand(p, start, end)
-
-    def _refit(self, t: pd.Timestamp) -> None:
-        since = max(self.world.start, t - self.window)
-        season = None if self.resolution == "step" else 24
         for p in self.world.platforms:
-            y = self._series(p, since, t)
-            self.models[p] = ArimaForecaster(level=self.level, season=season, criterion="aic", lower_bound=0.0).fit(y)
-
-    def _within_hour_sd(self, p: str, t: pd.Timestamp) -> float:
-        steps = self.world.demand(p, max(self.world.start, t - pd.Timedelta("1D")), t)
-        if len(steps) < 2 * self.steps_per_hour:
-            return 0.0
-        hourly = steps.groupby(steps.index.floor("1h")).transform("mean")
-        return float((steps - hourly).std())
+            hourly, info = self._history(p, i1, pd.Timedelta(days=1))
+            hourly = hourly[hourly.index < t]
+            out[p] = demand_from_last_hour(hourly, info["within_hour_sd"], self.policy.horizon_hours,
+                                           self.policy.headroom_quantile)
+            self.notes[p] = {"within_hour_sd": info["within_hour_sd"]}
+        return out
 
 
-def demand_source(policy: Policy, world: World) -> DemandSource:
+class PredictiveDemand(ChainDemand):
+    """The plan stage's ``predictive`` input: the forecast stage's model on cleaned telemetry,
+    weighed on its own track record (the one-hour-ahead forecasts it issued) against the last hour."""
+
+    def __init__(self, policy: Policy, world: World, clean: bool = True):
+        super().__init__(policy, world, clean=clean)
+        self.issued: dict[str, dict[pd.Timestamp, float]] = {}
+
+    def _demand(self, t, i1):
+        out = {}
+        for p in self.world.platforms:
+            history, info = self._history(p, i1, pipeline.FORECAST_HISTORY)
+            history = history[history.index < t]
+            if history.notna().sum() == 0:
+                return None
+            issued, summary = self.summaries.get(p, (None, None))
+            warm = pipeline.warm_start(summary) if issued is not None and issued >= t - pd.Timedelta("1D") else None
+            fc, summary = pipeline.demand_forecast(history, self.policy.horizon_hours, FORECAST_LEVEL, warm)
+            self.summaries[p] = (t, summary)
+            past = self.issued.setdefault(p, {})
+            skill = forecast_skill(pd.Series(past, dtype=float), history)
+            past[pd.Timestamp(fc["ts"].iloc[0])] = float(fc["yhat"].iloc[0])
+            out[p] = demand_from_forecast(fc["yhat"].to_numpy(float), fc["yhat_upper"].to_numpy(float),
+                                          FORECAST_LEVEL, info["within_hour_sd"], self.policy.headroom_quantile,
+                                          skill=skill, hourly=history)
+            self.notes[p] = {"within_hour_sd": info["within_hour_sd"], "model": summary.get("model"),
+                             "fallback": summary.get("fallback"), "forecast_wins": skill.forecast_wins,
+                             "rmse_forecast": skill.rmse_forecast, "rmse_naive": skill.rmse_naive}
+        return out
+
+
+def demand_source(policy: Policy, world: World, clean: bool = True) -> DemandSource:
     """The demand source of ``policy.kind`` reading ``world``."""
-    return {"static": StaticDemand, "reactive": ReactiveDemand, "predictive": PredictiveDemand,
-            "oracle": OracleDemand}[policy.kind](policy, world)
+    if policy.kind in ("reactive", "predictive"):
+        cls = ReactiveDemand if policy.kind == "reactive" else PredictiveDemand
+        return cls(policy, world, clean=clean)
+    return {"static": StaticDemand, "oracle": OracleDemand}[policy.kind](policy, world)

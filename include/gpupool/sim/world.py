@@ -373,15 +373,12 @@ class World:
         if i1 <= i0:
             return empty_samples()
         ts = self.index[i0:i1]
-        cap = self.capacity()[p, i0:i1]
-        served = np.minimum(self.demand_[p, i0:i1], cap)
-        pending = self.demand_[p, i0:i1] - served
-        factor, gap = self._glitch.get(platform, (np.ones(len(self.index)), np.zeros(len(self.index), bool)))
-        factor, keep = factor[i0:i1], ~gap[i0:i1]
+        cap, reported, keep = self.demand_telemetry(platform, i0, i1)
+        factor = self.exporter_distortion(platform)[0][i0:i1]
         parts = [
             _rows(platform, "platform", "", "gpu_capacity", ts, cap),
-            _rows(platform, "platform", "", "gpu_allocated", ts[keep], (served * factor)[keep]),
-            _rows(platform, "platform", "", "gpu_pending", ts[keep], (pending * factor)[keep]),
+            _rows(platform, "platform", "", "gpu_allocated", ts[keep], reported["gpu_allocated"][keep]),
+            _rows(platform, "platform", "", "gpu_pending", ts[keep], reported["gpu_pending"][keep]),
         ]
         busy = self._busy_by_node(i0, i1)
         util = self.util_[p, i0:i1] * 100.0
@@ -401,6 +398,24 @@ class World:
                                        np.round(np.clip(frac * util * factor, 0.0, 100.0), 3)[seen]))
         out = pd.concat([x for x in parts if len(x)], ignore_index=True)
         return out[SAMPLE_COLUMNS]
+
+    def demand_telemetry(self, platform: str, i0: int, i1: int) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+        """The platform-level series of steps ``[i0, i1)`` as its exporter reports them.
+
+        Returns ``(capacity, {"gpu_allocated": ..., "gpu_pending": ...}, kept)``: served and
+        pending GPUs distorted by the platform's exporter anomalies, and which steps have a row
+        at all. This is what :meth:`samples` reports at platform level, without the node rows
+        (the closed-loop study reads it every hour).
+        """
+        p = self._platform(platform)
+        if i1 > self._clock_i:
+            raise WorldError(f"steps up to {i1} asked, the clock is at step {self._clock_i}")
+        cap = self.capacity()[p, i0:i1]
+        served = np.minimum(self.demand_[p, i0:i1], cap)
+        pending = self.demand_[p, i0:i1] - served
+        factor, gap = self.exporter_distortion(platform)
+        factor = factor[i0:i1]
+        return cap, {"gpu_allocated": served * factor, "gpu_pending": pending * factor}, ~gap[i0:i1]
 
     def ground_truth(self) -> pd.DataFrame:
         """Injected anomalies of all synthetic platforms, with a ``platform`` column."""

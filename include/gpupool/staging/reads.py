@@ -14,7 +14,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from gpupool.canonical import DEMAND_METRICS
+from gpupool.canonical import DEMAND_METRICS, demand_of_steps
 from gpupool.staging.schema import (
     allocation_plan,
     clean_sample,
@@ -68,7 +68,8 @@ def hourly_demand(engine: Engine, platform: str, start: datetime, end: datetime)
     """THE hourly GPU demand of a platform in [start, end): allocated + pending, each point
     cleaned where cleaning ran, else raw; an instant counts only where every demand metric the
     platform reports has a value; the hourly mean of those instants. Returns the series
-    (hourly, UTC, NaN for an hour without data) and how many clean and raw points fed it."""
+    (hourly, UTC, NaN for an hour without data), how many clean and raw points fed it and the
+    spread of demand inside an hour over the last day (:func:`gpupool.canonical.demand_of_steps`)."""
     q = sa.select(clean_sample.c.metric, clean_sample.c.ts, clean_sample.c.clean_value).where(
         clean_sample.c.platform == platform,
         clean_sample.c.entity_kind == "platform",
@@ -92,13 +93,10 @@ def demand_from_points(clean: pd.DataFrame, raw: pd.DataFrame) -> tuple[pd.Serie
     both = both.sort_values("src", kind="stable").drop_duplicates(["metric", "ts"], keep="first")
     info = {"clean_points": int((both["src"] == 0).sum()), "raw_points": int((both["src"] == 1).sum())}
     if both.empty:
-        return pd.Series(dtype="float64"), info
+        return pd.Series(dtype="float64"), {**info, "within_hour_sd": 0.0}
     wide = both.pivot(index="ts", columns="metric", values="value").sort_index()
-    for m in DEMAND_METRICS:
-        if m not in wide:
-            wide[m] = 0.0  # a platform with no pending-work metric has no queue to report
-    demand = wide[list(DEMAND_METRICS)].sum(axis=1, min_count=len(DEMAND_METRICS))
-    return demand.resample("1h").mean(), info
+    hourly, spread = demand_of_steps(wide)
+    return hourly, {**info, **spread}
 
 
 def hourly_metric(engine: Engine, platform: str, metric: str, start: datetime, end: datetime) -> pd.Series:
@@ -180,6 +178,15 @@ def forecast_levels(engine: Engine, issued_at: datetime, platforms: list[str]) -
             forecast_run.c.issued_at == issued_at, forecast_run.c.series == "demand",
             forecast_run.c.platform.in_(platforms)))
         return {r.platform: float(r.level) for r in rows}
+
+
+def forecast_runs(engine: Engine, issued_at: datetime, platforms: list[str]) -> dict[str, tuple[float, dict]]:
+    """Per platform, the level and model summary of its demand forecast issued at `issued_at`."""
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(forecast_run.c.platform, forecast_run.c.level, forecast_run.c.summary).where(
+            forecast_run.c.issued_at == issued_at, forecast_run.c.series == "demand",
+            forecast_run.c.platform.in_(platforms)))
+        return {r.platform: (float(r.level), r.summary if isinstance(r.summary, dict) else {}) for r in rows}
 
 
 def recent_forecast_summary(engine: Engine, platform: str, at: datetime, within: timedelta = timedelta(days=1)) -> Any:

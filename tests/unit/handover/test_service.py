@@ -77,6 +77,27 @@ def test_plan_from_staging_predictive_moves_idle_slurm_nodes(ctx):
     assert any("hardware ticket 12" in e["why"] for e in out["summary"]["excluded"])
 
 
+def test_plan_from_staging_predictive_falls_back_to_the_last_hour_a_worse_forecast(ctx):
+    # kubernetes' model forecast 5 GPUs for each of the last 12 hours, which held 20 each:
+    # the last hour forecast them exactly, so the plan uses it and says why
+    with ctx.engine.begin() as conn:
+        for h in range(1, 13):
+            issued = END - timedelta(hours=h)
+            conn.execute(forecast.insert(), [dict(platform="kubernetes", series="demand", issued_at=issued, step=1,
+                                                  ts=issued, yhat=5.0, yhat_lower=3.0, yhat_upper=7.0)])
+            if h >= 2:  # the last hour's rows are staged already
+                conn.execute(clean_sample.insert(), [dict(platform="kubernetes", cluster="", entity_kind="platform",
+                                                          entity_id="", metric="gpu_allocated",
+                                                          ts=issued + timedelta(minutes=m), value=20.0, expected=20.0,
+                                                          score=0.0, is_anomaly=False, filled=False, detector="sr",
+                                                          clean_value=20.0) for m in (5, 30)])
+    out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")
+    per = out["summary"]["platforms"]
+    assert per["kubernetes"]["demand_mean"] == [20.0, 20.0]
+    assert per["kubernetes"]["demand_from"].startswith("last hour: over 11 h")
+    assert "forecast issued" in per["slurm"]["demand_from"]  # no record against slurm's model
+
+
 def test_plan_from_staging_reactive_uses_last_hour(ctx):
     out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "reactive")
     per = out["summary"]["platforms"]

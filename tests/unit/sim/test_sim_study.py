@@ -9,9 +9,8 @@ import pandas as pd
 import pytest
 
 from gpupool.allocate.policy import Policy
-from gpupool.forecast.arima import ArimaForecaster
 from gpupool.sim.scenario import scenario_from_dict
-from gpupool.sim.study import PredictiveDemand, resolve_policy, simulate
+from gpupool.sim.study import resolve_policy, simulate
 from gpupool.sim.world import World
 
 METRICS = {"demand_gpu_hours", "served_gpu_hours", "unmet_gpu_hours", "capacity_gpu_hours", "utilization", "moves"}
@@ -103,20 +102,123 @@ def test_plans_come_from_the_planner_and_respect_the_scenario(tmp_path, helios):
         resolve_policy("clairvoyant", sc)
 
 
-def test_predictive_uses_the_arima_forecaster_on_a_synthetic_world():
-    raw = {"start": "2024-01-01", "end": "2024-01-03", "seed": 5,
+def _synthetic(days: int = 2, faults: dict | None = None):
+    raw = {"start": "2024-01-01", "end": f"2024-01-{1 + days:02d}", "seed": 5,
            "platforms": {"x": {"synthetic": {"base": 30, "total_gpus": 48}},
                          "y": {"synthetic": {"base": 20, "total_gpus": 40, "peak_hour": 3}}}}
-    sc = scenario_from_dict(raw)
-    world = World(sc, clock="start")
-    source = PredictiveDemand(resolve_policy("predictive", sc), world)
-    t = pd.Timestamp("2024-01-02 06:00", tz="UTC")
-    world.advance(t)
-    demand = source.demand(t)
-    assert all(isinstance(m, ArimaForecaster) for m in source.models.values())
-    for d in demand.values():
-        assert len(d.mean) == 2 and all(u >= m for m, u in zip(d.mean, d.upper))
-    out = simulate(sc, Policy(kind="predictive"))
+    if faults is not None:
+        raw["faults"] = faults
+    return scenario_from_dict(raw)
+
+
+def test_predictive_runs_the_pipeline_stages_own_functions(monkeypatch):
+    from gpupool import pipeline
+
+    calls = {"fit_detector": 0, "judge_series": 0, "demand_forecast": []}
+    real = {name: getattr(pipeline, name) for name in ("fit_detector", "judge_series", "demand_forecast")}
+
+    def spy(name):
+        def wrapped(*args, **kwargs):
+            if name == "demand_forecast":
+                history, horizon, level, warm = args
+                calls[name].append((history.index.max(), warm is not None, level))
+            else:
+                calls[name] += 1
+            return real[name](*args, **kwargs)
+        return wrapped
+
+    for name in real:
+        monkeypatch.setattr(pipeline, name, spy(name))
+    sc = _synthetic(days=3)
+    log: list[dict] = []
+    out = simulate(sc, Policy(kind="predictive"), chain_log=log)
+    # 2 platforms x 2 demand metrics, refitted at least once each; judged every hour
+    assert calls["fit_detector"] >= 2 * 2
+    assert calls["judge_series"] == 2 * 2 * 71
+    fc = calls["demand_forecast"]
+    assert len(fc) == 2 * 71
+    # the first hour has no model to start from; once two days of history gave a real model
+    # (no fallback), the previous hour's is the warm start, as the forecast stage reads it back
+    assert not fc[0][1] and all(warm for _, warm, _ in fc[-20:])
+    assert all(level == 90.0 for _, _, level in fc)
+    # each forecast is issued from the hours before the decision only
+    assert all(last.minute == 0 for last, _, _ in fc)
+    assert {e["platform"] for e in log} == {"x", "y"}
+    assert all(len(e["mean"]) == 2 and all(u >= m for m, u in zip(e["mean"], e["upper"])) for e in log)
     t = out["total"]
     assert t["served_gpu_hours"] + t["unmet_gpu_hours"] == pytest.approx(t["demand_gpu_hours"])
-    assert t["unmet_gpu_hours"] <= simulate(sc, "static")["total"]["unmet_gpu_hours"] + 1e-6
+
+
+def test_the_sim_package_has_no_forecaster_of_its_own():
+    import gpupool.sim.study as study
+
+    source = open(study.__file__).read()
+    assert "ArimaForecaster" not in source and "gpupool.forecast" not in source
+
+
+def test_faults_corrupt_what_the_chain_sees_never_what_the_world_serves():
+    faults = {"seed": 3, "drop": 6, "spike": 6, "gap": 6, "reset": 2, "stuck": 2}
+    clean_sc, faulty_sc = _synthetic(), _synthetic(faults=faults)
+    # the world serves the same demand: static (no chain) is identical
+    assert simulate(faulty_sc, "static") == {**simulate(clean_sc, "static"), "scenario": "scenario"}
+    world = World(faulty_sc, clock="start")
+    from gpupool.sim.study import ReactiveDemand
+
+    source = ReactiveDemand(resolve_policy("reactive", faulty_sc), world)
+    t = pd.Timestamp("2024-01-02 12:00", tz="UTC")
+    world.advance(t)
+    source.demand(t)
+    key = ("x", "gpu_allocated")
+    truth, seen, cleaned = source.truth[key][: world.clock_index], source.seen[key][: world.clock_index], \
+        source.cleaned[key][: world.clock_index]
+    assert np.isnan(seen).any() and (np.nan_to_num(seen) != truth).sum() > 20
+    # after the first day (the detector's own history), cleaning brings what is seen closer to the truth
+    late = slice(288, None)
+    err_seen = np.nanmean(np.abs(np.nan_to_num(seen[late]) - truth[late]))
+    err_clean = np.nanmean(np.abs(cleaned[late] - truth[late]))
+    assert err_clean < 0.5 * err_seen
+    raw_source = ReactiveDemand(resolve_policy("reactive", faulty_sc), World(faulty_sc, clock=t), clean=False)
+    raw_source.demand(t)
+    np.testing.assert_array_equal(raw_source.cleaned[key][: world.clock_index], seen)
+
+
+def _faulty_yaml(tmp_path, helios, faults: str) -> str:
+    helios("a", hourly([4, 6, 5, 4, 30, 30, 28, 6]), total=32)
+    helios("b", hourly([20, 22, 30, 40, 10, 8, 8, 8]), total=16)
+    return _yaml(tmp_path, {"a": "{trace: [a.csv]}", "b": "{trace: [b.csv]}"}, extra=f"faults: {faults}")
+
+
+def test_cli_simulate_keeps_its_output_keys_and_measures_cleaning(tmp_path, helios, capsys):
+    from gpupool.cli import main
+
+    path = _faulty_yaml(tmp_path, helios, "{seed: 1, drop: 24, spike: 24}")
+    outs = {}
+    for flag in ([], ["--no-clean"]):
+        dest = tmp_path / f"out{len(flag)}.json"
+        assert main(["simulate", path, "--policy", "reactive", "--json", str(dest), "--no-progress", *flag]) == 0
+        outs[bool(flag)] = json.loads(dest.read_text())
+    capsys.readouterr()
+    for out in outs.values():
+        assert list(out) == ["total", "platforms", "policy", "scenario"] and set(out["total"]) == METRICS
+    # the same world served either way; what the chain saw differed, so did its moves or unmet
+    assert outs[True]["total"]["demand_gpu_hours"] == outs[False]["total"]["demand_gpu_hours"]
+
+
+def test_cli_simulate_bad_faults_key_is_one_line(tmp_path, helios, capsys):
+    from gpupool.cli import main
+
+    path = _faulty_yaml(tmp_path, helios, "{seed: 1, dropz: 2}")
+    assert main(["simulate", path, "--policy", "reactive", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "faults.dropz" in err
+
+
+def test_the_what_if_table_says_why_a_policy_left_more_unmet_than_static():
+    from gpupool.report import _explain_worse_than_static
+
+    rows = [{"policy": "static", "unmet_gpu_hours": 10.0, "capacity_gpu_hours": 100.0, "moves": 0},
+            {"policy": "reactive", "unmet_gpu_hours": 12.5, "capacity_gpu_hours": 96.0, "moves": 1},
+            {"policy": "oracle", "unmet_gpu_hours": 4.0, "capacity_gpu_hours": 96.0, "moves": 1}]
+    _explain_worse_than_static(rows)
+    assert "note" not in rows[0] and "note" not in rows[2]
+    assert rows[1]["note"].startswith("2.5 GPU-h more unmet than static: its 1 moves took 4.0 GPU-h")

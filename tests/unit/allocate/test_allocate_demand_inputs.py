@@ -1,0 +1,86 @@
+"""What the planner plans on: the forecast's and the last hour's demand, with the spread inside an hour."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.special import ndtri
+
+from gpupool.allocate.planner import demand_from_forecast, demand_from_last_hour, expected_unmet
+from gpupool.canonical import demand_of_steps as hourly_demand
+
+
+def test_forecast_spread_and_within_hour_spread_add_in_quadrature():
+    z90 = float(ndtri(0.95))
+    d = demand_from_forecast([10.0, 12.0], [10.0 + 3 * z90, 12.0 + 4 * z90], level=90, within_hour_sd=4.0,
+                             headroom_quantile=0.8)
+    z = float(ndtri(0.8))
+    assert d.mean == (10.0, 12.0)
+    assert d.upper == pytest.approx((10.0 + 5.0 * z, 12.0 + np.sqrt(32.0) * z))
+
+
+def test_forecast_mean_is_clipped_at_zero():
+    d = demand_from_forecast([-2.0], [1.0], level=80, within_hour_sd=0.0, headroom_quantile=0.9)
+    assert d.mean == (0.0,) and d.upper[0] > 0.0
+
+
+def test_last_hour_is_a_random_walk_with_the_hours_spread():
+    hours = pd.date_range("2024-01-01", periods=5, freq="1h", tz="UTC")
+    hourly = pd.Series([10.0, 13.0, 10.0, 13.0, 16.0], index=hours)
+    d = demand_from_last_hour(hourly, within_hour_sd=0.0, horizon=2, headroom_quantile=0.9)
+    z = float(ndtri(0.9))
+    assert d.mean == (16.0, 16.0)
+    assert d.upper == pytest.approx((16.0 + 3.0 * z, 16.0 + 3.0 * np.sqrt(2.0) * z))
+    empty = demand_from_last_hour(pd.Series(dtype=float), 0.0, 2, 0.9)
+    assert empty.mean == (0.0, 0.0) and empty.upper == (0.0, 0.0)
+
+
+def test_hourly_demand_measures_the_spread_a_step_level_world_is_served_at():
+    ts = pd.date_range("2024-01-01", periods=24, freq="5min", tz="UTC")
+    alloc = np.tile([10.0, 20.0], 12)  # mean 15, +-5 at every step
+    hourly, info = hourly_demand(pd.DataFrame({"gpu_allocated": alloc, "gpu_pending": 0.0}, index=ts))
+    assert list(hourly) == [15.0, 15.0]
+    assert info["within_hour_sd"] == pytest.approx(5.0)
+    # planning on the spread is planning on the steps: 15 GPUs leave 2.5 GPU-steps unmet per step
+    d = demand_from_forecast([15.0], [15.0], 90, info["within_hour_sd"], 0.9)
+    sigma = (d.upper[0] - d.mean[0]) / float(ndtri(0.9))
+    assert float(expected_unmet(15.0, 15.0, sigma)) == pytest.approx(2.0, abs=0.05)  # Normal vs the 2-point truth 2.5
+
+
+def test_hourly_demand_without_a_queue_metric_counts_no_queue_and_skips_half_steps():
+    ts = pd.date_range("2024-01-01", periods=12, freq="5min", tz="UTC")
+    hourly, _ = hourly_demand(pd.DataFrame({"gpu_allocated": 7.0}, index=ts))
+    assert list(hourly) == [7.0]
+    pending = np.where(np.arange(12) < 6, np.nan, 1.0)
+    hourly, _ = hourly_demand(pd.DataFrame({"gpu_allocated": 7.0, "gpu_pending": pending}, index=ts))
+    assert list(hourly) == [8.0]
+
+
+def _hours(values, start="2024-01-01"):
+    return pd.Series(values, index=pd.date_range(start, periods=len(values), freq="1h", tz="UTC"), dtype=float)
+
+
+def test_a_forecast_the_last_hour_beat_on_the_platforms_own_hours_is_not_planned_on():
+    from gpupool.allocate.planner import forecast_skill
+
+    hourly = _hours([10, 12, 14, 16, 18, 20, 22, 24, 26, 28])  # a ramp: the last hour is 2 off
+    bad = _hours([5.0] * 9, start="2024-01-01 01:00")  # a model stuck at 5
+    skill = forecast_skill(bad, hourly)
+    assert skill.hours == 9 and skill.rmse_naive == pytest.approx(2.0) and not skill.forecast_wins
+    d = demand_from_forecast([5.0, 5.0], [6.0, 6.0], 90, 0.0, 0.9, skill=skill, hourly=hourly)
+    assert d.mean == (28.0, 28.0)  # the last hour, not the model
+    good = _hours(np.arange(12, 30, 2.0), start="2024-01-01 01:00")  # the model saw the ramp coming
+    skill = forecast_skill(good, hourly)
+    assert skill.forecast_wins and skill.rmse_forecast == 0.0
+    d = demand_from_forecast([30.0, 32.0], [31.0, 33.0], 90, 0.0, 0.9, skill=skill, hourly=hourly)
+    assert d.mean == (30.0, 32.0)
+
+
+def test_without_a_track_record_the_forecast_is_planned_on():
+    from gpupool.allocate.planner import MIN_SKILL_HOURS, forecast_skill
+
+    hourly = _hours([10, 12, 14])
+    skill = forecast_skill(_hours([0.0, 0.0], start="2024-01-01 01:00"), hourly)
+    assert skill.hours == 2 < MIN_SKILL_HOURS and skill.forecast_wins
+    assert forecast_skill(pd.Series(dtype=float), hourly).forecast_wins
