@@ -130,8 +130,8 @@ def demand_of_steps(wide: pd.DataFrame) -> tuple[pd.Series, dict]:
 
     A platform with no pending-work metric has no queue to report (zero); a step missing one of
     the metrics the platform does report is no demand figure at all. Also returns
-    ``{"within_hour_sd": ...}``: the root mean square deviation of the step-level demand from its
-    hour's mean over the last day. The planner serves steps, not hourly means, so it plans on the
+    ``{"within_hour_sd": ...}``: the spread of the step-level demand around its hour's median
+    over the last day, estimated robustly (scaled median absolute deviation). The planner serves steps, not hourly means, so it plans on the
     hour's spread as well as the forecast's (a platform given its mean is short at every step
     above it). Pure: the forecast stage (through ``staging.reads.hourly_demand``) and
     ``gpupool simulate`` both call it.
@@ -148,6 +148,8 @@ def demand_of_steps(wide: pd.DataFrame) -> tuple[pd.Series, dict]:
     within = 0.0
     if len(recent) > 2:
         steps = pd.Series(recent.to_numpy(float))
-        dev = steps - steps.groupby(recent.index.floor("1h").to_numpy()).transform("mean")
-        within = float(np.sqrt(np.mean(dev.to_numpy() ** 2)))
+        dev = (steps - steps.groupby(recent.index.floor("1h").to_numpy()).transform("median")).to_numpy()
+        # robust (1.4826 x the median absolute deviation from the hour's median): one spike or
+        # drop the cleaning missed would otherwise widen a whole day's plans
+        within = float(1.4826 * np.median(np.abs(dev)))
     return hourly, {"within_hour_sd": round(within, 6)}
