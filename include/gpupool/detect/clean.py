@@ -84,10 +84,16 @@ class FittedSeriesModel:
     tau_: float = float("nan")
     alarm_threshold_: float = float("nan")
     nonnegative_: bool = False
+    #: share of the history's steps that repeat the value before exactly (NaN: not measured)
+    repeat_share_: float = float("nan")
+    #: 0.99 quantile of the lengths of the history's runs of one exact value (points)
+    repeat_run_: float = float("nan")
     extra: dict = field(default_factory=dict)
 
     PARAMS_FORMAT = 1
     _SCALARS = ("score_center_", "score_scale_", "residual_scale_", "threshold_", "tau_", "alarm_threshold_")
+    #: scalars a model stored before they existed lacks: read back as NaN (the rule they feed is off)
+    _OPTIONAL_SCALARS = ("repeat_share_", "repeat_run_")
 
     def to_params(self) -> dict:
         """The fitted model as a JSON-able dict (numbers, strings, lists; no NaN or inf)."""
@@ -106,7 +112,8 @@ class FittedSeriesModel:
             "nonnegative": bool(self.nonnegative_),
             "extra": _jsonable(self.extra),
         }
-        out.update({name.rstrip("_"): encode_floats([getattr(self, name)])[0] for name in self._SCALARS})
+        out.update({name.rstrip("_"): encode_floats([getattr(self, name)])[0]
+                    for name in self._SCALARS + self._OPTIONAL_SCALARS})
         return out
 
     @classmethod
@@ -142,6 +149,10 @@ class FittedSeriesModel:
             if key not in params:
                 raise ModelParamsError(f"{what}: missing {key!r}")
             setattr(model, attr, float(decode_floats([params[key]], f"{what}.{key}")[0]))
+        for attr in cls._OPTIONAL_SCALARS:
+            key = attr.rstrip("_")
+            if key in params:
+                setattr(model, attr, float(decode_floats([params[key]], f"{what}.{key}")[0]))
         if not model.score_scale_ > 0:
             raise ModelParamsError(f"{what}.score_scale: must be positive")
         return model
@@ -290,6 +301,7 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
         history_norm = (scores - model.score_center_) / model.score_scale_
         base = cfg.sr_threshold
     model.extra["history_quantiles"] = _tail_quantiles(history_norm)
+    model.repeat_share_, model.repeat_run_ = _repeats(values)
     model.threshold_ = base
     model.alarm_threshold_ = max(cfg.alarm_tau_scale * base, _budget_threshold(history_norm, cfg.alarm_history_share))
     if model.detector_name in RESIDUAL_DETECTORS:
@@ -416,6 +428,16 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
     sustained = _sustained(flag, raw, expected, model.tau_, cfg.max_anomaly_run)
     fault, fault_value = _collapses(flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share)
     sustained &= ~fault
+    stuck, stuck_value = _stuck(raw, expected, model)
+    stuck &= np.isfinite(expected) & ~fault
+    if stuck.any():
+        # every repeat deviates: `alarms` keeps one alarm per run, and the jump back to the
+        # real value (judged on an x̂ the repeats shaped) falls in the same event
+        alarm = alarm | stuck
+        flag = flag | stuck
+        sustained &= ~stuck
+        fault = fault | stuck
+        fault_value = np.where(stuck, stuck_value, fault_value)
     cleaned = (flag & ~sustained) | fault
     clean = np.where(fault, fault_value, np.where(cleaned, expected, raw))
     filled = np.zeros(len(work), dtype=bool)
@@ -578,6 +600,77 @@ def _collapses(
             values[t0:j] = level + (raw[j] - level) * np.arange(1, length + 1) / (length + 1)
             t = j
     return mask, values
+
+
+#: fewest history steps a repeat statistic is read from
+MIN_REPEAT_STEPS = 48
+
+
+def _repeats(values: np.ndarray) -> tuple[float, float]:
+    """The history's share of steps that repeat the value before, and the 0.99 quantile of its
+    run lengths (points holding one exact value); NaN when the history is too short to tell.
+
+    A quantile, not the longest run: a stuck exporter in the history itself must not raise the
+    bar for the next one.
+    """
+    v = np.asarray(values, dtype="float64")
+    v = v[np.isfinite(v)]
+    if v.size <= MIN_REPEAT_STEPS:
+        return float("nan"), float("nan")
+    change = np.flatnonzero(np.diff(v) != 0)
+    lengths = np.diff(np.concatenate([[-1], change, [v.size - 1]]))
+    return float(np.mean(np.diff(v) == 0)), float(np.quantile(lengths, 0.99))
+
+
+def _stuck(raw: np.ndarray, expected: np.ndarray, model: FittedSeriesModel) -> tuple[np.ndarray, np.ndarray]:
+    """Points of an exporter stuck on one value: the repeats in a run of one exact value that
+    is longer than the series' history makes plausible.
+
+    Only a series whose history varies (at most `stuck_max_repeat_share` of its steps repeat
+    the value before) can be stuck: a flat or step-like series holds values for hours. A run
+    of `n` points is stuck when `n` > both `min_stuck_run` and `stuck_run_factor` x the 0.99
+    quantile of the history's run lengths, and, with `max_stuck_run` > 0, `n` <= it (a
+    longer run is the demand itself standing still). A run at zero of a non-negative series
+    is idle, not stuck (a collapse is the drop rule's); so is a run entered by a step of more
+    than τ: a jump to a new level (the burst rule judges it), not an exporter repeating an
+    ordinary reading. Both read raw values only, so a window judges a run that began before it
+    as one go does. The run's first point is the last
+    value the exporter really read and is kept; missing points end a run. The repeats are
+    replaced by a straight line from that value to the first value after the run; a run still
+    open at the end of the data is judged on its length so far and replaced by x̂ (so is a run
+    with a missing point after it). Returns the mask of replaced points and their values.
+    """
+    cfg = model.config
+    out = np.zeros(raw.size, dtype=bool)
+    values = np.full(raw.size, np.nan)
+    share, typical = model.repeat_share_, model.repeat_run_
+    if cfg.min_stuck_run <= 0 or not (np.isfinite(share) and np.isfinite(typical)):
+        return out, values
+    if share > cfg.stuck_max_repeat_share or raw.size < 2:
+        return out, values
+    least = max(cfg.min_stuck_run, cfg.stuck_run_factor * typical)
+    with np.errstate(invalid="ignore"):
+        same = np.isfinite(raw[1:]) & (raw[1:] == raw[:-1])
+    edges = np.diff(np.concatenate([[0], same.astype(np.int8), [0]]))
+    for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
+        # same[a:b] true: raw[a] .. raw[b] hold one value, b - a + 1 points
+        n_points = b - a + 1
+        if n_points <= least:
+            continue
+        if cfg.max_stuck_run > 0 and n_points > cfg.max_stuck_run:
+            continue
+        if model.nonnegative_ and raw[a] == 0.0:
+            continue
+        if a > 0 and np.isfinite(raw[a - 1]) and abs(raw[a] - raw[a - 1]) > model.tau_:
+            continue
+        out[a + 1 : b + 1] = True
+        after = raw[b + 1] if b + 1 < raw.size else np.nan
+        if np.isfinite(after):
+            k = b - a  # repeats
+            values[a + 1 : b + 1] = raw[a] + (after - raw[a]) * np.arange(1, k + 1) / (k + 1)
+        else:
+            values[a + 1 : b + 1] = expected[a + 1 : b + 1]
+    return out, values
 
 
 def _short_gaps(raw: np.ndarray, max_len: int) -> np.ndarray:

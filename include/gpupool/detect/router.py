@@ -107,6 +107,26 @@ class RouterConfig(BaseModel):
     fault_drop_share: float = Field(
         0.1, ge=0.0, le=1.0, description="a collapse starts at a value at most this share of x̂"
     )
+    min_stuck_run: int = Field(
+        6,
+        ge=0,
+        description="a run of one exact value longer than this many points (and than `stuck_run_factor` x the "
+        "history's typical run) on a series whose history varies is a stuck exporter: its repeats are replaced "
+        "by x̂ (0: no such rule)",
+    )
+    stuck_run_factor: float = Field(
+        2.0, ge=1.0, description="a stuck run is longer than this x the 0.99 quantile of the history's run lengths"
+    )
+    stuck_max_repeat_share: float = Field(
+        0.2,
+        ge=0.0,
+        le=1.0,
+        description="a series can be stuck only if at most this share of its history's steps repeat the value "
+        "before (a flat or step-like series holds values for hours)",
+    )
+    max_stuck_run: int = Field(
+        72, ge=0, description="a run of one value longer than this many points is kept as real (0: no limit)"
+    )
     nonnegative: bool | None = Field(
         None,
         description="the metric is never negative (expected and clean values are clipped at 0); None: inferred "

@@ -217,3 +217,79 @@ def test_nonnegative_is_configuration(make_seasonal):
     assert out["expected"].min() < 0  # inferred: the history has negative values, nothing is clipped
     forced = detect_and_clean(y.clip(lower=0.0), detector="svr", config=RouterConfig(nonnegative=True))
     assert (forced["expected"].dropna() >= 0).all() and (forced["clean_value"] >= 0).all()
+
+
+def _stuck_at(y: pd.Series, at: int, points: int) -> pd.Series:
+    """`y` with its exporter repeating the value at `at` for the `points` after it."""
+    y = y.copy()
+    y.iloc[at + 1 : at + 1 + points] = y.iloc[at]
+    return y
+
+
+@pytest.mark.parametrize("detector", ["auto", "svr", "zscore"])
+def test_a_stuck_run_on_a_varying_series_is_cleaned_with_one_alarm(detector, make_seasonal):
+    truth = make_seasonal(n=2016, seed=4)
+    # 100 minutes of one repeated value, on the daily cycle's steepest slope
+    y = _stuck_at(truth, 1584, 20)
+    out = detect_and_clean(y, detector=detector, score_from=y.index[1000])
+    run = slice(1585, 1605)
+    assert out["cleaned"].iloc[run].all()
+    assert not out["cleaned"].iloc[1584]  # the last value really read is kept
+    # a line from the last value read to the first value after the run
+    line = y.iloc[1584] + (y.iloc[1605] - y.iloc[1584]) * np.arange(1, 21) / 21
+    assert out["clean_value"].iloc[run].to_numpy() == pytest.approx(line)
+    assert out["is_anomaly"].iloc[1580:1620].sum() == 1 and out["is_anomaly"].iloc[1585]
+    # the replacement is closer to the truth than the repeated value
+    err_raw = np.abs(y.iloc[run] - truth.iloc[run]).mean()
+    err_clean = np.abs(out["clean_value"].iloc[run] - truth.iloc[run]).mean()
+    assert err_clean < 0.8 * err_raw
+    # the rule is configuration
+    off = detect_and_clean(y, detector=detector, score_from=y.index[1000], config=RouterConfig(min_stuck_run=0))
+    assert not off["cleaned"].iloc[1590:1605].any()
+
+
+def test_a_run_no_longer_than_the_history_makes_plausible_is_kept(make_seasonal):
+    y = _stuck_at(make_seasonal(n=2016, seed=4), 1500, 4)  # 5 equal points: below min_stuck_run
+    out = detect_and_clean(y, detector="svr", score_from=y.index[1000])
+    assert not out["cleaned"].iloc[1501:1505].any()
+
+
+def test_flat_and_step_series_are_never_stuck():
+    idx = pd.date_range("2025-01-06", periods=2016, freq="5min", tz="UTC")
+    # a small tenant: a few GPUs held for hours, then another count
+    levels = np.repeat([2.0, 3.0, 2.0, 4.0, 2.0, 1.0, 2.0], 288)
+    steps = pd.Series(levels, index=idx)
+    steps.iloc[1500:1800] = 3.0  # a long plateau in the judged part, longer than the history's runs
+    flat = pd.Series(np.full(2016, 5.0), index=idx)
+    for y in (steps, flat):
+        out = detect_and_clean(y, score_from=y.index[1000])
+        assert not out["cleaned"].any()
+        assert (out["clean_value"] == y).all()
+
+
+def test_an_idle_run_at_zero_is_not_stuck(make_seasonal):
+    y = make_seasonal(n=2016, seed=4).clip(lower=0.0)
+    y.iloc[1500:1520] = 0.0
+    model = fit_series_model(y.iloc[:1000], detector="svr")
+    assert model.nonnegative_
+    from gpupool.detect.clean import _stuck
+    nan = np.full(y.size, np.nan)
+    assert not _stuck(y.to_numpy(), nan, model)[0].any()
+    assert _stuck(_stuck_at(y, 1600, 20).to_numpy(), nan, model)[0][1601:1621].all()
+
+
+def test_repeat_statistics_round_trip_and_old_params_read_as_off(make_seasonal):
+    y = make_seasonal(n=1000, seed=4)
+    model = fit_series_model(y, detector="svr")
+    assert 0.0 <= model.repeat_share_ < 0.05 and model.repeat_run_ == 1.0
+    params = json.loads(json.dumps(model.to_params(), allow_nan=False))
+    again = FittedSeriesModel.from_params(params)
+    assert again.repeat_share_ == model.repeat_share_ and again.repeat_run_ == model.repeat_run_
+    # a model stored before the rule existed lacks the statistics: the rule is off for it
+    del params["repeat_share"], params["repeat_run"]
+    old = FittedSeriesModel.from_params(params)
+    assert np.isnan(old.repeat_share_) and np.isnan(old.repeat_run_)
+    from gpupool.detect.clean import _stuck
+    nan = np.full(y.size, np.nan)
+    assert not _stuck(_stuck_at(y, 500, 30).to_numpy(), nan, old)[0].any()
+    assert _stuck(_stuck_at(y, 500, 30).to_numpy(), nan, again)[0][501:531].all()
