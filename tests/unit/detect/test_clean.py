@@ -293,3 +293,19 @@ def test_repeat_statistics_round_trip_and_old_params_read_as_off(make_seasonal):
     nan = np.full(y.size, np.nan)
     assert not _stuck(_stuck_at(y, 500, 30).to_numpy(), nan, old)[0].any()
     assert _stuck(_stuck_at(y, 500, 30).to_numpy(), nan, again)[0][501:531].all()
+
+
+def test_runs_too_long_or_entered_by_a_jump_are_kept(make_seasonal):
+    from gpupool.detect.clean import _stuck
+
+    y = make_seasonal(n=2016, seed=4)
+    model = fit_series_model(y.iloc[:1000], detector="svr")
+    nan = np.full(y.size, np.nan)
+    assert _stuck(_stuck_at(y, 1500, 60).to_numpy(), nan, model)[0][1501:1561].all()
+    # longer than max_stuck_run: the demand itself stood still
+    assert not _stuck(_stuck_at(y, 1500, 60).to_numpy(), nan, model.__class__(**{
+        **model.__dict__, "config": model.config.model_copy(update={"max_stuck_run": 50})}))[0].any()
+    # a jump to a new level held exactly: a burst for the burst rule, not a stuck reading
+    jumped = y.copy()
+    jumped.iloc[1500:1520] = y.iloc[1499] + 20 * model.tau_
+    assert not _stuck(jumped.to_numpy(), nan, model)[0].any()
