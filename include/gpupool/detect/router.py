@@ -118,11 +118,12 @@ class RouterConfig(BaseModel):
         2.0, ge=1.0, description="a stuck run is longer than this x the 0.99 quantile of the history's run lengths"
     )
     stuck_max_repeat_share: float = Field(
-        0.2,
+        0.1,
         ge=0.0,
         le=1.0,
         description="a series can be stuck only if at most this share of its history's steps repeat the value "
-        "before (a flat or step-like series holds values for hours)",
+        "before (a flat or step-like series holds values for hours; a count that repeats more often than this "
+        "stands still in clustered plateaus, which a stuck exporter cannot be told from)",
     )
     max_stuck_run: int = Field(
         72, ge=0, description="a run of one value longer than this many points is kept as real (0: no limit)"
