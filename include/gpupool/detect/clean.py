@@ -567,7 +567,8 @@ def _collapses(
     more than τ below it) and lasts while the values stay more than τ below x̂_t0 (missing
     points included). When the series is back within τ of x̂_t0 after at most `max_run`
     points, the run is a fault of the exporter, not of the demand: its points are replaced
-    by a straight line from x̂_t0 to the first value after it. A run still open at the end
+    by a straight line from x̂_t0 to the first value after it (flat at x̂_t0 when that value
+    is itself flagged: a spike must not pull the line up). A run still open at the end
     of the data, shorter than `max_run`, cannot be told yet and is replaced by x̂_t0; a
     run longer than `max_run` is kept (demand really fell). The decision waits for at
     most `max_run` later points; judging each point stays causal. `max_run` 0 disables it.
@@ -596,8 +597,11 @@ def _collapses(
             values[t0:n] = level
             t = n
         elif j < n and length <= max_run:
+            # the value that ends the run is the line's end, unless it is itself flagged (a
+            # spike right after a drop): then the line stays at x̂_t0 (x̂ at j is shaped by the run)
+            end = level if flag[j] else raw[j]
             mask[t0:j] = True
-            values[t0:j] = level + (raw[j] - level) * np.arange(1, length + 1) / (length + 1)
+            values[t0:j] = level + (end - level) * np.arange(1, length + 1) / (length + 1)
             t = j
     return mask, values
 

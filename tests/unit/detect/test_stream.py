@@ -212,3 +212,13 @@ def test_a_counter_reset_is_cleaned_as_one_fault_a_lasting_fall_is_kept():
     assert out["is_anomaly"].iloc[900] and not out["cleaned"].iloc[900:1100].any()
     rule_off = stream_detect(y, RouterConfig(max_fault_run=0), detector="svr")
     assert rule_off["cleaned"].iloc[500:515].sum() < 5
+
+
+def test_a_spike_right_after_a_drop_does_not_pull_the_drops_line_up():
+    y = level_series(n=1200, seed=5)
+    y.iloc[700:704] = 0.0  # the exporter drops to zero ...
+    y.iloc[704] = 60.0  # ... and its first reading back is a glitch
+    out = stream_detect(y, detector="svr")
+    assert out["cleaned"].iloc[700:704].all()
+    # the drop's line stays at the level, not ramping up to the glitch
+    assert (out["clean_value"].iloc[700:704] > 8.0).all() and (out["clean_value"].iloc[700:704] < 12.0).all()
