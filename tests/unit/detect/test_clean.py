@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from gpupool.detect.clean import OUTPUT_COLUMNS, FittedSeriesModel, detect_and_clean, fit_series_model, score_window
+from gpupool.detect.clean import (
+    OUTPUT_COLUMNS,
+    FittedSeriesModel,
+    _stuck,
+    detect_and_clean,
+    fit_series_model,
+    score_window,
+)
 from gpupool.detect.router import RouterConfig
 
 
@@ -272,7 +280,6 @@ def test_an_idle_run_at_zero_is_not_stuck(make_seasonal):
     y.iloc[1500:1520] = 0.0
     model = fit_series_model(y.iloc[:1000], detector="svr")
     assert model.nonnegative_
-    from gpupool.detect.clean import _stuck
     nan = np.full(y.size, np.nan)
     assert not _stuck(y.to_numpy(), nan, model)[0].any()
     assert _stuck(_stuck_at(y, 1600, 20).to_numpy(), nan, model)[0][1601:1621].all()
@@ -289,22 +296,19 @@ def test_repeat_statistics_round_trip_and_old_params_read_as_off(make_seasonal):
     del params["repeat_share"], params["repeat_run"]
     old = FittedSeriesModel.from_params(params)
     assert np.isnan(old.repeat_share_) and np.isnan(old.repeat_run_)
-    from gpupool.detect.clean import _stuck
     nan = np.full(y.size, np.nan)
     assert not _stuck(_stuck_at(y, 500, 30).to_numpy(), nan, old)[0].any()
     assert _stuck(_stuck_at(y, 500, 30).to_numpy(), nan, again)[0][501:531].all()
 
 
 def test_runs_too_long_or_entered_by_a_jump_are_kept(make_seasonal):
-    from gpupool.detect.clean import _stuck
-
     y = make_seasonal(n=2016, seed=4)
     model = fit_series_model(y.iloc[:1000], detector="svr")
     nan = np.full(y.size, np.nan)
     assert _stuck(_stuck_at(y, 1500, 60).to_numpy(), nan, model)[0][1501:1561].all()
     # longer than max_stuck_run: the demand itself stood still
-    assert not _stuck(_stuck_at(y, 1500, 60).to_numpy(), nan, model.__class__(**{
-        **model.__dict__, "config": model.config.model_copy(update={"max_stuck_run": 50})}))[0].any()
+    capped = dataclasses.replace(model, config=model.config.model_copy(update={"max_stuck_run": 50}))
+    assert not _stuck(_stuck_at(y, 1500, 60).to_numpy(), nan, capped)[0].any()
     # a jump to a new level held exactly: a burst for the burst rule, not a stuck reading
     jumped = y.copy()
     jumped.iloc[1500:1520] = y.iloc[1499] + 20 * model.tau_
