@@ -232,6 +232,26 @@ def context_from_params(params, what: str) -> "StreamingContext | None":
     return ctx
 
 
+def fitted_state_params(det) -> dict:
+    """What every streaming detector remembers after `fit`, as JSON: history length and context."""
+    return {
+        "n_history": getattr(det, "n_history_", None),
+        "context": context_to_params(getattr(det, "context_", None)),
+    }
+
+
+def restore_fitted_state(det, params: dict, what: str, context_required: bool = False) -> None:
+    """Set on `det` what `fitted_state_params` stored; raises ModelParamsError when malformed."""
+    n = param(params, "n_history", int, what, optional=True)
+    if n is not None:
+        det.n_history_ = n
+    ctx = context_from_params(
+        param(params, "context", dict, what, optional=not context_required), f"{what}.context"
+    )
+    if ctx is not None:
+        det.context_ = ctx
+
+
 def check_kind(params, name: str, version: int) -> None:
     """Raise unless `params` is an object for detector `name` in format `version`."""
     if not isinstance(params, dict):

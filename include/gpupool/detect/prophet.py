@@ -23,12 +23,12 @@ from gpupool.detect.base import (
     ModelParamsError,
     StreamingContext,
     check_kind,
-    context_from_params,
-    context_to_params,
+    fitted_state_params,
     judged_from,
     param,
     past_median,
     prepare,
+    restore_fitted_state,
     to_frame,
 )
 
@@ -164,9 +164,8 @@ class ProphetDetector:
             "fallback_level": None if level is None or not np.isfinite(level) else float(level),
             "interval_halfwidth": None if half is None or not np.isfinite(half) else float(half),
             "fitted": hasattr(self, "context_"),
-            "n_history": getattr(self, "n_history_", None),
             "prophet": prophet_state,
-            "context": context_to_params(getattr(self, "context_", None)),
+            **fitted_state_params(self),
         }
 
     @classmethod
@@ -195,10 +194,7 @@ class ProphetDetector:
         half = param(params, "interval_halfwidth", (int, float), what, optional=True)
         det.fallback_level_ = np.nan if level is None else float(level)
         det.interval_halfwidth_ = np.nan if half is None else float(half)
-        n = param(params, "n_history", int, what, optional=True)
-        if n is not None:
-            det.n_history_ = n
-        det.context_ = context_from_params(param(params, "context", dict, what), f"{what}.context")
+        restore_fitted_state(det, params, what, context_required=True)
         state = param(params, "prophet", dict, what, optional=True)
         det.model_ = None
         if state is not None:

@@ -30,12 +30,12 @@ from gpupool.detect.base import (
     ModelParamsError,
     StreamingContext,
     check_kind,
-    context_from_params,
-    context_to_params,
+    fitted_state_params,
     judged_from,
     param,
     past_median,
     prepare,
+    restore_fitted_state,
     to_frame,
 )
 
@@ -101,8 +101,7 @@ class SpectralResidualDetector:
             "z": self.z,
             "m": self.m,
             "expected_window": self.expected_window,
-            "n_history": getattr(self, "n_history_", None),
-            "context": context_to_params(getattr(self, "context_", None)),
+            **fitted_state_params(self),
         }
 
     @classmethod
@@ -117,12 +116,7 @@ class SpectralResidualDetector:
             det = cls(**ints)
         except ValueError as exc:
             raise ModelParamsError(f"{what}: {exc}") from None
-        ctx = context_from_params(param(params, "context", dict, what, optional=True), f"{what}.context")
-        if ctx is not None:
-            det.context_ = ctx
-        n = param(params, "n_history", int, what, optional=True)
-        if n is not None:
-            det.n_history_ = n
+        restore_fitted_state(det, params, what)
         return det
 
     def _score_prepared(self, s: pd.Series, offset: int, start: pd.Timestamp | None) -> pd.DataFrame:

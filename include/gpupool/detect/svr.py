@@ -25,13 +25,13 @@ from gpupool.detect.base import (
     ModelParamsError,
     StreamingContext,
     check_kind,
-    context_from_params,
-    context_to_params,
+    fitted_state_params,
     decode_floats,
     encode_floats,
     judged_from,
     param,
     prepare,
+    restore_fitted_state,
     to_frame,
 )
 
@@ -188,9 +188,8 @@ class SVRDetector:
             "use_calendar": getattr(self, "use_calendar_", None),
             "constant": getattr(self, "constant_", None),
             "offset": getattr(self, "offset_", None),
-            "n_history": getattr(self, "n_history_", None),
             "svm": svm,
-            "context": context_to_params(getattr(self, "context_", None)),
+            **fitted_state_params(self),
         }
 
     @classmethod
@@ -226,10 +225,7 @@ class SVRDetector:
         det.use_calendar_ = param(params, "use_calendar", bool, what)
         det.constant_ = param(params, "constant", bool, what)
         det.offset_ = float(param(params, "offset", (int, float), what))
-        n = param(params, "n_history", int, what, optional=True)
-        if n is not None:
-            det.n_history_ = n
-        det.context_ = context_from_params(param(params, "context", dict, what), f"{what}.context")
+        restore_fitted_state(det, params, what, context_required=True)
         svm = param(params, "svm", dict, what, optional=True)
         det.model_ = None
         if svm is not None:

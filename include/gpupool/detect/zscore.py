@@ -16,11 +16,11 @@ from gpupool.detect.base import (
     ModelParamsError,
     StreamingContext,
     check_kind,
-    context_from_params,
-    context_to_params,
+    fitted_state_params,
     judged_from,
     param,
     prepare,
+    restore_fitted_state,
     to_frame,
 )
 
@@ -70,8 +70,7 @@ class ZScoreDetector:
             "format": self.PARAMS_FORMAT,
             "window": self.window,
             "min_points": self.min_points,
-            "n_history": getattr(self, "n_history_", None),
-            "context": context_to_params(getattr(self, "context_", None)),
+            **fitted_state_params(self),
         }
 
     @classmethod
@@ -84,10 +83,5 @@ class ZScoreDetector:
         if window < 1 or min_points < 1:
             raise ModelParamsError(f"{what}: window and min_points must be positive")
         det = cls(window=window, min_points=min_points)
-        ctx = context_from_params(param(params, "context", dict, what, optional=True), f"{what}.context")
-        if ctx is not None:
-            det.context_ = ctx
-        n = param(params, "n_history", int, what, optional=True)
-        if n is not None:
-            det.n_history_ = n
+        restore_fitted_state(det, params, what)
         return det
