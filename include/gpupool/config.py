@@ -17,6 +17,20 @@ PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
 #: the kinds reached through an API, whose connection `conn_id` names
 CONNECTED_KINDS = ("openstack", "slurm", "kubernetes")
 
+
+def check_section(model: type[BaseModel], value: dict) -> dict:
+    """`value` unchanged if `model` accepts it, else a ValueError naming the first bad key
+    (and, for an unknown key, the keys `model` knows)."""
+    try:
+        model.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        if first["type"] == "extra_forbidden":
+            raise ValueError(f"unknown key {key!r}; known: {', '.join(model.model_fields)}") from None
+        raise ValueError(f"{key}: {first['msg']}") from None
+    return value
+
 class ConfigError(ValueError):
     """A configuration file that cannot be used; the message names file, key and reason."""
 
@@ -125,15 +139,7 @@ class DetectConfig(_Strict):
     def _router(cls, value: dict) -> dict:
         from gpupool.detect.router import RouterConfig
 
-        try:
-            RouterConfig(**value)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-            if first["type"] == "extra_forbidden":
-                raise ValueError(f"unknown key {key!r}; known: {', '.join(RouterConfig.model_fields)}") from None
-            raise ValueError(f"{key}: {first['msg']}") from None
-        return value
+        return check_section(RouterConfig, value)
 
     def router_config(self):
         from gpupool.detect.router import RouterConfig

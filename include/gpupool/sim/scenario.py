@@ -104,15 +104,9 @@ class Scenario(BaseModel):
     def _policy(cls, value: dict[str, Any]) -> dict[str, Any]:
         from gpupool.allocate.policy import Policy
 
-        try:
-            Policy.model_validate(value)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-            if first["type"] == "extra_forbidden":
-                raise ValueError(f"unknown key {key!r}; known: {', '.join(Policy.model_fields)}") from None
-            raise ValueError(f"{key}: {first['msg']}") from None
-        return value
+        from gpupool.config import check_section
+
+        return check_section(Policy, value)
 
     @field_validator("start", "end", mode="before")
     @classmethod
