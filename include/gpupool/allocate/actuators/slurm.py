@@ -1,8 +1,12 @@
 """Slurm: drain with a ``gpupool:`` reason, wait until no job runs, resume on attach.
 
-Writes go through ``scontrol update``: slurmrestd's ``openapi/v0.0.38`` (Slurm 22.05) has no node
-update at all (its ``/openapi/v3`` lists only GET on ``/node/{node_name}``; ``POST`` came with
-v0.0.39), and with ``rest_auth/local`` it acts as its own unprivileged user, who may not drain.
+Writes go through ``scontrol update``: no slurmrestd plugin of Slurm 22.05 has a node update. Its
+``/openapi/v3`` (``openapi/v0.0.38``) lists GET only on ``node/{node_name}``, ``nodes``, ``diag``,
+``ping``, ``licenses``, ``partitions``, ``partition/{partition_name}``, ``reservations`` and
+``reservation/{reservation_name}``; the only writes are POST ``job/submit`` and POST/DELETE
+``job/{job_id}``; ``POST node/{node_name}`` answers 405 (v0.0.36 and v0.0.37 likewise).
+``POST /slurm/v0.0.39/node/{node_name}`` came with Slurm 23.02. With ``rest_auth/local``
+slurmrestd also acts as its own unprivileged user, who may not drain.
 Reads go through ``sinfo --json`` and ``squeue --json`` run with an explicit ``SLURM_CONF`` (never
 through a shell), or, with ``restd_url``, through slurmrestd's ``/nodes`` and ``/jobs``: the same
 v0.0.38 node and job objects, read where no Slurm client is installed.
