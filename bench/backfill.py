@@ -4,9 +4,10 @@ it must fill staging (samples, profiles, forecasts, plans) and send nothing.
     .venv/bin/python bench/backfill.py [--days 7] [--end 2026-11-01T00:00:00+00:00] [--keep DIR]
 
 Starts `airflow standalone` on loopback (LocalExecutor, parallelism 4, its own AIRFLOW_HOME,
-Airflow metadata in a fresh PostgreSQL database, a SQLite staging file), runs `airflow backfill create` over the window, waits for every run, then
-prints runs by state, seconds per run, what staging holds, and the audit table's proof that no
-command was sent (rows with dry_run = false must be 0).
+Airflow metadata and gpupool's staging in fresh PostgreSQL databases, as production runs them),
+runs `airflow backfill create` over the window, waits for every run, then prints runs by state,
+seconds per run, what staging holds, and the audit table's proof that no command was sent (rows
+with dry_run = false must be 0).
 """
 
 from __future__ import annotations
@@ -27,27 +28,37 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from airflow_stack import create_metadata_db, drop_metadata_db, free_port, migrate, stack_env, standalone  # noqa: E402
+from airflow_stack import (  # noqa: E402
+    create_metadata_db,
+    create_staging_db,
+    drop_metadata_db,
+    free_port,
+    migrate,
+    stack_env,
+    standalone,
+)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--end", default="2026-11-01T00:00:00+00:00")
-    ap.add_argument("--keep", help="keep the Airflow home and staging file here")
+    ap.add_argument("--keep", help="keep the Airflow home here, and its two databases")
     ap.add_argument("--timeout-hours", type=float, default=3.0)
     ap.add_argument("--pg", default=os.environ.get("GPUPOOL_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
-                    help="PostgreSQL server for Airflow's metadata (SQLite locks when a backfill queues many runs)")
+                    help="PostgreSQL server for Airflow's metadata (SQLite locks when a backfill queues many runs) "
+                         "and for staging")
     args = ap.parse_args()
     end = pd.Timestamp(args.end)
     start = end - pd.Timedelta(days=args.days)
     home = Path(args.keep or tempfile.mkdtemp(prefix="gpupool-backfill-"))
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    staging = f"sqlite:///{home / 'gpupool_staging.db'}"
     meta_db = f"gpupool_backfill_{os.getpid()}"
     admin, metadata_url = create_metadata_db(args.pg, meta_db)
-    env = stack_env(home, port, metadata_url, password="bench", jwt_secret="gpupool-bench-secret")
+    staging_db = f"{meta_db}_staging"
+    staging = create_staging_db(args.pg, staging_db)[1]
+    env = stack_env(home, port, metadata_url, staging_url=staging, password="bench", jwt_secret="gpupool-bench-secret")
     migrate(env)
     subprocess.run([sys.executable, "-m", "gpupool.cli", "db", "upgrade"], env=env, check=True, capture_output=True)
     with standalone(env, password="bench", timeout=240) as (base, token):
@@ -91,9 +102,13 @@ def main() -> None:
           f"({took / max(n, 1):.1f}s per run)")
     print(f"staging: {counts}; windows extracted: {ok_windows}")
     print(f"commands sent (action_audit rows with dry_run = false): {live}; live plans: {live_plans}")
-    if not args.keep:
+    engine.dispose()
+    if args.keep:
+        print(f"kept: {home}; metadata database {meta_db}, staging database {staging_db}")
+    else:
         shutil.rmtree(home, ignore_errors=True)
         drop_metadata_db(admin, meta_db)
+        drop_metadata_db(admin, staging_db)
     if live or live_plans or states.get("failed"):
         sys.exit(1)
 

@@ -1,7 +1,7 @@
 """A running Airflow for the e2e tests and bench/backfill.py: `airflow standalone` on loopback
-(LocalExecutor, parallelism 4, simple auth with one admin), its metadata in a database of its own on
-the real PostgreSQL, started and waited for until its API answers; or (`celery_stack`) the
-distributed topology of docker-compose.yaml as scripts/celery-stack.sh starts it.
+(LocalExecutor, parallelism 4, simple auth with one admin), its metadata and gpupool's staging in
+databases of their own on the real PostgreSQL, started and waited for until its API answers; or
+(`celery_stack`) the distributed topology of docker-compose.yaml as scripts/celery-stack.sh starts it.
 
 SQLite metadata locks ("database is locked") when a backfill queues runs while the scheduler works,
 hence PostgreSQL. Not a test module (pytest collects only test_*.py): tests/e2e/test_airflow_stack.py
@@ -58,25 +58,32 @@ def drop_metadata_db(admin: sa.engine.Engine, name: str) -> None:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+def create_staging_db(pg_url: str, name: str) -> tuple[sa.engine.Engine, str]:
+    """(Re)create database `name` for gpupool's staging, as `create_metadata_db` does; returns the
+    admin engine and the staging URL (psycopg 3, password included). Drop it with `drop_metadata_db`."""
+    admin, url = create_metadata_db(pg_url, name)
+    return admin, sa.engine.make_url(url).set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
 def home_env(home: Path) -> dict[str, str]:
-    """An Airflow home with our dags/ and plugins/, no examples, and a SQLite staging file in it."""
+    """An Airflow home with our dags/ and plugins/ and no examples. Staging is the caller's to
+    give (`stack_env`'s `staging_url`): the end-to-end tests stage on PostgreSQL, as production does."""
     return {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "GPUPOOL_STAGING_URL": f"sqlite:///{home / 'gpupool_staging.db'}",
     }
 
 
-def stack_env(home: Path, port: int, metadata_url: str, *, password: str, jwt_secret: str,
+def stack_env(home: Path, port: int, metadata_url: str, *, staging_url: str, password: str, jwt_secret: str,
               base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of every `airflow` command of the stack; writes the admin's password file.
 
     os.environ, then `base` (default `home_env(home)`), then the stack's own settings: API on
     127.0.0.1:`port`, parallelism 4, DAGs unpaused, no scheduled runs (only those a caller
-    creates), simple auth with `admin` / `password`, metadata at `metadata_url`, and this Python's
-    bin/ first on PATH.
+    creates), simple auth with `admin` / `password`, metadata at `metadata_url`, staging at
+    `staging_url` (GPUPOOL_STAGING_URL), and this Python's bin/ first on PATH.
     """
     (home / "passwords.json").write_text(json.dumps({"admin": password}))
     return {
@@ -93,6 +100,7 @@ def stack_env(home: Path, port: int, metadata_url: str, *, password: str, jwt_se
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "AIRFLOW__API_AUTH__JWT_SECRET": jwt_secret,
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url,
+        "GPUPOOL_STAGING_URL": staging_url,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 

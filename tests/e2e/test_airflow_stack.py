@@ -1,6 +1,7 @@
 """The product through a running Airflow: REST trigger with Params, then the GPU pool page in
 real headless Chromium behind Airflow's auth (screenshot saved to artifacts/pool-page.png),
-then a short backfill that fills staging and sends nothing."""
+then a short backfill that fills staging and sends nothing. Staging is a PostgreSQL database of
+the module's own."""
 
 from __future__ import annotations
 
@@ -43,14 +44,14 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, make_airflow_env):
-    """`airflow standalone` on loopback with small parallelism, staging seeded with history."""
+def stack(tmp_path_factory, make_airflow_env, module_staging_url):
+    """`airflow standalone` on loopback with small parallelism, staging (PostgreSQL) seeded with history."""
     home = tmp_path_factory.mktemp("airflow_stack")
     port = free_port()
     # Airflow's metadata in a database of its own on the real PostgreSQL (see airflow_stack.py)
     meta_db = f"gpupool_e2e_{os.getpid()}"
     admin, metadata_url = create_metadata_db(PG_URL, meta_db)
-    env = stack_env(home, port, metadata_url, password=PASSWORD, jwt_secret="gpupool-e2e-secret",
+    env = stack_env(home, port, metadata_url, staging_url=module_staging_url, password=PASSWORD, jwt_secret="gpupool-e2e-secret",
                     base={**make_airflow_env(home), "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO"})
     # history before the run's window, as earlier hourly runs or a backfill leave it
     seed = subprocess.run(

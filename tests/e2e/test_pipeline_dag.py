@@ -1,5 +1,5 @@
-"""`dag.test()` of gpupool_pipeline on the embedded default, with staging on SQLite and on the
-real PostgreSQL: every stage leaves real rows."""
+"""`dag.test()` of gpupool_pipeline on the embedded virtual datacenter, with staging on the real
+PostgreSQL: every stage leaves real rows."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_pipeline_dag_runs_end_to_end(airflow_home, dags_root, staging_url, monk
 
     monkeypatch.setenv("GPUPOOL_STAGING_URL", staging_url)  # the DAG's tasks run in this process
     ctx = pipeline.Context.load()
-    assert ctx.engine.dialect.name == staging_url.split(":")[0].split("+")[0]
+    assert ctx.engine.dialect.name == "postgresql"
     db.upgrade(ctx.engine)
     # two days of history first, as a backfill leaves it, then the DAG's own hour
     history = pipeline.Window(END - timedelta(days=2, hours=1), END - timedelta(hours=1))
