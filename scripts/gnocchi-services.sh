@@ -31,7 +31,7 @@ stop() {
 }
 
 fail() {
-  fail_with_logs gnocchi-services 25 "$*" "$DIR"/gnocchi.log "$DIR"/setup.log
+  fail_with_logs gnocchi-services 25 "$*" "$DIR"/gnocchi.log "$DIR"/gunicorn.log "$DIR"/setup.log
 }
 
 if [ "$cmd" = stop ]; then stop; exit 0; fi
