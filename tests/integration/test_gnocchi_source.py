@@ -20,7 +20,7 @@ import requests
 import yaml
 
 from gpupool.sim.serve import DEFAULT_PASSWORD, make_state, serve_in_thread
-from gpupool.sources.base import RetryPolicy
+from gpupool.sources.base import RetryPolicy, SourceError
 from gpupool.sources.openstack import GnocchiMeter, OpenStackSource
 from tests.contract.shapes import shape_diff
 
@@ -269,6 +269,22 @@ def test_refusals_agree(copied, case, params, body):
     fake, real = _both(copied, {**WINDOW, "fill": "null", **params}, body)
     assert real.status_code in (400, 404), case
     assert (fake.status_code, fake.json()) == (real.status_code, real.json()), case
+
+
+@pytest.mark.parametrize("meter,reason", [
+    (GnocchiMeter("gpu.util", resource_type="generic", group_by="host"),
+     "HTTP 400: Invalid pagination: `Sort key supplied is invalid: host'"),
+    (GnocchiMeter("gpu.nope"), "HTTP 404: Metric ['gpu.nope'] does not exist"),
+    (GnocchiMeter("gpu.util", resource_type="host"), "HTTP 400: Resource type does not exist; host"),
+])
+def test_a_meter_gnocchi_refuses_is_one_clear_error(copied, meter, reason):
+    for make in (_real_source, _facade_source):
+        src = make(copied)
+        src.gnocchi_meters = {"gpu_util": meter}
+        with pytest.raises(SourceError) as err:
+            src.usage(START, END, "5min")
+        assert str(err.value).endswith(reason) and not err.value.retryable, (make.__name__, str(err.value))
+        assert "metric /v1/aggregates" in err.value.endpoint
 
 
 def test_window_without_history_agrees(copied):

@@ -351,7 +351,12 @@ class OpenStackSource:
                 endpoint_filter={"service_type": "metric", "interface": self.interface,
                                  "region_name": self.region_name},
                 params=params, json=body, raise_exc=False,
+                headers={"Accept": "application/json"},
             )
+            if resp.status_code in (400, 404):
+                # Gnocchi says which part of the meter it refuses (an attribute the resource type
+                # lacks, an unknown metric or type, a granularity outside the archive policy)
+                raise PermanentError(f"HTTP {resp.status_code}: {_gnocchi_reason(resp)}")
             _raise_for_status(resp.status_code)
             try:
                 return resp.json()
@@ -389,6 +394,18 @@ def gnocchi_groups_to_frame(
                                         "unit"])
     frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
     return frame
+
+
+def _gnocchi_reason(resp: Any) -> str:
+    """Gnocchi's `description` of a refused request, on one line and at most 200 characters."""
+    try:
+        desc = resp.json().get("description", "")
+    except (ValueError, AttributeError):
+        desc = ""
+    if isinstance(desc, dict):
+        desc = "; ".join(str(desc[k]) for k in ("cause", "reason", "detail") if k in desc)
+    text = " ".join(str(desc).split()) or "refused"
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _raise_for_status(status: int) -> None:
