@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the real services the integration tests run on loopback: Prometheus, Slurm
-# (slurmctld, slurmd, client, munge, slurmrestd), and Keystone + Placement in their own
-# virtualenv (.services/openstack-venv). Idempotent and quick when everything is there:
+# (slurmctld, slurmd, client, munge, slurmrestd), and Keystone + Placement + Gnocchi in their
+# own virtualenv (.services/openstack-venv). Idempotent and quick when everything is there:
 # it only calls apt-get / pip for what is missing.
 set -euo pipefail
 
@@ -31,11 +31,12 @@ fi
 # The virtualenv is rebuilt only when the pinned requirements changed since the last install.
 stamp="$VENV/.requirements.sha256"
 want="$(sha256sum "$REQS" | cut -d' ' -f1)"
-if [ ! -x "$VENV/bin/gunicorn" ] || [ ! -x "$VENV/bin/keystone-manage" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+if [ ! -x "$VENV/bin/gunicorn" ] || [ ! -x "$VENV/bin/keystone-manage" ] || [ ! -x "$VENV/bin/gnocchi-upgrade" ] \
+   || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "install-services: building $VENV"
   mkdir -p "$SERVICES"
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQS"
   echo "$want" > "$stamp"
 fi
-echo "install-services: prometheus $(prometheus --version 2>&1 | head -1 | awk '{print $3}'), slurm $(slurmctld -V | awk '{print $2}'), keystone+placement in $VENV"
+echo "install-services: prometheus $(prometheus --version 2>&1 | head -1 | awk '{print $3}'), slurm $(slurmctld -V | awk '{print $2}'), keystone+placement+gnocchi in $VENV"

@@ -147,8 +147,8 @@ def test_project_source_reads_inventory_and_gnocchi(sim):
     assert {r["node"] for r in inv} == set(world)
     assert all(r["busy_gpus"] == world[r["node"]]["busy_gpus"] for r in inv)
     conn = connect(sim)
-    res = conn.session.get("/v1/resource/generic", endpoint_filter={"service_type": "metric"}).json()
-    node_res = next(r for r in res if r["host"] == "compute-gpu001")
+    res = conn.session.get("/v1/resource/nova_compute", endpoint_filter={"service_type": "metric"}).json()
+    node_res = next(r for r in res if r["host_name"] == "compute-gpu001")
     m = conn.session.get(f"/v1/metric/{node_res['metrics']['gpu.allocated']}/measures",
                          params={"start": "2024-01-01T22:00:00+00:00", "stop": "2024-01-02T00:00:00+00:00"},
                          endpoint_filter={"service_type": "metric"}).json()

@@ -9,6 +9,7 @@ Reusable fixtures for other test modules:
   prometheus_history  -> (PrometheusServer, HistoryTruth): 2 days of Slurm + DCGM exporter series
   slurm_cluster       -> SlurmCluster: node name, `env` for Slurm clients, sbatch/drain/resume helpers
   openstack_services  -> OpenStackServices: Keystone/Placement URLs, credentials, `connect()`
+  gnocchi             -> GnocchiServer (module scope): Gnocchi registered in that Keystone's catalog
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from realservices import (  # noqa: E402
     OpenStackServices,
     PrometheusServer,
     ServiceStartError,
+    GnocchiServer,
     SlurmCluster,
     new_run_dir,
     reset_slurm,
+    start_gnocchi,
     start_openstack,
     start_slurm_cluster,
 )
@@ -127,3 +130,14 @@ def openstack_services(pytestconfig) -> OpenStackServices:
     services = start_openstack(launched)
     yield services
     services.stop()
+
+
+@pytest.fixture(scope="module")
+def gnocchi(openstack_services) -> GnocchiServer:
+    """Gnocchi (PostgreSQL indexer, file storage, Keystone auth) in the session Keystone's catalog
+    as the `metric` service, for one module: it leaves the catalog when the module ends."""
+    from tests.conftest import PG_URL
+
+    server = start_gnocchi(openstack_services, PG_URL)
+    yield server
+    server.stop()

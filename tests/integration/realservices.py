@@ -230,6 +230,63 @@ class OpenStackServices:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+@dataclass
+class GnocchiServer:
+    """Gnocchi on loopback (PostgreSQL indexer in a database of its own, file storage in `dir`),
+    registered as the `metric` service of `openstack`'s Keystone, which authenticates its requests."""
+
+    dir: Path
+    url: str
+    pg_url: str = field(repr=False)
+    database: str
+
+    @classmethod
+    def start(cls, openstack: OpenStackServices, pg_url: str, dir: Path | None = None) -> "GnocchiServer":
+        """Create a database on `pg_url`'s server, run gnocchi-upgrade on it and serve the API."""
+        import sqlalchemy as sa
+
+        dir = dir or new_run_dir("gnocchi")
+        database = f"gnocchi_{os.getpid()}_{time.monotonic_ns()}"
+        admin = sa.create_engine(pg_url, isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'CREATE DATABASE "{database}"'))
+        except sa.exc.OperationalError as exc:
+            raise ServiceStartError(f"PostgreSQL at {pg_url} unreachable: {exc.orig}") from exc
+        finally:
+            admin.dispose()
+        # Gnocchi's indexer speaks psycopg2 (the default driver of a plain postgresql:// URL)
+        indexer = sa.make_url(pg_url).set(drivername="postgresql", database=database)
+        server = cls(dir, "", pg_url, database)
+        try:
+            run_script("gnocchi-services.sh", "start", dir, free_port(), openstack.keystone_url,
+                       openstack.dir / "credentials.json", indexer.render_as_string(hide_password=False), timeout=180)
+        except ServiceStartError:
+            server._drop_database()
+            raise
+        values = dict(line.split("=", 1) for line in (dir / "env").read_text().split())
+        server.url = values["GNOCCHI_URL"]
+        return server
+
+    def _drop_database(self) -> None:
+        import sqlalchemy as sa
+
+        admin = sa.create_engine(self.pg_url, isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
+        finally:
+            admin.dispose()
+
+    def stop(self, keep: bool = False) -> None:
+        """Stop the API, take it out of Keystone's catalog, drop the database; remove the
+        directory unless `keep`."""
+        run_script("gnocchi-services.sh", "stop", self.dir)
+        self._drop_database()
+        if not keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
 # --- bodies of the session fixtures of tests/integration and tests/integration_actuation -------
 
 
@@ -271,3 +328,13 @@ def start_openstack(launched: tuple[subprocess.Popen, Path] | OSError | None = N
         return OpenStackServices.wait(proc, dir)
     except ServiceStartError as exc:
         pytest.fail(f"Keystone/Placement could not start: {exc}")
+
+
+def start_gnocchi(openstack: OpenStackServices, pg_url: str) -> GnocchiServer:
+    """`GnocchiServer.start` for a fixture: a Gnocchi that cannot start fails the test, with the reason."""
+    import pytest
+
+    try:
+        return GnocchiServer.start(openstack, pg_url)
+    except ServiceStartError as exc:
+        pytest.fail(f"Gnocchi could not start: {exc}")

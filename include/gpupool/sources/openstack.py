@@ -53,8 +53,11 @@ class GnocchiMeter:
 
     metric:        Gnocchi metric name (the Ceilometer meter), e.g. "gpu.util"
     aggregation:   Gnocchi aggregation method stored in the archive policy ("mean", "max")
-    resource_type: Gnocchi resource type searched ("generic", "instance", ...)
-    group_by:      resource attribute naming the entity ("host", "id", ...)
+    resource_type: Gnocchi resource type searched; Ceilometer files compute-node meters under
+                   "nova_compute" (attribute "host_name"); "generic" has only the attributes
+                   every resource has ("id", "original_resource_id", "project_id", ...)
+    group_by:      attribute of `resource_type` naming the entity ("host_name", "id", ...);
+                   Gnocchi refuses an attribute the type does not have (HTTP 400)
     entity_kind:   canonical entity kind of the groups
     scale:         factor applied to values (e.g. MiB -> bytes)
     unit:          canonical unit; None takes the canonical metric's
@@ -62,8 +65,8 @@ class GnocchiMeter:
 
     metric: str
     aggregation: str = "mean"
-    resource_type: str = "generic"
-    group_by: str = "host"
+    resource_type: str = "nova_compute"
+    group_by: str = "host_name"
     entity_kind: str = "node"
     scale: float = 1.0
     unit: str | None = None
@@ -333,13 +336,14 @@ class OpenStackSource:
             "stop": end.isoformat(),
             "granularity": step_s,
             "groupby": meter.group_by,
-            "resource_type": meter.resource_type,
             "fill": "null",
         }
         # `(aggregate ...)` is what makes Gnocchi answer one "aggregated" series per group;
-        # a bare `(metric ...)` answers per resource id instead
+        # a bare `(metric ...)` answers per resource id instead. `resource_type` belongs in the
+        # body: without it Gnocchi takes the metric names for metric ids (HTTP 400).
         agg = meter.aggregation
-        body = {"operations": f"(aggregate {agg} (metric {meter.metric} {agg}))", "search": {}}
+        body = {"operations": f"(aggregate {agg} (metric {meter.metric} {agg}))",
+                "resource_type": meter.resource_type, "search": {}}
 
         def post() -> Any:
             resp = self._conn.session.post(
@@ -347,7 +351,12 @@ class OpenStackSource:
                 endpoint_filter={"service_type": "metric", "interface": self.interface,
                                  "region_name": self.region_name},
                 params=params, json=body, raise_exc=False,
+                headers={"Accept": "application/json"},
             )
+            if resp.status_code in (400, 404):
+                # Gnocchi says which part of the meter it refuses (an attribute the resource type
+                # lacks, an unknown metric or type, a granularity outside the archive policy)
+                raise PermanentError(f"HTTP {resp.status_code}: {_gnocchi_reason(resp)}")
             _raise_for_status(resp.status_code)
             try:
                 return resp.json()
@@ -385,6 +394,18 @@ def gnocchi_groups_to_frame(
                                         "unit"])
     frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
     return frame
+
+
+def _gnocchi_reason(resp: Any) -> str:
+    """Gnocchi's `description` of a refused request, on one line and at most 200 characters."""
+    try:
+        desc = resp.json().get("description", "")
+    except (ValueError, AttributeError):
+        desc = ""
+    if isinstance(desc, dict):
+        desc = "; ".join(str(desc[k]) for k in ("cause", "reason", "detail") if k in desc)
+    text = " ".join(str(desc).split()) or "refused"
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _raise_for_status(status: int) -> None:

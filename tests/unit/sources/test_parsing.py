@@ -52,9 +52,9 @@ def test_prometheus_matrix_to_rows_drops_nan_and_keeps_labels():
 
 def test_gnocchi_grouped_aggregates():
     payload = [
-        {"group": {"host": "cn1"}, "measures": {"measures": {"aggregated": [
+        {"group": {"host_name": "cn1"}, "measures": {"measures": {"aggregated": [
             ["2026-01-05T00:00:00+00:00", 300.0, 41.5], ["2026-01-05T00:05:00+00:00", 300.0, None]]}}},
-        {"group": {"host": "cn2"}, "measures": {"measures": {"aggregated": [
+        {"group": {"host_name": "cn2"}, "measures": {"measures": {"aggregated": [
             ["2026-01-05T00:00:00+00:00", 300.0, 2.0]]}}},
     ]
     meter = GnocchiMeter("gpu.memory.used", scale=1048576)

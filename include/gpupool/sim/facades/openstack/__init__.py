@@ -12,10 +12,13 @@
   /os-services/{id}`` with ``status``/``disabled_reason`` from 2.53, the older ``disable``,
   ``disable-log-reason`` and ``enable`` actions before it) and ``os-hypervisors`` (list, detail).
   Disabling ``nova-compute`` of a host cordons the node: its instances run on and end.
-* Gnocchi at ``/metric``: one ``generic`` resource per compute node (``host`` attribute) with the
-  metrics ``gpu.util`` (percent), ``gpu.allocated`` and ``gpu.capacity`` (GPUs), one for the cloud
-  with ``gpu.pending``; ``/v1/metric/{id}/measures``, ``/v1/resource/generic[/{id}]``,
-  ``/v1/search/resource/generic`` and ``/v1/aggregates`` (with ``groupby``).
+* Gnocchi at ``/metric``: one ``nova_compute`` resource per compute node (``host_name``
+  attribute, as Ceilometer files compute nodes) with the metrics ``gpu.util`` (percent),
+  ``gpu.allocated`` and ``gpu.capacity`` (GPUs), one ``generic`` resource for the cloud
+  (``original_resource_id`` "cloud") with ``gpu.pending``; ``/v1/metric/{id}/measures``,
+  ``/v1/resource/{type}[/{id}]``, ``/v1/search/resource/{type}`` and ``/v1/aggregates`` (resource
+  type in the body, ``groupby`` an attribute of that type), held to a real Gnocchi 4.7 by
+  ``tests/integration/test_gnocchi_source.py``.
 
 Error bodies are each service's own: Keystone ``{"error": {...}}``, Placement ``{"errors": [...]}``,
 Nova ``{"itemNotFound"|"badRequest"|...: {...}}``, Gnocchi ``{"code", "description", "title"}``.

@@ -21,9 +21,19 @@ from gpupool.sim.facades.openstack.common import (
     OsError,
     gnocchi_error,
     iso,
+    keystone_error,
     parse_ts,
 )
 from gpupool.sim.facades.state import stable_uuid
+
+
+#: resource types and the attributes each adds to the generic ones: compute nodes are filed as
+#: Ceilometer files them (``nova_compute``, attribute ``host_name``), the cloud-wide series on a
+#: plain ``generic`` resource
+RESOURCE_TYPES = {"generic": (), "nova_compute": ("host_name",)}
+#: the generic attributes Gnocchi can sort, and so group, resources by
+GENERIC_SORT_KEYS = ("id", "type", "original_resource_id", "project_id", "user_id", "started_at", "ended_at",
+                     "revision_start", "revision_end", "creator")
 
 
 def routes(ctx: FacadeContext) -> list[Route]:
@@ -33,30 +43,51 @@ def routes(ctx: FacadeContext) -> list[Route]:
     cloud_resource = stable_uuid("gnocchi", "cloud")
 
     def gnocchi_resources() -> list[dict]:
+        """Every resource with all its attributes (``type`` says which it has)."""
         out = []
         created = iso(state.world.start) + "+00:00"
-        for rec in state.nodes(ROLE):
-            rid = stable_uuid("gnocchi", rec["name"])
-            out.append({"id": rid, "type": "generic", "original_resource_id": rec["name"], "host": rec["name"],
-                        "project_id": PROJECTS["admin"], "user_id": USERS["admin"], "started_at": created,
-                        "ended_at": None, "revision_start": created, "revision_end": None, "creator": USERS["admin"],
-                        "created_by_user_id": USERS["admin"], "created_by_project_id": PROJECTS["admin"],
-                        "metrics": {m: stable_uuid("metric", rec["name"], m) for m in GNOCCHI_NODE_METRICS}})
-        out.append({"id": cloud_resource, "type": "generic", "original_resource_id": "cloud", "host": "cloud",
+
+        def resource(rid: str, rtype: str, original: str, metrics: dict, **attrs) -> dict:
+            return {"id": rid, "type": rtype, "original_resource_id": original, **attrs,
                     "project_id": PROJECTS["admin"], "user_id": USERS["admin"], "started_at": created,
-                    "ended_at": None, "revision_start": created, "revision_end": None, "creator": USERS["admin"],
+                    "ended_at": None, "revision_start": created, "revision_end": None,
+                    "creator": f"{USERS['admin']}:{PROJECTS['admin']}",
                     "created_by_user_id": USERS["admin"], "created_by_project_id": PROJECTS["admin"],
-                    "metrics": {m: stable_uuid("metric", "cloud", m) for m in GNOCCHI_CLOUD_METRICS}})
+                    "metrics": metrics}
+
+        for rec in state.nodes(ROLE):
+            out.append(resource(stable_uuid("gnocchi", rec["name"]), "nova_compute", rec["name"],
+                                {m: stable_uuid("metric", rec["name"], m) for m in GNOCCHI_NODE_METRICS},
+                                host_name=rec["name"]))
+        out.append(resource(cloud_resource, "generic", "cloud",
+                            {m: stable_uuid("metric", "cloud", m) for m in GNOCCHI_CLOUD_METRICS}))
         return out
+
+    def of_type(rtype: str) -> list[dict]:
+        """The resources listed under ``rtype`` as Gnocchi shows them: every resource is a
+        ``generic`` one, seen through ``generic`` without its own type's attributes."""
+        if rtype not in RESOURCE_TYPES:
+            raise OsError(404, f"Resource type {rtype} does not exist")
+        own = set(RESOURCE_TYPES[rtype])
+        extra = {a for attrs in RESOURCE_TYPES.values() for a in attrs} - own
+        return [{k: v for k, v in r.items() if k not in extra} for r in gnocchi_resources()
+                if rtype == "generic" or r["type"] == rtype]
+
+    def host_of(r: dict) -> str:
+        """The node a resource's series belong to ('cloud' for the cloud-wide one)."""
+        return r.get("host_name") or r["original_resource_id"]
 
     def metric_index() -> dict[str, tuple[str, str]]:
         """metric id -> (host or 'cloud', metric name)."""
-        return {mid: (r["host"], m) for r in gnocchi_resources() for m, mid in r["metrics"].items()}
+        return {mid: (host_of(r), m) for r in gnocchi_resources() for m, mid in r["metrics"].items()}
 
     def gnocchi(fn):
         async def handler(request: Request):
             if not authorized(request):
-                return gnocchi_error(401, "The request you have made requires authentication.")
+                # keystonemiddleware's refusal, in front of Gnocchi: its body, and where to get a token
+                resp = keystone_error(401, "The request you have made requires authentication.")
+                resp.headers["WWW-Authenticate"] = f'Keystone uri="{base(request)}/identity/v3"'
+                return resp
             try:
                 with state.lock:
                     state.sync()
@@ -122,31 +153,33 @@ def routes(ctx: FacadeContext) -> list[Route]:
 
     @gnocchi
     async def list_resources(request):
-        return JSONResponse(gnocchi_resources())
+        return JSONResponse(of_type(request.path_params["rtype"]))
+
+    def find_resource(rtype: str, rid: str) -> dict:
+        for r in of_type(rtype):
+            if rid in (r["id"], r["original_resource_id"]):
+                return r
+        raise OsError(404, f"Resource {rid} does not exist")
 
     @gnocchi
     async def show_resource(request):
-        rid = request.path_params["rid"]
-        for r in gnocchi_resources():
-            if rid in (r["id"], r["original_resource_id"]):
-                return JSONResponse(r)
-        raise OsError(404, f"Resource {rid} does not exist")
+        return JSONResponse(find_resource(request.path_params["rtype"], request.path_params["rid"]))
 
     @gnocchi
     async def resource_metric_measures(request):
-        rid, name = request.path_params["rid"], request.path_params["metric"]
-        for r in gnocchi_resources():
-            if rid in (r["id"], r["original_resource_id"]):
-                if name not in r["metrics"]:
-                    raise OsError(404, f"Metric {name} does not exist")
-                q = request.query_params
-                gran = float(q["granularity"]) if q.get("granularity") else None
-                return JSONResponse(series(r["host"], name, q.get("start"), q.get("stop"), gran,
-                                           q.get("aggregation", "mean")))
-        raise OsError(404, f"Resource {rid} does not exist")
+        r = find_resource(request.path_params["rtype"], request.path_params["rid"])
+        name = request.path_params["metric"]
+        if name not in r["metrics"]:
+            raise OsError(404, f"Metric {name} does not exist")
+        q = request.query_params
+        gran = float(q["granularity"]) if q.get("granularity") else None
+        return JSONResponse(series(host_of(r), name, q.get("start"), q.get("stop"), gran,
+                                   q.get("aggregation", "mean")))
 
     @gnocchi
     async def aggregates(request):
+        """``(metric NAME AGG)`` and ``(aggregate AGG (metric NAME AGG))`` over the resources of
+        the body's ``resource_type``, optionally grouped by attributes, answered as Gnocchi 4.7 does."""
         q = request.query_params
         try:
             body = json.loads(await request.body())
@@ -162,29 +195,65 @@ def routes(ctx: FacadeContext) -> list[Route]:
                                 "detail": ops})
         outer, metric, agg = m.groups()
         outer = outer or None
+        rtype = body.get("resource_type")
+        if rtype is None:
+            # without a resource type Gnocchi reads the references as metric ids
+            raise OsError(400, {"cause": "Invalid metric references", "reason": "badly formed hexadecimal UUID string",
+                                "detail": [[metric, agg]]})
+        if rtype not in RESOURCE_TYPES:
+            raise OsError(400, {"cause": "Resource type does not exist", "detail": rtype})
+        if body.get("search"):
+            raise OsError(400, {"cause": "Invalid search", "reason": "only an empty search is served here",
+                                "detail": body["search"]})
         gran = float(q["granularity"]) if q.get("granularity") else None
-        groupby = q.getlist("groupby")
-        resources = [r for r in gnocchi_resources() if metric in r["metrics"]]
-        groups: dict[tuple, list[dict]] = {}
-        for r in resources:
-            groups.setdefault(tuple((g, r.get(g)) for g in groupby), []).append(r)
+        step_s = state.step.total_seconds()
+        if gran is not None and (gran < step_s or abs(gran / step_s - round(gran / step_s)) > 1e-9):
+            raise OsError(400, {"cause": "Metrics cannot be aggregated", "reason": "Granularities are missing",
+                                "detail": [[metric, agg, gran]]})
+        groupby = sorted(set(g for v in q.getlist("groupby") for g in v.split(",") if g))
+        for g in groupby:
+            if g not in GENERIC_SORT_KEYS + RESOURCE_TYPES[rtype]:
+                raise OsError(400, f"Invalid pagination: `Sort key supplied is invalid: {g}'")
+        details = q.get("details", "false").lower() in ("true", "1", "yes", "on", "y")
+        resources = of_type(rtype)
 
-        def answer(members: list[dict]) -> dict:
-            per = {r["id"]: series(r["host"], metric, q.get("start"), q.get("stop"), gran, agg) for r in members}
+        def answer(members: list[dict]) -> dict | None:
+            """One group's answer; None when no member has the metric (Gnocchi leaves it out)."""
+            members = [r for r in members if metric in r["metrics"]]
+            if not members:
+                return None
+            per = {r["id"]: series(host_of(r), metric, q.get("start"), q.get("stop"), gran, agg) for r in members}
             if outer:
                 merged: dict[str, list[float]] = {}
                 for pts in per.values():
                     for ts, _g, v in pts:
                         merged.setdefault(ts, []).append(v)
                 fn = {"mean": np.mean, "max": np.max, "min": np.min, "sum": np.sum}.get(outer, np.mean)
-                agg_pts = [[ts, gran or state.step.total_seconds(), round(float(fn(v)), 6)]
-                           for ts, v in sorted(merged.items())]
-                return {"references": members, "measures": {"aggregated": agg_pts}}
-            return {"references": members, "measures": {rid: {metric: {agg: pts}} for rid, pts in per.items()}}
+                out = {"measures": {"aggregated": [[ts, gran or step_s, round(float(fn(v)), 6)]
+                                                   for ts, v in sorted(merged.items())]}}
+            else:
+                out = {"measures": {rid: {metric: {agg: pts}} for rid, pts in per.items()}}
+            if details:
+                out["references"] = members
+            return out
 
+        not_found = OsError(404, f"Metric [{metric!r}] does not exist")
         if not groupby:
-            return JSONResponse(answer(resources))
-        return JSONResponse([{"group": dict(k), "measures": answer(v)} for k, v in groups.items()])
+            whole = answer(resources)
+            if whole is None:
+                raise not_found
+            return JSONResponse(whole)
+        groups: dict[tuple, list[dict]] = {}
+        for r in resources:
+            groups.setdefault(tuple((g, r.get(g)) for g in groupby), []).append(r)
+        results = []
+        for key in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for _, v in k)):
+            got = answer(groups[key])
+            if got is not None:
+                results.append({"group": dict(key), "measures": got})
+        if not results:
+            raise not_found
+        return JSONResponse(results)
 
     async def gnocchi_root(request):
         return JSONResponse({"versions": [{"id": "v1.0", "status": "CURRENT", "updated": "2015-03-19",
@@ -193,10 +262,10 @@ def routes(ctx: FacadeContext) -> list[Route]:
     return [
         Route("/metric", gnocchi_root, methods=["GET"]),
         Route("/metric/", gnocchi_root, methods=["GET"]),
-        Route("/metric/v1/resource/generic", list_resources, methods=["GET"]),
-        Route("/metric/v1/search/resource/generic", list_resources, methods=["POST"]),
-        Route("/metric/v1/resource/generic/{rid}", show_resource, methods=["GET"]),
-        Route("/metric/v1/resource/generic/{rid}/metric/{metric}/measures", resource_metric_measures,
+        Route("/metric/v1/resource/{rtype}", list_resources, methods=["GET"]),
+        Route("/metric/v1/search/resource/{rtype}", list_resources, methods=["POST"]),
+        Route("/metric/v1/resource/{rtype}/{rid}", show_resource, methods=["GET"]),
+        Route("/metric/v1/resource/{rtype}/{rid}/metric/{metric}/measures", resource_metric_measures,
               methods=["GET"]),
         Route("/metric/v1/metric/{mid}/measures", measures, methods=["GET"]),
         Route("/metric/v1/aggregates", aggregates, methods=["POST"]),
