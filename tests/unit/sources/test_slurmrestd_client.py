@@ -25,13 +25,15 @@ ANSWERS = {
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server's name)
+        # Recorded before answering: the client may return (and the test read `seen`) as soon
+        # as the body is written.
+        self.server.seen.append(dict(self.headers))
         status, text = ANSWERS.get(self.path, (404, "Unable find requested URL."))
         body = text.encode()
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        self.server.seen.append(dict(self.headers))
 
     def address_string(self):
         return "unix"
