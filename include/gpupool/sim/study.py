@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from gpupool import pipeline
 from gpupool.allocate.planner import (
+    CHANGE_HOURS,
     NodeRecord,
     PlatformDemand,
     demand_from_forecast,
@@ -243,10 +244,11 @@ class ReactiveDemand(ChainDemand):
     def _demand(self, t, i1):
         out = {}
         for p in self.world.platforms:
-            hourly, info = self._history(p, i1, pd.Timedelta(days=1))
+            hourly, info = self._history(p, i1, pd.Timedelta(hours=CHANGE_HOURS + 1))
             hourly = hourly[hourly.index < t]
             out[p] = demand_from_last_hour(hourly, info["within_hour_sd"], self.policy.horizon_hours,
-                                           self.policy.headroom_quantile)
+                                           self.policy.headroom_quantile, spread=self.policy.demand_spread,
+                                           latest=info["level"])
             self.notes[p] = {"within_hour_sd": info["within_hour_sd"]}
         return out
 
@@ -275,7 +277,8 @@ class PredictiveDemand(ChainDemand):
             past[pd.Timestamp(fc["ts"].iloc[0])] = float(fc["yhat"].iloc[0])
             out[p] = demand_from_forecast(fc["yhat"].to_numpy(float), fc["yhat_upper"].to_numpy(float),
                                           FORECAST_LEVEL, info["within_hour_sd"], self.policy.headroom_quantile,
-                                          skill=skill, hourly=history)
+                                          skill=skill, hourly=history, latest=info["level"],
+                                          spread=self.policy.demand_spread)
             self.notes[p] = {"within_hour_sd": info["within_hour_sd"], "model": summary.get("model"),
                              "fallback": summary.get("fallback"), "forecast_wins": skill.forecast_wins,
                              "rmse_forecast": skill.rmse_forecast, "rmse_naive": skill.rmse_naive}
