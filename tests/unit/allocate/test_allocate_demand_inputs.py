@@ -79,6 +79,13 @@ def test_the_plan_reacts_to_demand_as_it_stands_not_the_hour_mean():
     assert demand_from_last_hour(hourly, 0.0, 2, 0.9).mean == (25.0, 25.0)
 
 
+def test_a_winning_forecast_is_planned_from_demand_as_it_stands():
+    hourly = _hours([10.0, 12.0, 14.0, 16.0])
+    d = demand_from_forecast([18.0, 20.0], [18.0, 20.0], 90, 0.0, 0.9, hourly=hourly, latest=25.0)
+    assert d.mean == (27.0, 29.0)  # the forecast's +2, +4 from the last hour, from 25
+    assert demand_from_forecast([18.0, 20.0], [18.0, 20.0], 90, 0.0, 0.9, hourly=hourly).mean == (18.0, 20.0)
+
+
 def test_hourly_demand_measures_the_spread_a_step_level_world_is_served_at():
     ts = pd.date_range("2024-01-01", periods=24, freq="5min", tz="UTC")
     alloc = np.tile([10.0, 20.0], 12)  # mean 15, +-5 at every step
