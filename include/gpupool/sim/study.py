@@ -13,8 +13,9 @@ Every ``decision_every`` the study runs what ``gpupool_pipeline`` runs, on what 
    on the last :data:`~gpupool.pipeline.FORECAST_HISTORY` of cleaned telemetry, warm-started from
    the previous hour's model (:func:`gpupool.pipeline.warm_start`), as the forecast stage does;
 4. **plan** — :func:`gpupool.allocate.planner.demand_from_forecast` (``predictive``) or
-   :func:`~gpupool.allocate.planner.demand_from_last_hour` (``reactive``) and
-   :func:`gpupool.allocate.planner.plan`, as the plan stage does;
+   :func:`~gpupool.allocate.planner.demand_from_last_hour` (``reactive``), both from demand as
+   it stands (``demand_of_steps``'s ``level``) and the last :data:`~gpupool.allocate.planner.CHANGE_HOURS`
+   of hourly demand, and :func:`gpupool.allocate.planner.plan`, as the plan stage does;
 5. the plan's moves are carried out in the world.
 
 ``static`` never moves (the chain is not run: its plan could not change anything); ``oracle``
