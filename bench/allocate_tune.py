@@ -3,9 +3,10 @@
     nice -n 10 .venv/bin/python bench/allocate_tune.py [--groupings G1,G2] [--pools 100,115]
         [--days 10] [--policies reactive,predictive] [--jobs 2]
 
-Runs each setting of the grid (``cooldown`` x ``move_cost``; ``headroom_quantile`` too if asked,
-though the planner's expected-unmet objective does not depend on it: it only says what a
-demand's ``upper`` stands for, measured identical at 0.8, 0.9 and 0.95) over the
+Runs each setting of the grid (``cooldown`` x ``move_cost`` x ``headroom_quantile`` x
+``demand_spread``; with the empirical spread the quantile is the one of the series' own
+hour-ahead changes the plan covers, with the random walk it only says what ``upper`` stands for
+and changes nothing) over the
 tuning groupings of ``bench/allocate_helios.py`` and prints mean unmet GPU-hours and moves per
 policy, ranked by ``unmet + move_price x moves`` (a move priced at 1 GPU-hour of churn, the
 planner's own default move cost). The telemetry is fault-free and the chain runs
@@ -42,14 +43,15 @@ def main(argv=None) -> int:
     ap.add_argument("--pools", default="100,115")
     ap.add_argument("--days", type=float, default=10)
     ap.add_argument("--policies", default="reactive")
-    ap.add_argument("--quantiles", default="0.9")
+    ap.add_argument("--quantiles", default="0.95")
     ap.add_argument("--cooldowns", default="0h,1h,2h")
     ap.add_argument("--move-costs", default="0.1,0.25,0.5,1,2")
+    ap.add_argument("--spreads", default="empirical", help="demand_spread values (empirical, random_walk)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
-    grid = [{"headroom_quantile": float(q), "cooldown": c, "move_cost": float(m)}
-            for q, c, m in itertools.product(args.quantiles.split(","), args.cooldowns.split(","),
-                                             args.move_costs.split(","))]
+    grid = [{"headroom_quantile": float(q), "cooldown": c, "move_cost": float(m), "demand_spread": s}
+            for q, c, m, s in itertools.product(args.quantiles.split(","), args.cooldowns.split(","),
+                                                args.move_costs.split(","), args.spreads.split(","))]
     jobs = [(g, int(pct), pol, knobs, args.days) for pol in args.policies.split(",") for knobs in grid
             for g in args.groupings.split(",") for pct in args.pools.split(",")]
     with ProcessPoolExecutor(args.jobs) as ex:

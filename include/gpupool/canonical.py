@@ -123,6 +123,8 @@ def add_platform_totals(frame: pd.DataFrame) -> pd.DataFrame:
 
 #: how far back the spread of demand inside an hour is measured
 SPREAD_WINDOW = pd.Timedelta(days=1)
+#: the span of the latest steps whose mean is the demand's current level
+LEVEL_WINDOW = pd.Timedelta(minutes=15)
 
 
 def demand_of_steps(wide: pd.DataFrame) -> tuple[pd.Series, dict]:
@@ -133,23 +135,26 @@ def demand_of_steps(wide: pd.DataFrame) -> tuple[pd.Series, dict]:
     ``{"within_hour_sd": ...}``: the spread of the step-level demand around its hour's median
     over the last day, estimated robustly (scaled median absolute deviation). The planner serves steps, not hourly means, so it plans on the
     hour's spread as well as the forecast's (a platform given its mean is short at every step
-    above it). Pure: the forecast stage (through ``staging.reads.hourly_demand``) and
+    above it. And ``"level"``: the mean of the steps of the last ``LEVEL_WINDOW`` (None without
+    any), the demand as it stands now, which the plan reacts to. Pure: the forecast stage (through ``staging.reads.hourly_demand``) and
     ``gpupool simulate`` both call it.
     """
     import numpy as np
 
     if wide.empty:
-        return pd.Series(dtype="float64"), {"within_hour_sd": 0.0}
+        return pd.Series(dtype="float64"), {"within_hour_sd": 0.0, "level": None}
     cols = [wide[m] if m in wide else pd.Series(0.0, index=wide.index) for m in DEMAND_METRICS]
     values = np.column_stack([c.to_numpy(float) for c in cols])
     demand = pd.Series(np.where(np.isnan(values).any(axis=1), np.nan, values.sum(axis=1)), index=wide.index)
     hourly = demand.resample("1h").mean()
     recent = demand[demand.index >= demand.index.max() - SPREAD_WINDOW].dropna()
     within = 0.0
+    latest = demand[demand.index > demand.index.max() - LEVEL_WINDOW].dropna()
+    level = float(latest.mean()) if len(latest) else None
     if len(recent) > 2:
         steps = pd.Series(recent.to_numpy(float))
         dev = (steps - steps.groupby(recent.index.floor("1h").to_numpy()).transform("median")).to_numpy()
         # robust (1.4826 x the median absolute deviation from the hour's median): one spike or
         # drop the cleaning missed would otherwise widen a whole day's plans
         within = float(1.4826 * np.median(np.abs(dev)))
-    return hourly, {"within_hour_sd": round(within, 6)}
+    return hourly, {"within_hour_sd": round(within, 6), "level": None if level is None else round(level, 6)}

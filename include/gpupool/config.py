@@ -110,7 +110,7 @@ class LimitsConfig(_Strict):
     max_moves_per_run: int = Field(default=4, ge=0)
     cooldown_hours: float = Field(default=1.0, ge=0)  # chosen on data: see allocate/policy.py
     move_minutes: float = Field(default=30.0, ge=0)
-    headroom_quantile: float = Field(default=0.9, gt=0, lt=1)
+    headroom_quantile: float = Field(default=0.95, gt=0, lt=1)  # chosen on data: see allocate/policy.py
     horizon_hours: int = Field(default=6, ge=1)
     max_actuation_age_hours: float = Field(default=2.0, ge=0)
     #: whether a release may evict running GPU work (Kubernetes Eviction API, respecting PDBs);

@@ -32,6 +32,7 @@ from gpupool import mig
 from gpupool.allocate import handover as ho
 from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason
 from gpupool.allocate.planner import (
+    CHANGE_HOURS,
     GPU_UNIT,
     SKILL_HOURS,
     NodeRecord,
@@ -131,13 +132,13 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
 
 
 def platform_demand(engine: Engine, window, platforms: list[str], kind: str, horizon: int,
-                    headroom_quantile: float) -> tuple[dict[str, dict], dict[str, str]]:
+                    headroom_quantile: float, spread: str = "empirical") -> tuple[dict[str, dict], dict[str, str]]:
     """Demand per platform for the planner (``{mean, upper}`` per hour) and where it came from.
 
     ``predictive``: the forecast issued at the window's end and the spread of demand inside an
     hour the forecast stage measured, through :func:`~gpupool.allocate.planner.demand_from_forecast`.
-    A platform without such a forecast, and the ``reactive``/``static`` policies, use the last
-    hour's demand and the last day's spread (:func:`~gpupool.allocate.planner.demand_from_last_hour`).
+    A platform without such a forecast, and the ``reactive``/``static`` policies, use demand as
+    it stands (the last steps' mean) and the spread of the last week's hour-ahead changes (:func:`~gpupool.allocate.planner.demand_from_last_hour`).
     ``gpupool simulate`` calls the same two functions on the same stages' outputs.
     """
     end = _utc(window.end)
@@ -146,7 +147,7 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
     if kind == "predictive":
         fc = reads.read_forecasts(engine, end.to_pydatetime(), platforms)
         runs = reads.forecast_runs(engine, end.to_pydatetime(), platforms)
-        since = end - pd.Timedelta(hours=SKILL_HOURS + 1)
+        since = end - pd.Timedelta(hours=max(SKILL_HOURS, CHANGE_HOURS) + 1)
         issued = reads.forecasts_issued_between(engine, since.to_pydatetime(), end.to_pydatetime(), step=1)
         for p in platforms:
             rows = fc[fc["platform"] == p].sort_values("step").head(horizon)
@@ -154,11 +155,12 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
                 continue
             level, summary = runs.get(p, (90.0, {}))
             within = float((summary or {}).get("within_hour_sd") or 0.0)
-            hourly, _ = reads.hourly_demand(engine, p, since.to_pydatetime(), end.to_pydatetime())
+            hourly, info = reads.hourly_demand(engine, p, since.to_pydatetime(), end.to_pydatetime())
             hourly = hourly[hourly.index < end]
             skill = forecast_skill(_first_hour_forecasts(issued, p), hourly)
             d = demand_from_forecast(rows["yhat"].to_numpy(float), rows["yhat_upper"].to_numpy(float), level,
-                                     within, headroom_quantile, skill=skill, hourly=hourly)
+                                     within, headroom_quantile, skill=skill, hourly=hourly,
+                                     latest=info.get("level"), spread=spread)
             demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT}
             source[p] = (f"forecast issued {end.isoformat()} (level {level:g}, spread within the hour {within:.1f})"
                          if skill.forecast_wins else
@@ -167,9 +169,11 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
     for p in platforms:
         if p in demand:
             continue
-        hist, info = reads.hourly_demand(engine, p, (end - pd.Timedelta(days=1)).to_pydatetime(), end.to_pydatetime())
+        since = end - pd.Timedelta(hours=CHANGE_HOURS + 1)
+        hist, info = reads.hourly_demand(engine, p, since.to_pydatetime(), end.to_pydatetime())
         hist = hist[hist.index < end]
-        d = demand_from_last_hour(hist, float(info.get("within_hour_sd") or 0.0), horizon, headroom_quantile)
+        d = demand_from_last_hour(hist, float(info.get("within_hour_sd") or 0.0), horizon, headroom_quantile,
+                                  spread=spread, latest=info.get("level"))
         demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT}
         source[p] = "last hour" + ("" if hist.notna().any() else " (no demand data: zero)")
         if kind == "predictive":
@@ -192,7 +196,8 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
     at = _utc(window.end)
     pol = policy_from_config(ctx.config, policy)
     nodes, excluded = pool_nodes(ctx.engine, at.to_pydatetime(), platforms, ctx.config)
-    demand, source = platform_demand(ctx.engine, window, platforms, policy, pol.horizon_hours, pol.headroom_quantile)
+    demand, source = platform_demand(ctx.engine, window, platforms, policy, pol.horizon_hours, pol.headroom_quantile,
+                                     pol.demand_spread)
     result = plan(nodes, demand, pol, at=at)
     moves = [{"node": m.node, "from": m.source, "to": m.target, "gpus": m.gpus,
               "expected_gain": m.expected_gain, "mig_layout": m.mig_layout, "reason": m.reason}

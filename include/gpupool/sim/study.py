@@ -13,8 +13,9 @@ Every ``decision_every`` the study runs what ``gpupool_pipeline`` runs, on what 
    on the last :data:`~gpupool.pipeline.FORECAST_HISTORY` of cleaned telemetry, warm-started from
    the previous hour's model (:func:`gpupool.pipeline.warm_start`), as the forecast stage does;
 4. **plan** — :func:`gpupool.allocate.planner.demand_from_forecast` (``predictive``) or
-   :func:`~gpupool.allocate.planner.demand_from_last_hour` (``reactive``) and
-   :func:`gpupool.allocate.planner.plan`, as the plan stage does;
+   :func:`~gpupool.allocate.planner.demand_from_last_hour` (``reactive``), both from demand as
+   it stands (``demand_of_steps``'s ``level``) and the last :data:`~gpupool.allocate.planner.CHANGE_HOURS`
+   of hourly demand, and :func:`gpupool.allocate.planner.plan`, as the plan stage does;
 5. the plan's moves are carried out in the world.
 
 ``static`` never moves (the chain is not run: its plan could not change anything); ``oracle``
@@ -34,6 +35,7 @@ from tqdm.auto import tqdm
 
 from gpupool import pipeline
 from gpupool.allocate.planner import (
+    CHANGE_HOURS,
     NodeRecord,
     PlatformDemand,
     demand_from_forecast,
@@ -243,10 +245,11 @@ class ReactiveDemand(ChainDemand):
     def _demand(self, t, i1):
         out = {}
         for p in self.world.platforms:
-            hourly, info = self._history(p, i1, pd.Timedelta(days=1))
+            hourly, info = self._history(p, i1, pd.Timedelta(hours=CHANGE_HOURS + 1))
             hourly = hourly[hourly.index < t]
             out[p] = demand_from_last_hour(hourly, info["within_hour_sd"], self.policy.horizon_hours,
-                                           self.policy.headroom_quantile)
+                                           self.policy.headroom_quantile, spread=self.policy.demand_spread,
+                                           latest=info["level"])
             self.notes[p] = {"within_hour_sd": info["within_hour_sd"]}
         return out
 
@@ -275,7 +278,8 @@ class PredictiveDemand(ChainDemand):
             past[pd.Timestamp(fc["ts"].iloc[0])] = float(fc["yhat"].iloc[0])
             out[p] = demand_from_forecast(fc["yhat"].to_numpy(float), fc["yhat_upper"].to_numpy(float),
                                           FORECAST_LEVEL, info["within_hour_sd"], self.policy.headroom_quantile,
-                                          skill=skill, hourly=history)
+                                          skill=skill, hourly=history, latest=info["level"],
+                                          spread=self.policy.demand_spread)
             self.notes[p] = {"within_hour_sd": info["within_hour_sd"], "model": summary.get("model"),
                              "fallback": summary.get("fallback"), "forecast_wins": skill.forecast_wins,
                              "rmse_forecast": skill.rmse_forecast, "rmse_naive": skill.rmse_naive}

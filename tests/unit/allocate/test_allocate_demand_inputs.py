@@ -28,12 +28,62 @@ def test_forecast_mean_is_clipped_at_zero():
 def test_last_hour_is_a_random_walk_with_the_hours_spread():
     hours = pd.date_range("2024-01-01", periods=5, freq="1h", tz="UTC")
     hourly = pd.Series([10.0, 13.0, 10.0, 13.0, 16.0], index=hours)
-    d = demand_from_last_hour(hourly, within_hour_sd=0.0, horizon=2, headroom_quantile=0.9)
+    d = demand_from_last_hour(hourly, within_hour_sd=0.0, horizon=2, headroom_quantile=0.9, spread="random_walk")
     z = float(ndtri(0.9))
     assert d.mean == (16.0, 16.0)
     assert d.upper == pytest.approx((16.0 + 3.0 * z, 16.0 + 3.0 * np.sqrt(2.0) * z))
     empty = demand_from_last_hour(pd.Series(dtype=float), 0.0, 2, 0.9)
     assert empty.mean == (0.0, 0.0) and empty.upper == (0.0, 0.0)
+
+
+def test_last_hour_empirical_spread_is_the_series_own_upward_tail_near_its_level():
+    # a platform that jumps up by 20 from low levels now and then and drifts down by 1 otherwise
+    low = [10.0, 30.0, 29.0, 28.0, 27.0, 26.0, 25.0, 24.0, 23.0, 22.0, 21.0, 20.0]
+    hourly = _hours(low * 10 + [10.0])
+    d = demand_from_last_hour(hourly, within_hour_sd=0.0, horizon=2, headroom_quantile=0.95)
+    z = float(ndtri(0.95))
+    assert d.mean == (10.0, 10.0)
+    # from a level of 10 the series' own next hours rose by 20 (and 19): that is its upper tail
+    assert d.upper[0] == pytest.approx(30.0) and d.upper[1] == pytest.approx(30.0)
+    # the random walk spreads the same changes symmetrically over every level
+    rw = demand_from_last_hour(hourly, 0.0, 2, 0.95, spread="random_walk")
+    sigma_rw = (rw.upper[0] - rw.mean[0]) / z
+    changes = hourly.diff().dropna().to_numpy()[-168:]
+    assert sigma_rw == pytest.approx(np.sqrt(np.mean(changes**2)))
+    # near the top of its range (drifting down) the empirical tail is small: no headroom to hold
+    top = demand_from_last_hour(_hours(low * 10 + [10.0, 30.0]), 0.0, 1, 0.95)
+    assert top.upper[0] - top.mean[0] < 1.0 < rw.upper[0] - rw.mean[0]
+    with pytest.raises(ValueError, match="spread"):
+        demand_from_last_hour(hourly, 0.0, 2, 0.95, spread="gaussian")
+
+
+def test_hour_ahead_changes_do_not_bridge_missing_hours_and_need_enough_of_them():
+    from gpupool.allocate.planner import hour_ahead_changes
+
+    few = _hours([1.0, 5.0, 9.0])
+    assert list(hour_ahead_changes(few, 2, 9.0, 0.9)) == [0.0, 0.0]  # fewer than MIN_CHANGES
+    ramp = _hours(np.arange(40.0))
+    assert hour_ahead_changes(ramp, 2, 39.0, 0.9) == pytest.approx([1.0, 2.0])
+    gappy = ramp.drop(ramp.index[::2])  # every other hour missing: no 1-hour change is seen
+    out = hour_ahead_changes(gappy, 2, 39.0, 0.9)
+    assert out[0] == 0.0 and out[1] == pytest.approx(2.0)  # a 2-hour change is no 1-hour change
+
+
+def test_the_plan_reacts_to_demand_as_it_stands_not_the_hour_mean():
+    ts = pd.date_range("2024-01-01", periods=24, freq="5min", tz="UTC")
+    alloc = np.r_[np.full(18, 10.0), np.full(6, 40.0)]  # a burst in the hour's last half hour
+    hourly, info = hourly_demand(pd.DataFrame({"gpu_allocated": alloc, "gpu_pending": 0.0}, index=ts))
+    assert hourly.iloc[-1] == pytest.approx(25.0) and info["level"] == pytest.approx(40.0)
+    d = demand_from_last_hour(hourly, 0.0, 2, 0.9, latest=info["level"])
+    assert d.mean == (40.0, 40.0)
+    assert demand_from_last_hour(hourly, 0.0, 2, 0.9).mean == (25.0, 25.0)
+
+
+def test_a_winning_forecast_is_planned_from_demand_as_it_stands():
+    hourly = _hours([10.0, 12.0, 14.0, 16.0])
+    d = demand_from_forecast([18.0, 20.0], [18.0, 20.0], 90, 0.0, 0.9, hourly=hourly, latest=25.0)
+    assert d.mean == (27.0, 29.0)  # the forecast's +2, +4 from the last hour, from 25
+    assert demand_from_forecast([18.0, 20.0], [18.0, 20.0], 90, 0.0, 0.9, hourly=hourly).mean == (18.0, 20.0)
 
 
 def test_hourly_demand_measures_the_spread_a_step_level_world_is_served_at():

@@ -20,7 +20,8 @@ WINDOW = pipeline.Window(END - timedelta(hours=1), END)
 def _config(**extra):
     raw = {"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc", "actuation": True},
                          {"name": "kubernetes", "kind": "kubernetes", "conn_id": "kubernetes_ai", "actuation": True}],
-           "limits": {"horizon_hours": 2, "max_moves_per_run": 2, "cooldown_hours": 0}}
+           "limits": {"horizon_hours": 2, "max_moves_per_run": 2, "cooldown_hours": 0,
+                      "headroom_quantile": 0.9}}  # below the level-90 interval's 0.95: rescaled
     raw.update(extra)
     return parse_config(raw)
 
