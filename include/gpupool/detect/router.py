@@ -98,6 +98,21 @@ class RouterConfig(BaseModel):
             "points; otherwise it is a level shift or a burst of real demand: kept, marked `sustained` (0: no limit)"
         ),
     )
+    spike_height_factor: float = Field(
+        3.0,
+        ge=0.0,
+        description="a flagged excursion that comes back within `max_anomaly_run` points is cleaned only when it "
+        "stands more than this x the history's ordinary local-peak height (`spike_height_quantile`) above (or "
+        "below) the values on both sides of it; a smaller one is the series' own noise or a short surge of real "
+        "demand and is kept (0: no such test)",
+    )
+    spike_height_quantile: float = Field(
+        0.99,
+        gt=0.0,
+        le=1.0,
+        description="quantile of the history's local-peak heights (how far a point stands above or below both "
+        "neighbours) that measures a series' ordinary excursions",
+    )
     max_fault_run: int = Field(
         36,
         ge=0,
