@@ -430,9 +430,11 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
         flag = judged & (norm > model.threshold_)
         alarm = judged & (norm > model.alarm_threshold_)
     min_height = cfg.spike_height_factor * model.excursion_scale_ if np.isfinite(model.excursion_scale_) else 0.0
-    transient = _transients(flag, raw, expected, model.tau_, cfg.max_anomaly_run, min_height)
+    transient = _transients(flag, raw, expected, model.tau_, cfg.max_anomaly_run, min_height, cfg.spike_max_shoulder)
     sustained = flag & ~transient
-    fault, fault_value = _collapses(flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share)
+    fault, fault_value = _collapses(
+        flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share, cfg.max_anomaly_run
+    )
     sustained &= ~fault
     stuck, stuck_value = _stuck(raw, expected, model)
     stuck &= np.isfinite(expected) & ~fault
@@ -539,7 +541,13 @@ def alarms(frame: pd.DataFrame, merge_points: int) -> np.ndarray:
 
 
 def _transients(
-    flag: np.ndarray, raw: np.ndarray, expected: np.ndarray, tau: float, max_run: int, min_height: float
+    flag: np.ndarray,
+    raw: np.ndarray,
+    expected: np.ndarray,
+    tau: float,
+    max_run: int,
+    min_height: float,
+    max_shoulder: float = 1.0,
 ) -> np.ndarray:
     """Points inside a short excursion (a spike or a dip of the exporter) that a flag starts.
 
@@ -558,7 +566,10 @@ def _transients(
       a burst a slow x̂ has not followed, or the points after a spike whose x̂ the spike
       shaped). `min_height` is the history's ordinary local-peak height times
       `spike_height_factor`, so a series whose own noise and short surges reach τ keeps
-      them, and only what towers over them is cleaned (0: no such test).
+      them, and only what towers over them is cleaned (0: no such test);
+    - it rises from the level and falls back to it at once: the values on both sides of it
+      carry at most `max_shoulder` of its deviation from x̂_t0 (a surge of real demand
+      climbs and ebbs over a few points; an exporter's glitch jumps).
 
     The decision waits for at most `max_run` later points; judging each point stays causal.
     `max_run` 0: every flagged point is cleaned. Returns the mask of the excursions' points
@@ -589,9 +600,11 @@ def _transients(
         run = raw[t0:j]
         if raw[t0] > level:
             height = float(run.min()) - max(before, after)
+            deviation = float(run.min()) - level
         else:
             height = min(before, after) - float(run.max())
-        if not height > max(tau, min_height):
+            deviation = level - float(run.max())
+        if not height > max(tau, min_height, (1.0 - max_shoulder) * deviation):
             continue
         out[t0:j] = True
     return out
@@ -625,7 +638,13 @@ def _peak_height(values: np.ndarray, q: float) -> float:
 
 
 def _collapses(
-    flag: np.ndarray, raw: np.ndarray, expected: np.ndarray, tau: float, max_run: int, drop_share: float
+    flag: np.ndarray,
+    raw: np.ndarray,
+    expected: np.ndarray,
+    tau: float,
+    max_run: int,
+    drop_share: float,
+    max_drop_run: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exporter collapses: runs that fall towards zero and come back (drops, counter resets).
 
@@ -634,7 +653,9 @@ def _collapses(
     points included). When the series is back within τ of x̂_t0 after at most `max_run`
     points, the run is a fault of the exporter, not of the demand. So is a counter reset's
     ramp (`_ramp_end`: the values climb at every step from the collapse back to the demand,
-    which may lie anywhere by then). The fault's points are replaced
+    which may lie anywhere by then): its points after t0 are scaled back by the share of the
+    ramp they stand at (the exporter's window filling again reads demand x that share). The
+    other faults' points are replaced
     by a straight line from x̂_t0 to the first value after it (flat at x̂_t0 when that value
     is itself flagged: a spike must not pull the line up). A run still open at the end
     of the data, shorter than `max_run`, cannot be told yet and is replaced by x̂_t0; a
@@ -656,14 +677,24 @@ def _collapses(
         with np.errstate(invalid="ignore"):
             if not (np.isfinite(level) and raw[t0] < level - tau and raw[t0] <= drop_share * level):
                 continue
+            if t0 > 0 and raw[t0 - 1] <= drop_share * level:
+                continue  # not where the fall began: the fall as a whole was judged at its first point
         j = _ramp_end(raw, t0, level, tau, max_run)
         ramp = j >= 0
         if not ramp:
+            # the run ends where the series is back near x̂_t0, or nearer where it fell from than
+            # to the collapse (x̂ may lag a real move just before it)
+            before = raw[t0 - 1] if t0 > 0 and np.isfinite(raw[t0 - 1]) else level
             j = t0
-            while j < n and j - t0 <= max_run and (not np.isfinite(raw[j]) or raw[j] < level - tau):
+            while j < n and j - t0 <= max_run and (
+                not np.isfinite(raw[j]) or (raw[j] < level - tau and raw[j] - raw[t0] <= before - raw[j])
+            ):
                 j += 1
         length = j - t0
-        longest = max_run + 1 if ramp else max_run
+        # a ramp is a reset's signature at any length up to max_run; a flat fall is a fault only
+        # while it is as short as a spike (`max_drop_run`, 0: up to max_run): an exporter reading
+        # zero is a moment, demand that went away for a while is idle
+        longest = max_run + 1 if ramp else (min(max_run, max_drop_run) if max_drop_run > 0 else max_run)
         if j >= n and length <= longest:
             mask[t0:n] = True
             values[t0:n] = level
@@ -672,9 +703,17 @@ def _collapses(
             # the value that ends the run is the line's end, unless it is itself flagged (a
             # spike right after a drop): then the line stays at x̂_t0 (x̂ at j is shaped by the
             # run). A ramp ends where it met the demand: x̂ there is the ramp's, so its flag says nothing
-            end = level if flag[j] and not ramp else raw[j]
+            end = level if flag[j] and (not ramp or raw[j] > level + tau) else raw[j]
             mask[t0:j] = True
             values[t0:j] = level + (end - level) * np.arange(1, length + 1) / (length + 1)
+            if ramp:
+                # a restarted exporter's window fills again: it reads the demand times the share
+                # of the window since the restart, so the ramp scaled back tells the demand as it
+                # moved meanwhile (bounded by the levels on both sides and τ)
+                i = np.arange(length)
+                scaled = raw[t0:j] * length / np.maximum(i, 1)
+                scaled = np.clip(scaled, min(level, end) - tau, max(level, end) + tau)
+                values[t0 + 1 : j] = scaled[1:]
             t = j
     return mask, values
 
@@ -684,7 +723,8 @@ def _ramp_end(raw: np.ndarray, t0: int, level: float, tau: float, max_run: int) 
 
     A restarted exporter counts up again from zero: after t0 the values climb at every step,
     the second one still more than τ below x̂_t0 (a drop that jumps straight back is no ramp).
-    The ramp ends at the first point that does not climb (or is missing); it is a reset when
+    The ramp ends at the first point that does not climb, is missing or overshoots x̂_t0 by
+    more than τ (a spike is no part of it); it is a reset when
     it ends within `max_run` + 1 points of t0 at a value of at least half of x̂_t0 (the demand
     met again, wherever it went meanwhile; a ramp still open at the end of the data counts
     too). The ramp's points from t0 on are the fault; the returned index is the first after it.
@@ -695,10 +735,13 @@ def _ramp_end(raw: np.ndarray, t0: int, level: float, tau: float, max_run: int) 
     # the first value back at the demand climbs from the ramp's last too: a ramp of `max_run`
     # points ends at most `max_run` + 1 points after t0
     j = t0 + 2
-    while j < n and j - t0 <= max_run + 1 and np.isfinite(raw[j]) and raw[j] > raw[j - 1]:
+    while j < n and j - t0 <= max_run + 1 and np.isfinite(raw[j]) and raw[j - 1] < raw[j] <= level + tau:
         j += 1
     if j - t0 > max_run + 1:
         return -1
+    if j < n and j - 1 > t0 + 1 and np.isfinite(raw[j]) and raw[j - 1] >= raw[j]:
+        # the last climb already reached the value the ramp ends at: that point is the demand
+        j -= 1
     if j < n and not (np.isfinite(raw[j]) and raw[j] >= 0.5 * level):
         return -1
     return j

@@ -113,6 +113,14 @@ class RouterConfig(BaseModel):
         description="quantile of the history's local-peak heights (how far a point stands above or below both "
         "neighbours) that measures a series' ordinary excursions",
     )
+    spike_max_shoulder: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="a cleaned excursion rises from the level and falls back at once: the values just before "
+        "and after it carry at most this share of its deviation from x̂ (a surge of real demand climbs and "
+        "ebbs over a few points; 1: no such test)",
+    )
     max_fault_run: int = Field(
         36,
         ge=0,
