@@ -17,15 +17,16 @@ its score, normalised by the median and robust spread of the history's SR scores
 blip of no size is not "cleaned"). The frame's `score` is always that normalised score,
 comparable across series: the point is flagged when score > the model's `threshold_`.
 
-Cleaning: a point anomaly is short. A flagged point t is replaced by x̂_t only when the
-series comes back within τ of x̂_t in at most `max_anomaly_run` points; when the next
-`max_anomaly_run` values all stay away from it, the departure is a level shift or a burst of
-real demand (GPU demand rising for hours is workload, not a fault): its values are kept,
-`is_anomaly` is false and `sustained` marks the flagged point. (Whether the later points are
-flagged does not matter: SR flags only a burst's onset, and a regression follows a new
-level after a few points.) Flagging stays causal, a point judged on its past only; only the
-decision to replace waits for at most `max_anomaly_run` further points, and a flag too close
-to the end of the data to tell counts as a point anomaly. For a non-negative metric (`nonnegative`, or
+Cleaning replaces only what looks like an exporter fault (`_transients`, `_collapses`,
+`_stuck`): a spike that comes back within `max_anomaly_run` points and towers over the
+series' own excursions (`spike_height_factor` x the history's peak height) and over the
+values on both sides of it (`spike_max_shoulder`); a fall to zero as short as a spike; a
+counter reset's ramp back (scaled back to the demand); a stuck run. Everything else the
+series does is kept, however unusual: a burst or level shift, a surge that climbs and ebbs,
+an idle hour (GPU demand rising for hours is workload, not a fault); flagged but kept is
+marked `sustained`. Flagging stays causal, a point judged on its past only; only the
+decision to replace waits for a few further points, and a flag too close to the end of
+the data to tell counts as a point anomaly. For a non-negative metric (`nonnegative`, or
 inferred: no negative value in the history) expected and clean values are never below zero,
 and a zero-inflated history (`zero_inflated_share` of exact zeros) floors its residual spread
 at its resolution, so a zero next to a small x̂_t is not an anomaly.

@@ -94,8 +94,9 @@ class RouterConfig(BaseModel):
         3,
         ge=0,
         description=(
-            "a flagged point is cleaned only if the series comes back within τ of x̂ in at most this many "
-            "points; otherwise it is a level shift or a burst of real demand: kept, marked `sustained` (0: no limit)"
+            "a flagged excursion (a spike, or a fall to zero) is cleaned only if the series comes back in at most "
+            "this many points; otherwise it is a level shift, a burst of real demand or an idle spell: kept, marked "
+            "`sustained` (0: no limit, every flagged point is cleaned)"
         ),
     )
     spike_height_factor: float = Field(
@@ -124,8 +125,8 @@ class RouterConfig(BaseModel):
     max_fault_run: int = Field(
         36,
         ge=0,
-        description="a collapse towards zero (a drop or a counter reset of the exporter) that comes back within "
-        "this many points is cleaned as one fault (0: no such rule)",
+        description="a counter reset of the exporter (a fall to zero, then a climb at every step back to the "
+        "demand) within this many points is cleaned as one fault (0: no fall to zero is cleaned)",
     )
     fault_drop_share: float = Field(
         0.1, ge=0.0, le=1.0, description="a collapse starts at a value at most this share of x̂"
