@@ -17,15 +17,16 @@ its score, normalised by the median and robust spread of the history's SR scores
 blip of no size is not "cleaned"). The frame's `score` is always that normalised score,
 comparable across series: the point is flagged when score > the model's `threshold_`.
 
-Cleaning: a point anomaly is short. A flagged point t is replaced by x̂_t only when the
-series comes back within τ of x̂_t in at most `max_anomaly_run` points; when the next
-`max_anomaly_run` values all stay away from it, the departure is a level shift or a burst of
-real demand (GPU demand rising for hours is workload, not a fault): its values are kept,
-`is_anomaly` is false and `sustained` marks the flagged point. (Whether the later points are
-flagged does not matter: SR flags only a burst's onset, and a regression follows a new
-level after a few points.) Flagging stays causal, a point judged on its past only; only the
-decision to replace waits for at most `max_anomaly_run` further points, and a flag too close
-to the end of the data to tell counts as a point anomaly. For a non-negative metric (`nonnegative`, or
+Cleaning replaces only what looks like an exporter fault (`_transients`, `_collapses`,
+`_stuck`): a spike that comes back within `max_anomaly_run` points and towers over the
+series' own excursions (`spike_height_factor` x the history's peak height) and over the
+values on both sides of it (`spike_max_shoulder`); a fall to zero as short as a spike; a
+counter reset's ramp back (scaled back to the demand); a stuck run. Everything else the
+series does is kept, however unusual: a burst or level shift, a surge that climbs and ebbs,
+an idle hour (GPU demand rising for hours is workload, not a fault); flagged but kept is
+marked `sustained`. Flagging stays causal, a point judged on its past only; only the
+decision to replace waits for a few further points, and a flag too close to the end of
+the data to tell counts as a point anomaly. For a non-negative metric (`nonnegative`, or
 inferred: no negative value in the history) expected and clean values are never below zero,
 and a zero-inflated history (`zero_inflated_share` of exact zeros) floors its residual spread
 at its resolution, so a zero next to a small x̂_t is not an anomaly.
@@ -88,12 +89,15 @@ class FittedSeriesModel:
     repeat_share_: float = float("nan")
     #: 0.99 quantile of the lengths of the history's runs of one exact value (points)
     repeat_run_: float = float("nan")
+    #: `spike_height_quantile` of the history's local-peak heights (how far a point stands above or
+    #: below both neighbours; NaN: not measured)
+    excursion_scale_: float = float("nan")
     extra: dict = field(default_factory=dict)
 
     PARAMS_FORMAT = 1
     _SCALARS = ("score_center_", "score_scale_", "residual_scale_", "threshold_", "tau_", "alarm_threshold_")
     #: scalars a model stored before they existed lacks: read back as NaN (the rule they feed is off)
-    _OPTIONAL_SCALARS = ("repeat_share_", "repeat_run_")
+    _OPTIONAL_SCALARS = ("repeat_share_", "repeat_run_", "excursion_scale_")
 
     def to_params(self) -> dict:
         """The fitted model as a JSON-able dict (numbers, strings, lists; no NaN or inf)."""
@@ -302,6 +306,7 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
         base = cfg.sr_threshold
     model.extra["history_quantiles"] = _tail_quantiles(history_norm)
     model.repeat_share_, model.repeat_run_ = _repeats(values)
+    model.excursion_scale_ = _peak_height(values, cfg.spike_height_quantile)
     model.threshold_ = base
     model.alarm_threshold_ = max(cfg.alarm_tau_scale * base, _budget_threshold(history_norm, cfg.alarm_history_share))
     if model.detector_name in RESIDUAL_DETECTORS:
@@ -425,8 +430,12 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
             judged &= resid > model.tau_
         flag = judged & (norm > model.threshold_)
         alarm = judged & (norm > model.alarm_threshold_)
-    sustained = _sustained(flag, raw, expected, model.tau_, cfg.max_anomaly_run)
-    fault, fault_value = _collapses(flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share)
+    min_height = cfg.spike_height_factor * model.excursion_scale_ if np.isfinite(model.excursion_scale_) else 0.0
+    transient = _transients(flag, raw, expected, model.tau_, cfg.max_anomaly_run, min_height, cfg.spike_max_shoulder)
+    sustained = flag & ~transient
+    fault, fault_value = _collapses(
+        flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share, cfg.max_anomaly_run
+    )
     sustained &= ~fault
     stuck, stuck_value = _stuck(raw, expected, model)
     stuck &= np.isfinite(expected) & ~fault
@@ -438,7 +447,7 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
         sustained &= ~stuck
         fault = fault | stuck
         fault_value = np.where(stuck, stuck_value, fault_value)
-    cleaned = (flag & ~sustained) | fault
+    cleaned = (flag & transient) | fault
     clean = np.where(fault, fault_value, np.where(cleaned, expected, raw))
     filled = np.zeros(len(work), dtype=bool)
     gaps = _short_gaps(raw, cfg.max_fill_gap_points)
@@ -532,41 +541,122 @@ def alarms(frame: pd.DataFrame, merge_points: int) -> np.ndarray:
     return out
 
 
-def _sustained(flag: np.ndarray, raw: np.ndarray, expected: np.ndarray, tau: float, max_run: int) -> np.ndarray:
-    """Flagged points after which the series stays more than τ from x̂_t for `max_run` points.
+def _transients(
+    flag: np.ndarray,
+    raw: np.ndarray,
+    expected: np.ndarray,
+    tau: float,
+    max_run: int,
+    min_height: float,
+    max_shoulder: float = 1.0,
+) -> np.ndarray:
+    """Points inside a short excursion (a spike or a dip of the exporter) that a flag starts.
 
-    Those are level shifts or bursts, not point anomalies. A missing value counts as
-    coming back (it is no evidence of a new level); a flag with fewer than `max_run`
-    points after it is not sustained (yet). `max_run` 0 disables the rule.
+    A flagged point t0 with level x̂_t0 starts an excursion: the run of points from t0 that
+    stay more than τ from x̂_t0 and nearer to x_t0 than to the value before t0. A point within
+    τ of x̂_t0, or back nearer to where the series left (x̂ may lag a real rise the spike sat
+    on), or missing (no evidence of a new level) ends it. The excursion is short, and its
+    points are cleaned, when
+
+    - the run lasts at most `max_run` points (a longer one is a burst or a level shift of real
+      demand: kept; a run still open at the end of the data, shorter than that, cannot be told
+      yet and counts as short);
+    - it stands more than τ, and more than `min_height`, above (or below) the values on both
+      sides of it (the point before t0 and the first back; x̂_t0 for a missing one). A run
+      that begins inside another excursion does not: it is that excursion's tail (the end of
+      a burst a slow x̂ has not followed, or the points after a spike whose x̂ the spike
+      shaped). `min_height` is the history's ordinary local-peak height times
+      `spike_height_factor`, so a series whose own noise and short surges reach τ keeps
+      them, and only what towers over them is cleaned (0: no such test);
+    - it rises from the level and falls back to it at once: the values on both sides of it
+      carry at most `max_shoulder` of its deviation from x̂_t0 (a surge of real demand
+      climbs and ebbs over a few points; an exporter's glitch jumps).
+
+    The decision waits for at most `max_run` later points; judging each point stays causal.
+    `max_run` 0: every flagged point is cleaned. Returns the mask of the excursions' points
+    (the caller cleans the flagged ones).
     """
-    out = np.zeros(flag.size, dtype=bool)
-    if max_run <= 0 or not flag.any():
+    n = flag.size
+    out = np.zeros(n, dtype=bool)
+    if not flag.any():
         return out
-    # a run of flags longer than max_run is a burst or shift as a whole, even where the
-    # detector's x̂ (a slow mean) leaves its last points flagged with the end in sight
-    edges = np.diff(np.concatenate([[0], flag.astype(np.int8), [0]]))
-    for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
-        if b - a > max_run:
-            out[a:b] = True
-    for t in np.flatnonzero(flag):
-        after = raw[t + 1 : t + 1 + max_run]
-        if after.size < max_run:
-            continue
+    if max_run <= 0:
+        return flag.copy()
+    for t0 in np.flatnonzero(flag):
+        level = expected[t0]
+        before = raw[t0 - 1] if t0 > 0 and np.isfinite(raw[t0 - 1]) else level
+        j = t0
         with np.errstate(invalid="ignore"):
-            away = np.isfinite(after) & (np.abs(after - expected[t]) > tau)
-        out[t] |= bool(away.all())
+            while (
+                j < n
+                and j - t0 <= max_run
+                and np.isfinite(raw[j])
+                and abs(raw[j] - level) > tau
+                and abs(raw[j] - raw[t0]) <= abs(raw[j] - before)
+            ):
+                j += 1
+        if j == t0 or j - t0 > max_run:
+            continue
+        after = raw[j] if j < n and np.isfinite(raw[j]) else level
+        run = raw[t0:j]
+        if raw[t0] > level:
+            height = float(run.min()) - max(before, after)
+            deviation = float(run.min()) - level
+        else:
+            height = min(before, after) - float(run.max())
+            deviation = level - float(run.max())
+        if not height > max(tau, min_height, (1.0 - max_shoulder) * deviation):
+            continue
+        out[t0:j] = True
     return out
 
 
+#: history points beyond a tail quantile for it to be read (0.99: at least 500 points)
+MIN_TAIL_POINTS = 5
+
+
+def _peak_height(values: np.ndarray, q: float) -> float:
+    """The `q` quantile of how far each point stands above (or below) both its neighbours, 0 for
+    a point between them: the size of a series' ordinary one-point excursions. NaN when the
+    history is too short to tell (fewer than `MIN_TAIL_POINTS` / (1 - q) points).
+
+    A quantile, not the largest: a spike of the exporter in the history itself must not raise
+    the bar for the next one.
+    """
+    v = np.asarray(values, dtype="float64")
+    if v.size < 3:
+        return float("nan")
+    left, mid, right = v[:-2], v[1:-1], v[2:]
+    with np.errstate(invalid="ignore"):
+        up = np.minimum(mid - left, mid - right)
+        down = np.minimum(left - mid, right - mid)
+        height = np.where(up > 0, up, np.where(down > 0, down, 0.0))
+    height = height[np.isfinite(up) & np.isfinite(down)]
+    # a tail quantile needs a few points beyond it, or it is the history's own largest spike
+    if height.size < max(MIN_REPEAT_STEPS, MIN_TAIL_POINTS / max(1.0 - q, 0.01)):
+        return float("nan")
+    return float(np.quantile(height, q))
+
+
 def _collapses(
-    flag: np.ndarray, raw: np.ndarray, expected: np.ndarray, tau: float, max_run: int, drop_share: float
+    flag: np.ndarray,
+    raw: np.ndarray,
+    expected: np.ndarray,
+    tau: float,
+    max_run: int,
+    drop_share: float,
+    max_drop_run: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exporter collapses: runs that fall towards zero and come back (drops, counter resets).
 
     A run starts at a flagged point t0 whose value is at most `drop_share` of x̂_t0 (and
     more than τ below it) and lasts while the values stay more than τ below x̂_t0 (missing
     points included). When the series is back within τ of x̂_t0 after at most `max_run`
-    points, the run is a fault of the exporter, not of the demand: its points are replaced
+    points, the run is a fault of the exporter, not of the demand. So is a counter reset's
+    ramp (`_ramp_end`: the values climb at every step from the collapse back to the demand,
+    which may lie anywhere by then): its points after t0 are scaled back by the share of the
+    ramp they stand at (the exporter's window filling again reads demand x that share). The
+    other faults' points are replaced
     by a straight line from x̂_t0 to the first value after it (flat at x̂_t0 when that value
     is itself flagged: a spike must not pull the line up). A run still open at the end
     of the data, shorter than `max_run`, cannot be told yet and is replaced by x̂_t0; a
@@ -588,22 +678,74 @@ def _collapses(
         with np.errstate(invalid="ignore"):
             if not (np.isfinite(level) and raw[t0] < level - tau and raw[t0] <= drop_share * level):
                 continue
-        j = t0
-        while j < n and j - t0 <= max_run and (not np.isfinite(raw[j]) or raw[j] < level - tau):
-            j += 1
+            if t0 > 0 and raw[t0 - 1] <= drop_share * level:
+                continue  # not where the fall began: the fall as a whole was judged at its first point
+        j = _ramp_end(raw, t0, level, tau, max_run)
+        ramp = j >= 0
+        if not ramp:
+            # the run ends where the series is back near x̂_t0, or nearer where it fell from than
+            # to the collapse (x̂ may lag a real move just before it)
+            before = raw[t0 - 1] if t0 > 0 and np.isfinite(raw[t0 - 1]) else level
+            j = t0
+            while j < n and j - t0 <= max_run and (
+                not np.isfinite(raw[j]) or (raw[j] < level - tau and raw[j] - raw[t0] <= before - raw[j])
+            ):
+                j += 1
         length = j - t0
-        if j >= n and length <= max_run:
+        # a ramp is a reset's signature at any length up to max_run; a flat fall is a fault only
+        # while it is as short as a spike (`max_drop_run`, 0: up to max_run): an exporter reading
+        # zero is a moment, demand that went away for a while is idle
+        longest = max_run + 1 if ramp else (min(max_run, max_drop_run) if max_drop_run > 0 else max_run)
+        if j >= n and length <= longest:
             mask[t0:n] = True
             values[t0:n] = level
             t = n
-        elif j < n and length <= max_run:
+        elif j < n and length <= longest:
             # the value that ends the run is the line's end, unless it is itself flagged (a
-            # spike right after a drop): then the line stays at x̂_t0 (x̂ at j is shaped by the run)
-            end = level if flag[j] else raw[j]
+            # spike right after a drop): then the line stays at x̂_t0 (x̂ at j is shaped by the
+            # run). A ramp ends where it met the demand: x̂ there is the ramp's, so its flag says nothing
+            end = level if flag[j] and (not ramp or raw[j] > level + tau) else raw[j]
             mask[t0:j] = True
             values[t0:j] = level + (end - level) * np.arange(1, length + 1) / (length + 1)
+            if ramp:
+                # a restarted exporter's window fills again: it reads the demand times the share
+                # of the window since the restart, so the ramp scaled back tells the demand as it
+                # moved meanwhile (bounded by the levels on both sides and τ)
+                i = np.arange(length)
+                scaled = raw[t0:j] * length / np.maximum(i, 1)
+                scaled = np.clip(scaled, min(level, end) - tau, max(level, end) + tau)
+                values[t0 + 1 : j] = scaled[1:]
             t = j
     return mask, values
+
+
+def _ramp_end(raw: np.ndarray, t0: int, level: float, tau: float, max_run: int) -> int:
+    """The end of a counter reset's ramp that starts at the collapse t0, or -1 when there is none.
+
+    A restarted exporter counts up again from zero: after t0 the values climb at every step,
+    the second one still more than τ below x̂_t0 (a drop that jumps straight back is no ramp).
+    The ramp ends at the first point that does not climb, is missing or overshoots x̂_t0 by
+    more than τ (a spike is no part of it); it is a reset when
+    it ends within `max_run` + 1 points of t0 at a value of at least half of x̂_t0 (the demand
+    met again, wherever it went meanwhile; a ramp still open at the end of the data counts
+    too). The ramp's points from t0 on are the fault; the returned index is the first after it.
+    """
+    n = raw.size
+    if t0 + 1 >= n or not (np.isfinite(raw[t0 + 1]) and raw[t0] < raw[t0 + 1] < level - tau):
+        return -1
+    # the first value back at the demand climbs from the ramp's last too: a ramp of `max_run`
+    # points ends at most `max_run` + 1 points after t0
+    j = t0 + 2
+    while j < n and j - t0 <= max_run + 1 and np.isfinite(raw[j]) and raw[j - 1] < raw[j] <= level + tau:
+        j += 1
+    if j - t0 > max_run + 1:
+        return -1
+    if j < n and j - 1 > t0 + 1 and np.isfinite(raw[j]) and raw[j - 1] >= raw[j]:
+        # the last climb already reached the value the ramp ends at: that point is the demand
+        j -= 1
+    if j < n and not (np.isfinite(raw[j]) and raw[j] >= 0.5 * level):
+        return -1
+    return j
 
 
 #: fewest history steps a repeat statistic is read from
@@ -762,7 +904,9 @@ def stream_detect(
     model is fitted here. Alarms (`is_anomaly`) are collapsed per event over the
     `alarm_merge_points` before `start` too, so judging a file in one go and judging it
     window by window raise the same alarms. The decision to clean a deviating point looks
-    at up to `max_anomaly_run` later points that are in `y` before `end`.
+    at up to `max_anomaly_run` later points (a collapse: `max_fault_run` + 2) that are in `y`
+    before `end`; a fault that began before a refit and runs on past it is cleaned as the
+    model that saw it begin decided.
 
     Returns the columns of OUTPUT_COLUMNS indexed like the selected rows of `y`; attrs
     hold `models` (anchor -> (detector, reason)) and the newest model's `reason`/`profile`.
@@ -798,6 +942,10 @@ def stream_detect(
     pos = first
     n = len(work)
     a_i8 = anchors.asi8
+    # the cleaning decision's look at what follows: a spike's return, or a collapse's whole run
+    ahead = max(cfg.max_anomaly_run, cfg.max_fault_run + 2)
+    # clean values of a fault that runs on past its segment's last row, for the next segment's first rows
+    carry = np.array([])
     while pos < n:
         stop = pos + 1
         while stop < n and a_i8[stop] == a_i8[pos]:
@@ -818,13 +966,28 @@ def stream_detect(
                 },
                 index=work.index[pos:stop],
             )
+            carry = np.array([])
         else:
             model = fitted(anchors[pos])
             span = pd.Timedelta(hours=24.0 * cfg.history_days)
             lo = int(work.index.searchsorted(anchors[pos] - span, side="left"))
-            hi = min(n, stop + cfg.max_anomaly_run)  # the cleaning decision's look at what follows
-            part = _judge(model, work.iloc[lo:hi], seg_start)
-            part = part.iloc[pos - lo : stop - lo]
+            hi = min(n, stop + ahead)
+            full = _judge(model, work.iloc[lo:hi], seg_start)
+            part = full.iloc[pos - lo : stop - lo].copy()
+            if carry.size:
+                # a fault that began before the refit is the earlier model's to judge: the new one
+                # has no x̂ from before its first point to see the fault start
+                k = min(carry.size, len(part))
+                at = part.columns.get_indexer(["cleaned", "clean_value", "sustained"])
+                part.iloc[:k, at[0]] = True
+                part.iloc[:k, at[1]] = carry[:k]
+                part.iloc[:k, at[2]] = False
+            carry = np.array([])
+            rest = full.iloc[stop - lo :]
+            if len(part) and part["cleaned"].iloc[-1] and len(rest):
+                cleaned_ahead = rest["cleaned"].to_numpy(dtype=bool)
+                k = len(cleaned_ahead) if cleaned_ahead.all() else int(np.argmin(cleaned_ahead))
+                carry = rest["clean_value"].to_numpy(dtype="float64")[:k]
         parts.append(part[OUTPUT_COLUMNS])
         pos = stop
     judged = pd.concat(parts) if parts else pd.DataFrame(columns=OUTPUT_COLUMNS, index=work.index[:0])

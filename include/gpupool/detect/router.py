@@ -94,15 +94,39 @@ class RouterConfig(BaseModel):
         3,
         ge=0,
         description=(
-            "a flagged point is cleaned only if the series comes back within τ of x̂ in at most this many "
-            "points; otherwise it is a level shift or a burst of real demand: kept, marked `sustained` (0: no limit)"
+            "a flagged excursion (a spike, or a fall to zero) is cleaned only if the series comes back in at most "
+            "this many points; otherwise it is a level shift, a burst of real demand or an idle spell: kept, marked "
+            "`sustained` (0: no limit, every flagged point is cleaned)"
         ),
+    )
+    spike_height_factor: float = Field(
+        3.0,
+        ge=0.0,
+        description="a flagged excursion that comes back within `max_anomaly_run` points is cleaned only when it "
+        "stands more than this x the history's ordinary local-peak height (`spike_height_quantile`) above (or "
+        "below) the values on both sides of it; a smaller one is the series' own noise or a short surge of real "
+        "demand and is kept (0: no such test)",
+    )
+    spike_height_quantile: float = Field(
+        0.99,
+        gt=0.0,
+        le=1.0,
+        description="quantile of the history's local-peak heights (how far a point stands above or below both "
+        "neighbours) that measures a series' ordinary excursions",
+    )
+    spike_max_shoulder: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="a cleaned excursion rises from the level and falls back at once: the values just before "
+        "and after it carry at most this share of its deviation from x̂ (a surge of real demand climbs and "
+        "ebbs over a few points; 1: no such test)",
     )
     max_fault_run: int = Field(
         36,
         ge=0,
-        description="a collapse towards zero (a drop or a counter reset of the exporter) that comes back within "
-        "this many points is cleaned as one fault (0: no such rule)",
+        description="a counter reset of the exporter (a fall to zero, then a climb at every step back to the "
+        "demand) within this many points is cleaned as one fault (0: no fall to zero is cleaned)",
     )
     fault_drop_share: float = Field(
         0.1, ge=0.0, le=1.0, description="a collapse starts at a value at most this share of x̂"

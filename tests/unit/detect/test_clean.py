@@ -147,8 +147,9 @@ def test_hourly_shape_matches_one_go_after_a_json_round_trip(spiky):
 
 def test_threshold_multiplier_is_configuration(spiky):
     y, _ = spiky
-    loose = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=2.0))
-    strict = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=8.0))
+    # without the spike-height test, which keeps excursions the size of the series' own noise
+    loose = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=2.0, spike_height_factor=0))
+    strict = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=8.0, spike_height_factor=0))
     assert loose["cleaned"].sum() > strict["cleaned"].sum()
     # alarms follow τ too once the history budget is off
     loose = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=2.0, alarm_history_share=None))
@@ -313,3 +314,18 @@ def test_runs_too_long_or_entered_by_a_jump_are_kept(make_seasonal):
     jumped = y.copy()
     jumped.iloc[1500:1520] = y.iloc[1499] + 20 * model.tau_
     assert not _stuck(jumped.to_numpy(), nan, model)[0].any()
+
+
+def test_excursion_scale_is_the_historys_peak_height_and_round_trips(make_seasonal):
+    y = make_seasonal(n=1000, seed=4, noise=0.3)
+    model = fit_series_model(y, detector="svr")
+    # a point's height above (or below) both neighbours: for Gaussian noise of 0.3 its 0.99
+    # quantile is about twice the noise
+    assert 0.3 < model.excursion_scale_ < 1.2
+    spiky = y.copy()
+    spiky.iloc[::100] += 50.0  # one spike per 100 points stays beyond the 0.99 quantile
+    assert fit_series_model(spiky, detector="svr").excursion_scale_ < 1.5
+    again = FittedSeriesModel.from_params(json.loads(json.dumps(model.to_params(), allow_nan=False)))
+    assert again.excursion_scale_ == model.excursion_scale_
+    # too short a history to read a 0.99 quantile from: no scale, only τ decides
+    assert np.isnan(fit_series_model(y.iloc[:300], detector="svr").excursion_scale_)

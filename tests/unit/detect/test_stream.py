@@ -216,9 +216,61 @@ def test_a_counter_reset_is_cleaned_as_one_fault_a_lasting_fall_is_kept():
 
 def test_a_spike_right_after_a_drop_does_not_pull_the_drops_line_up():
     y = level_series(n=1200, seed=5)
-    y.iloc[700:704] = 0.0  # the exporter drops to zero ...
+    y.iloc[701:704] = 0.0  # the exporter drops to zero ...
     y.iloc[704] = 60.0  # ... and its first reading back is a glitch
     out = stream_detect(y, detector="svr")
-    assert out["cleaned"].iloc[700:704].all()
+    assert out["cleaned"].iloc[701:705].all()
     # the drop's line stays at the level, not ramping up to the glitch
-    assert (out["clean_value"].iloc[700:704] > 8.0).all() and (out["clean_value"].iloc[700:704] < 12.0).all()
+    assert (out["clean_value"].iloc[701:704] > 8.0).all() and (out["clean_value"].iloc[701:704] < 12.0).all()
+    assert abs(out["clean_value"].iloc[704] - 10) < 2  # the glitch itself is a spike
+
+
+def test_a_fall_to_zero_longer_than_a_spike_is_idle_not_a_fault():
+    y = level_series(n=1200, seed=5)
+    y.iloc[700:703] = 0.0  # the exporter read zero for three points: a fault
+    y.iloc[900:912] = 0.0  # an hour with no demand at all: the series' own life
+    out = stream_detect(y, detector="svr")
+    assert out["cleaned"].iloc[700:703].all()
+    assert not out["cleaned"].iloc[900:912].any()
+    assert out["is_anomaly"].iloc[900]  # still an alarm: the series deviated
+
+
+def test_a_counter_reset_ramp_is_cleaned_to_the_demand_it_climbs_back_to():
+    truth = level_series(n=1200, seed=5) * 4.0  # around 40 GPUs
+    truth.iloc[506:] += 8.0  # demand rose while the exporter was restarting
+    y = truth.copy()
+    k = 12  # the restarted exporter's reading climbs back over an hour, past τ below x̂
+    y.iloc[500 : 500 + k] = truth.iloc[500 : 500 + k] * np.arange(k) / k
+    out = stream_detect(y, detector="svr")
+    assert out["cleaned"].iloc[500 : 500 + k].all(), "the whole ramp is the fault, not only its part far below x̂"
+    assert not out["cleaned"].iloc[500 + k + 1 : 600].any()
+    # scaled back, the ramp gives the demand as it moved, not a line to where it ended
+    assert np.abs(out["clean_value"].iloc[503 : 500 + k] - truth.iloc[503 : 500 + k]).max() < 4.0
+
+
+def test_a_fault_across_a_refit_is_cleaned_by_the_model_that_saw_it_begin():
+    y = level_series(n=1200, seed=5)
+    day = 864  # 2025-01-09 00:00: a daily refit
+    k = 20
+    y.iloc[day - 5 : day - 5 + k] = 10 * np.arange(k) / k
+    out = stream_detect(y, detector="svr")
+    assert out["cleaned"].iloc[day - 5 : day - 5 + k].all()
+    assert (np.abs(out["clean_value"].iloc[day - 4 : day - 5 + k] - 10) < 2).all()
+
+
+def test_a_surge_of_real_demand_is_kept_a_glitch_of_the_same_size_is_cleaned():
+    rng = np.random.default_rng(3)
+    idx = pd.date_range("2025-01-06", periods=2016, freq="5min", tz="UTC")
+    # pending GPUs: a noisy count whose own short surges reach several times its spread
+    y = pd.Series(30 + rng.normal(0, 3, idx.size), index=idx, name="gpu_pending")
+    surge = [45.0, 70.0, 72.0, 68.0, 50.0]  # climbs and ebbs over five points
+    y.iloc[1500:1505] = surge
+    y.iloc[1700] = 100.0  # one point, straight up and back: an exporter glitch
+    out = stream_detect(y, detector="svr")
+    assert not out["cleaned"].iloc[1500:1505].any()
+    assert out["cleaned"].iloc[1700] and abs(out["clean_value"].iloc[1700] - 30) < 8
+    # the series' ordinary noise is never cleaned, though a few points exceed τ
+    assert out["cleaned"].sum() <= 3
+    # both rules are configuration
+    loose = stream_detect(y, RouterConfig(spike_max_shoulder=1.0, spike_height_factor=0.0), detector="svr")
+    assert loose["cleaned"].iloc[1500:1505].any()
