@@ -120,13 +120,16 @@ def proc_cpu_s(pid: int) -> float:
 
 
 def postgres_cpu_s() -> float:
-    """CPU seconds of the PostgreSQL server's processes (all of them: other databases too)."""
+    """CPU seconds of the PostgreSQL server (its databases other than ours too): its live
+    processes, plus what the ones that exited used (the postmaster's waited-for children; a
+    task's connection ends with the task)."""
     total = 0.0
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
-                    total += proc_cpu_s(int(entry.name))
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    total += sum(int(f) for f in fields[11:15]) / CLK  # utime stime cutime cstime
             except (OSError, ValueError, IndexError):
                 continue  # gone meanwhile
     return total

@@ -332,7 +332,8 @@ def finish_extract(ctx: Context, platform: str, window: Window, parts: list[dict
         rows = loader.promote_parts(
             ctx.engine, loader.Slice("sample", {"platform": platform}, window.start, window.end), labels,
             extra=normalize_samples(totals, where=f"platform {platform} totals window {window}"), also=snapshot,
-            then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n, inventory_note))
+            then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n, inventory_note),
+            expect=sum(int(runs[label].rows or 0) for label in labels))
     except Exception as exc:
         status = "unrecoverable" if getattr(exc, "unrecoverable", False) else "failed"
         with ctx.engine.begin() as conn:

@@ -117,6 +117,9 @@ def test_sharded_extract_stages_what_a_whole_one_stages(config, pg_engine, sqlit
     assert sorted(r.part for r in runs if r.part) == sorted(p["part"] for p in parts if "part" in p)
     assert inv == 3 + 9 + 7
     assert pipeline.summary(sharded, HOUR)["extract"]["slurm"]["status"] == "success"
+    # the platform's row counts every row it now has in the window, parts and totals alike
+    got = {p: e["rows"] for p, e in pipeline.summary(sharded, HOUR)["extract"].items()}
+    assert got == b.groupby("platform").size().to_dict()
 
 
 def test_a_failing_part_loses_nothing_and_is_named(config, pg_engine, monkeypatch):
@@ -177,3 +180,18 @@ def test_a_whole_platform_that_failed_stops_what_follows(config, sqlite_engine):
     ctx = pipeline.Context(config(None), sqlite_engine)
     with pytest.raises(pipeline.ExtractPartsError, match="platform slurm .* did not succeed: never ran"):
         pipeline.finish_extract(ctx, "slurm", HOUR, [{"platform": "slurm"}])
+
+
+def test_parts_whose_rows_are_gone_are_not_promoted(config, pg_engine):
+    ctx = pipeline.Context(config(3), pg_engine)
+    _extract_sharded(ctx)
+    before = _samples(pg_engine)
+    parts = pipeline.plan_extract(ctx, HOUR)
+    for part in parts:
+        pipeline.extract_part(ctx, part, HOUR)
+    first = [p for p in parts if p["platform"] == "kubernetes"][0]
+    with pg_engine.begin() as conn:  # the landing area lost a part's rows (e.g. cleared by hand)
+        conn.execute(part_sample.delete().where(part_sample.c.part == first["part"]))
+    with pytest.raises(Exception, match="the parts landed .* rows but .* are there: rerun the parts"):
+        pipeline.finish_extract(ctx, "kubernetes", HOUR, parts)
+    pd.testing.assert_frame_equal(_samples(pg_engine), before)

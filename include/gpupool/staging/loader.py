@@ -71,13 +71,14 @@ def replace_slices(engine: Engine, parts: list[tuple[Slice, pd.DataFrame]], then
 
 
 def promote_parts(engine: Engine, sl: Slice, parts: list[str], extra: pd.DataFrame | None = None,
-                  also: list[tuple[Slice, pd.DataFrame]] = (), then=None) -> int:
+                  also: list[tuple[Slice, pd.DataFrame]] = (), then=None, expect: int | None = None) -> int:
     """Replace the `sample` slice `sl` by what the parts named `parts` landed in `part_sample`
     for it (same match and window), plus the rows of `extra`, in ONE transaction; the slices
     of `also` are replaced in it too, and `then(conn, rows)` runs last. Every part's rows for
     the slice's window are then cleared from `part_sample` (those of other, stale part names
     too). On any failure nothing changes: `sample` keeps its previous rows and the parts keep
-    theirs. Returns the rows now in the slice."""
+    theirs; `expect` (the rows the parts say they landed) found otherwise is such a failure.
+    Returns the rows now in the slice."""
     if sl.table != "sample":
         raise LoadError(f"{sl.describe()}: parts are promoted into sample only")
     src = metadata.tables["part_sample"]
@@ -91,9 +92,12 @@ def promote_parts(engine: Engine, sl: Slice, parts: list[str], extra: pd.DataFra
     try:
         with engine.begin() as conn:
             _write(conn, sl, extra)  # delete the slice, write the extra rows
-            moved = conn.execute(
-                dst.insert().from_select(cols, sa.select(*[src.c[c] for c in cols]).where(*in_window, src.c.part.in_(parts)))
-            ).rowcount
+            chosen = [*in_window, src.c.part.in_(parts)]
+            # counted, not taken from the INSERT: its rowcount is -1 through SQLAlchemy on psycopg
+            moved = conn.execute(sa.select(sa.func.count()).select_from(src).where(*chosen)).scalar()
+            if expect is not None and moved != expect:
+                raise LoadError(f"the parts landed {expect} rows but {moved} are there: rerun the parts")
+            conn.execute(dst.insert().from_select(cols, sa.select(*[src.c[c] for c in cols]).where(*chosen)))
             conn.execute(src.delete().where(*in_window))
             for s_, f in prepared:
                 current = s_
