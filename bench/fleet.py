@@ -17,8 +17,8 @@ through Prometheus (Slurm + DCGM exporter series, DCGM with pod attribution), sh
 `extract_parts`, `extract_one_part`, `finish_extract`, the same calls the mapped tasks make)
 over the parts, taking the next part as soon as they are free, as Celery workers of
 concurrency 1 take mapped task instances. Airflow's own scheduling (seconds per task) is not
-in these figures; the Celery stack's tests measure that path. Each leg replaces the previous
-leg's rows of the same hour (a rerun of the window).
+in these figures; the Celery stack's tests measure that path. Each leg starts from empty
+staging tables.
 
 Where the time goes is printed beside each figure: CPU seconds of the workers, of the facade
 processes (the platform's side, which a deployment does not pay on its workers' machines), and
@@ -320,6 +320,8 @@ def main() -> None:
 
         results = []
         for n in args.workers:
+            with engine.begin() as conn:  # every leg starts from empty tables (a rerun also deletes)
+                conn.execute(sa.text("TRUNCATE sample, part_sample, inventory_node, extract_run"))
             r = leg(n, connections, facades, engine)
             results.append(r)
             other = max(r["machine_cpu"] - r["worker_cpu"] - r["facade_cpu"] - r["pg_cpu"], 0.0)
