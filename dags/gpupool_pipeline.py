@@ -3,7 +3,10 @@
 
 Every hour, for the data interval `[start, end)`:
 
-1. **extract** each platform's GPU inventory and usage (one mapped task per platform),
+1. **extract** each platform's GPU inventory and usage (one mapped task per platform, or, for a
+   platform configured with `shard_nodes`, one per range of its nodes plus one for its
+   platform-wide series; `extract_finish` then replaces the platform's window from its parts
+   in one transaction),
 2. **detect/clean** point anomalies per series (one mapped task per platform),
 3. **forecast** each platform's GPU demand with ARIMA,
 4. **plan** which platform should hold each pool node,
@@ -71,13 +74,31 @@ def gpupool_pipeline():
 
         return platforms_from_context(get_current_context())
 
-    @task(outlets=[SAMPLE_ASSET], map_index_template="{{ task.op_kwargs['platform'] }}")
-    def extract(platform: str, window: dict) -> dict:
+    @task
+    def extract_parts(window: dict, platforms: list[str]) -> list[dict]:
         from airflow.sdk import BaseHook
 
-        from gpupool.airflow_glue import run_stage
+        from gpupool.airflow_glue import extract_parts
 
-        return run_stage("extract", window, platform=platform, lookup=BaseHook.get_connection)
+        return extract_parts(window, platforms, lookup=BaseHook.get_connection)
+
+    @task(map_index_template="{{ task.op_kwargs['part']['platform'] }} {{ task.op_kwargs['part'].get('part', '') }}")
+    def extract(part: dict, window: dict) -> dict:
+        from airflow.sdk import BaseHook
+
+        from gpupool.airflow_glue import extract_one_part
+
+        return extract_one_part(window, part, lookup=BaseHook.get_connection)
+
+    # runs when every part is done, failed ones included: it records which parts failed
+    # under the platform's own extract_run row (and fails), or promotes them all
+    @task(outlets=[SAMPLE_ASSET], trigger_rule="all_done", map_index_template="{{ task.op_kwargs['platform'] }}")
+    def extract_finish(platform: str, window: dict, parts: list[dict]) -> dict:
+        from airflow.sdk import BaseHook
+
+        from gpupool.airflow_glue import finish_extract
+
+        return finish_extract(window, platform, parts, lookup=BaseHook.get_connection)
 
     @task(map_index_template="{{ task.op_kwargs['platform'] }}")
     def detect(platform: str, window: dict) -> dict:
@@ -107,10 +128,12 @@ def gpupool_pipeline():
 
     window = resolve_window()
     names = selected_platforms()
-    extracted = extract.partial(window=window).expand(platform=names)
+    parts = extract_parts(window, names)
+    extracted = extract.partial(window=window).expand(part=parts)
+    finished = extract_finish.partial(window=window, parts=parts).expand(platform=names)
     detected = detect.partial(window=window).expand(platform=names)
     forecasted = forecast.partial(window=window).expand(platform=names)
-    extracted >> detected >> forecasted
+    extracted >> finished >> detected >> forecasted
     planned = plan(window, names)
     forecasted >> planned
     actuate(window, planned)

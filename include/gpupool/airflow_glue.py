@@ -31,6 +31,25 @@ def platforms_from_context(context: Any) -> list[str]:
     return ctx.platforms(_params(context).get("platforms") or None)
 
 
+def extract_parts(window: dict, platforms: list[str], lookup=None) -> list[dict]:
+    """The extraction parts of the window (one per platform unless a platform is sharded);
+    a sharded part names its nodes, so that each mapped task knows its range."""
+    ctx = pipeline.Context.load()
+    return pipeline.plan_extract(ctx, pipeline.Window.from_dict(window), platforms, lookup=lookup)
+
+
+def extract_one_part(window: dict, part: dict, lookup=None) -> dict:
+    """Extract one planned part: a whole platform, or one range of a sharded one."""
+    ctx = pipeline.Context.load()
+    return pipeline.extract_part(ctx, part, pipeline.Window.from_dict(window), lookup=lookup)
+
+
+def finish_extract(window: dict, platform: str, parts: list[dict], lookup=None) -> dict:
+    """Replace a sharded platform's window from its parts (nothing to do for a whole one)."""
+    ctx = pipeline.Context.load()
+    return pipeline.finish_extract(ctx, platform, pipeline.Window.from_dict(window), parts, lookup=lookup)
+
+
 def run_stage(stage: str, window: dict, platform: str, lookup=None) -> dict:
     """One stage for one platform; `lookup` is Airflow's connection lookup (extract only)."""
     ctx = pipeline.Context.load()

@@ -56,6 +56,9 @@ class PlatformConfig(_Strict):
     min_nodes: int = Field(default=0, ge=0)
     max_nodes: int | None = Field(default=None, ge=0)
     priority: float = Field(default=1.0, gt=0)
+    #: extract the platform in parts of at most this many nodes, side by side (mapped tasks
+    #: spread over the workers), plus one part for its platform-wide series; null: one part
+    shard_nodes: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _limits(self) -> "PlatformConfig":

@@ -19,7 +19,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from gpupool.canonical import SERIES_KEY, add_platform_totals, normalize_samples
+from gpupool.canonical import SERIES_KEY, TOTAL_METRICS, add_platform_totals, normalize_samples
 from gpupool.config import ConfigError, GpupoolConfig, default_config, load_config
 from gpupool.staging import db, loader, reads
 from gpupool.staging.schema import (
@@ -144,20 +144,8 @@ def extract(ctx: Context, platform: str, window: Window, lookup=None) -> dict:
         raw = source.usage(window.start, window.end, step=ctx.config.step)
         frame = normalize_samples(raw, where=f"platform {platform} window {window}")
         frame = add_platform_totals(frame)
-        try:
-            nodes = source.inventory(window.end)
-        except Exception as exc:
-            # node state is live-only on most platforms: a past window keeps its usage rows
-            # and says that the inventory could not be recovered
-            if not getattr(exc, "unrecoverable", False):
-                raise
-            nodes, inventory_note = None, str(exc)
-        inv = _inventory_frame(platform, nodes or [], window.end)
-        parts = [(loader.Slice("sample", {"platform": platform}, window.start, window.end), frame)]
-        if nodes is not None:
-            snap = loader.Slice("inventory_node", {"platform": platform}, window.end,
-                                window.end + timedelta(microseconds=1), "snapshot_at")
-            parts.append((snap, inv))
+        inv, snapshot, inventory_note = _inventory(source, platform, window)
+        parts = [(loader.Slice("sample", {"platform": platform}, window.start, window.end), frame), *snapshot]
         rows = loader.replace_slices(
             ctx.engine, parts,
             then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n[0], inventory_note))[0]
@@ -167,6 +155,191 @@ def extract(ctx: Context, platform: str, window: Window, lookup=None) -> dict:
             _finish_extract_run(conn, run_id, status, None, f"{type(exc).__name__}: {exc}")
         raise
     out = {"platform": platform, "rows": rows, "nodes": len(inv), "window": window.as_dict()}
+    if inventory_note:
+        out["inventory"] = inventory_note
+    return out
+
+
+def _inventory(source, platform: str, window: Window) -> tuple[pd.DataFrame, list, str | None]:
+    """The inventory at the window's end: its frame, the slice to replace with it (none when
+    it cannot be recovered) and a note saying why not."""
+    try:
+        nodes = source.inventory(window.end)
+    except Exception as exc:
+        # node state is live-only on most platforms: a past window keeps its usage rows
+        # and says that the inventory could not be recovered
+        if not getattr(exc, "unrecoverable", False):
+            raise
+        return _inventory_frame(platform, [], window.end), [], str(exc)
+    inv = _inventory_frame(platform, nodes or [], window.end)
+    snap = loader.Slice("inventory_node", {"platform": platform}, window.end,
+                        window.end + timedelta(microseconds=1), "snapshot_at")
+    return inv, [(snap, inv)], None
+
+
+# --- sharded extract -------------------------------------------------------------------
+#
+# A platform with more nodes than its `shard_nodes` is extracted in parts that run side by
+# side (mapped tasks, spread over workers): one per range of its sorted node names, reading
+# the series kept per node (or GPU) of those nodes, and one platform-wide part reading the
+# rest (partition, job and platform series). Each part records its own `extract_run` row and
+# lands its rows in `part_sample`; `finish_extract` then replaces the platform's window in
+# `sample` from them, with the platform totals and the inventory, in one transaction and
+# under the platform's own `extract_run` row: all or nothing per platform and window, as an
+# unsharded extraction.
+
+
+class ExtractPartsError(RuntimeError):
+    """Some parts of a sharded extraction did not succeed: the platform's window was not replaced."""
+
+
+def split_nodes(names: list[str], per_shard: int) -> list[tuple[str, ...]]:
+    """Sorted, de-duplicated `names` cut into consecutive ranges of at most `per_shard`,
+    as even as possible: every name falls in exactly one range."""
+    if per_shard < 1:
+        raise ValueError(f"nodes per shard must be >= 1, got {per_shard}")
+    ordered = sorted(set(names))
+    if not ordered:
+        return []
+    count = -(-len(ordered) // per_shard)
+    size, extra = divmod(len(ordered), count)
+    out, at = [], 0
+    for i in range(count):
+        n = size + (1 if i < extra else 0)
+        out.append(tuple(ordered[at:at + n]))
+        at += n
+    return out
+
+
+def part_label(index: int, count: int, nodes: tuple[str, ...] | None) -> str:
+    """The name of one part of a sharded extraction, as `extract_run.part` records it."""
+    import hashlib
+
+    if nodes is None:
+        return f"{index + 1}/{count} platform-wide"
+    digest = hashlib.sha256("\n".join(nodes).encode()).hexdigest()[:8]
+    first, last = nodes[0][:48], nodes[-1][:48]
+    return f"{index + 1}/{count} {first}..{last} ({len(nodes)} nodes) #{digest}"
+
+
+def plan_extract(ctx: Context, window: Window, platforms: list[str] | None = None, lookup=None) -> list[dict]:
+    """The extraction parts of the window: per platform `{"platform": p}` (one part: the
+    whole platform, extracted by :func:`extract`), or, for a platform configured with
+    `shard_nodes` whose source lists more nodes than that for the window, one part per node
+    range and a platform-wide part, each `{"platform", "part", "index", "count", "nodes"}`
+    (`nodes` None for the platform-wide one), extracted by :func:`extract_part`."""
+    from gpupool.platforms import build_source
+
+    out: list[dict] = []
+    for name in ctx.platforms(platforms):
+        pcfg = ctx.config.platform(name)
+        if not pcfg.shard_nodes:
+            out.append({"platform": name})
+            continue
+        source = build_source(pcfg, ctx.config, lookup)
+        lister = getattr(source, "node_names", None)
+        if lister is None:
+            log.warning("platform %s: its source cannot read a range of nodes; extracted as one part", name)
+            out.append({"platform": name})
+            continue
+        nodes = lister(window.start, window.end, ctx.config.step)
+        ranges = split_nodes(nodes, pcfg.shard_nodes)
+        if len(ranges) <= 1:
+            out.append({"platform": name})
+            continue
+        count = len(ranges) + 1
+        for i, r in enumerate([*ranges, None]):
+            out.append({"platform": name, "part": part_label(i, count, r), "index": i, "count": count,
+                        "nodes": None if r is None else list(r)})
+    return out
+
+
+def extract_part(ctx: Context, part: dict, window: Window, lookup=None) -> dict:
+    """Extract one part planned by :func:`plan_extract` for the window.
+
+    A whole platform (`{"platform": p}`) is :func:`extract`. A part of a sharded platform
+    replaces its own rows in `part_sample` together with its `extract_run` row's `success`
+    in one transaction; on failure it keeps its previous rows, its row says `failed` with
+    the error, and the error is re-raised: the other parts are not touched.
+    """
+    from gpupool.platforms import build_source
+    from gpupool.sources.base import NodeShard
+
+    platform = part["platform"]
+    if "part" not in part:
+        return extract(ctx, platform, window, lookup=lookup)
+    db.require_migrated(ctx.engine)
+    label = part["part"]
+    pcfg = ctx.config.platform(platform)
+    run_id = _start_extract_run(ctx.engine, platform, "usage", window, part=label)
+    try:
+        source = build_source(pcfg, ctx.config, lookup)
+        nodes = part.get("nodes")
+        raw = source.usage(window.start, window.end, step=ctx.config.step,
+                           shard=NodeShard(None if nodes is None else tuple(nodes)))
+        frame = normalize_samples(raw, where=f"platform {platform} part {label} window {window}")
+        frame.insert(0, "part", label)
+        sl = loader.Slice("part_sample", {"platform": platform, "part": label}, window.start, window.end)
+        rows = loader.replace_slices(
+            ctx.engine, [(sl, frame)],
+            then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n[0], None))[0]
+    except Exception as exc:
+        status = "unrecoverable" if getattr(exc, "unrecoverable", False) else "failed"
+        with ctx.engine.begin() as conn:
+            _finish_extract_run(conn, run_id, status, None, f"{type(exc).__name__}: {exc}")
+        raise
+    return {"platform": platform, "part": label, "rows": rows, "window": window.as_dict()}
+
+
+def finish_extract(ctx: Context, platform: str, window: Window, parts: list[dict], lookup=None) -> dict:
+    """Replace the platform's window in `sample` by what its parts landed, once every part
+    of the plan `parts` succeeded (their newest `extract_run` rows say so), with the platform
+    totals and the inventory at the window's end, in one transaction under the platform's
+    own `extract_run` row. A platform extracted whole has nothing to finish.
+
+    When a part did not succeed, nothing is replaced: the platform's previous rows stay, the
+    parts that succeeded stay in `part_sample` (a rerun of the failed ones and of this step
+    completes the window), the platform's row says `failed` naming each missing part and
+    why, and :class:`ExtractPartsError` is raised.
+    """
+    from gpupool.platforms import build_source
+
+    mine = [p for p in parts if p.get("platform") == platform and "part" in p]
+    if not mine:
+        # extracted whole: nothing to promote, but what runs next must not run on a failed one
+        run = reads.platform_run(ctx.engine, platform, window.start, window.end)
+        if run is None or run.status != "success":
+            state = "never ran" if run is None else run.status + (f" ({run.error})" if run.error else "")
+            raise ExtractPartsError(f"platform {platform} window {window}: its extraction did not succeed: {state}")
+        return {"platform": platform, "sharded": False, "rows": run.rows}
+    db.require_migrated(ctx.engine)
+    labels = [p["part"] for p in mine]
+    run_id = _start_extract_run(ctx.engine, platform, "usage", window)
+    inventory_note = None
+    try:
+        runs = reads.part_runs(ctx.engine, platform, window.start, window.end, labels)
+        bad = [(label, runs.get(label)) for label in labels if runs.get(label) is None or runs[label].status != "success"]
+        if bad:
+            why = "; ".join(f"part {label}: " + ("never ran" if r is None else f"{r.status}" + (f" ({r.error})" if r.error else ""))
+                            for label, r in bad)
+            raise ExtractPartsError(
+                f"platform {platform} window {window}: {len(bad)} of {len(labels)} parts did not succeed, "
+                f"the platform's previous rows are kept and the parts that did stay staged: {why}")
+        counts = reads.part_samples(ctx.engine, platform, window.start, window.end, labels, metrics=TOTAL_METRICS)
+        totals = add_platform_totals(counts).iloc[len(counts):]
+        source = build_source(ctx.config.platform(platform), ctx.config, lookup)
+        inv, snapshot, inventory_note = _inventory(source, platform, window)
+        rows = loader.promote_parts(
+            ctx.engine, loader.Slice("sample", {"platform": platform}, window.start, window.end), labels,
+            extra=normalize_samples(totals, where=f"platform {platform} totals window {window}"), also=snapshot,
+            then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n, inventory_note),
+            expect=sum(int(runs[label].rows or 0) for label in labels))
+    except Exception as exc:
+        status = "unrecoverable" if getattr(exc, "unrecoverable", False) else "failed"
+        with ctx.engine.begin() as conn:
+            _finish_extract_run(conn, run_id, status, None, f"{type(exc).__name__}: {exc}")
+        raise
+    out = {"platform": platform, "rows": rows, "parts": len(labels), "nodes": len(inv), "window": window.as_dict()}
     if inventory_note:
         out["inventory"] = inventory_note
     return out
@@ -183,7 +356,7 @@ def _inventory_frame(platform: str, nodes: list[dict], at: datetime) -> pd.DataF
     return frame
 
 
-def _start_extract_run(engine: Engine, platform: str, source: str, window: Window) -> int:
+def _start_extract_run(engine: Engine, platform: str, source: str, window: Window, part: str | None = None) -> int:
     """Insert this run's `running` row; an earlier run of the same platform, source and window
     still `running` never finished (its worker died or was killed): mark it `interrupted`.
 
@@ -193,12 +366,13 @@ def _start_extract_run(engine: Engine, platform: str, source: str, window: Windo
     decides anything; `started_at`/`finished_at` are audit only."""
     now = datetime.now(timezone.utc)  # audit only; never decides anything
     key = [extract_run.c.platform == platform, extract_run.c.source == source,
-           extract_run.c.window_start == window.start, extract_run.c.window_end == window.end]
+           extract_run.c.window_start == window.start, extract_run.c.window_end == window.end,
+           extract_run.c.part.is_(None) if part is None else extract_run.c.part == part]
     with engine.begin() as conn:
         res = conn.execute(
             extract_run.insert().values(
                 platform=platform, source=source, window_start=window.start, window_end=window.end,
-                status="running", started_at=now,
+                status="running", started_at=now, part=part,
             )
         )
         run_id = res.inserted_primary_key[0]

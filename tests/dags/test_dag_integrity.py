@@ -45,9 +45,11 @@ def test_pipeline_shape(dagbag):
     assert dag.params["dry_run"] is True
     assert dag.task_dict["actuate"].pool == "gpupool_actuation"
     assert dag.doc_md and "gpupool_pipeline" in dag.doc_md
-    order = ["resolve_window", "extract", "detect", "forecast", "plan", "actuate"]
+    order = ["resolve_window", "extract_parts", "extract", "extract_finish", "detect", "forecast", "plan", "actuate"]
     for up, down in zip(order, order[1:]):
         assert down in dag.task_dict[up].downstream_task_ids, f"{up} -> {down}"
+    # the step that promotes a sharded platform's parts runs after failed parts too, to say which failed
+    assert dag.task_dict["extract_finish"].trigger_rule == "all_done"
 
 
 def test_importing_dags_stays_light(tmp_path, dags_root, make_airflow_env):

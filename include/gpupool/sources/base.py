@@ -60,6 +60,22 @@ class SourceError(RuntimeError):
         super().__init__(f"{platform}: {self.endpoint} [{window}]: {reason}")
 
 
+@dataclass(frozen=True)
+class NodeShard:
+    """Which part of a platform's series one extraction reads (a large platform is extracted
+    in parts that run side by side, see `gpupool.pipeline.plan_extract`).
+
+    `nodes` given: only the series kept per node (or per GPU of a node), of these nodes.
+    `nodes` None: every other series (platform, partition and job level).
+    """
+
+    nodes: tuple[str, ...] | None
+
+    @property
+    def platform_wide(self) -> bool:
+        return self.nodes is None
+
+
 class TransientError(Exception):
     """A failure worth retrying (timeout, connection refused, 5xx, 429)."""
 
@@ -78,7 +94,10 @@ class Source(Protocol):
         """GPU nodes as records with the keys in `INVENTORY_KEYS`, as seen at `at`."""
 
     def usage(self, start: datetime, end: datetime, step: str = "5min") -> pd.DataFrame:
-        """Canonical samples (see `gpupool.canonical`) for the window `[start, end)`."""
+        """Canonical samples (see `gpupool.canonical`) for the window `[start, end)`.
+
+        A source that can read a platform in parts also takes `shard=NodeShard(...)` and
+        has `node_names(start, end, step)`: the nodes whose series exist in the window."""
 
 
 @dataclass(frozen=True)

@@ -200,13 +200,15 @@ def source_for(pcfg: PlatformConfig, conn: Conn):
     cls = source_class(pcfg.kind)
     x = conn.extra
     verify = str(x.get("verify", "true")).lower() not in ("false", "0", "no")
+    # seconds per HTTP request (a large platform's Prometheus may need more than the default)
+    timeout = {"timeout": _seconds(pcfg.name, x["timeout"])} if x.get("timeout") is not None else {}
     if pcfg.kind == "slurm":
         token = conn.password if not conn.login else None
         basic = (conn.login, conn.password) if conn.login and conn.password else None
         return cls(pcfg.name, prometheus_url=conn.url(), prometheus_token=token, prometheus_basic_auth=basic,
                    queries=queries_for(pcfg), cluster=pcfg.cluster or x.get("cluster", ""), slurm_conf=x.get("slurm_conf"),
                    restd_url=x.get("restd_url"), restd_user=x.get("restd_user"), restd_token=x.get("restd_token"),
-                   verify=verify,
+                   verify=verify, **timeout,
                    live_tolerance=_minutes(x.get("live_tolerance_minutes", 60)))
     if pcfg.kind == "openstack":
         from gpupool.sources.openstack import GnocchiMeter
@@ -219,7 +221,7 @@ def source_for(pcfg: PlatformConfig, conn: Conn):
                    project_domain_name=x.get("project_domain_name", "Default"), region_name=x.get("region_name"),
                    interface=x.get("interface", "public"), cluster=pcfg.cluster, gnocchi_meters=meters or None, verify=verify)
     if pcfg.kind == "kubernetes":
-        kwargs: dict[str, Any] = {"cluster": pcfg.cluster, "queries": queries_for(pcfg)}
+        kwargs: dict[str, Any] = {"cluster": pcfg.cluster, "queries": queries_for(pcfg), **timeout}
         if x.get("in_cluster"):
             kwargs["in_cluster"] = True
         elif x.get("kubeconfig"):
@@ -230,6 +232,17 @@ def source_for(pcfg: PlatformConfig, conn: Conn):
             kwargs.update(prometheus_url=x["prometheus_url"], prometheus_token=x.get("prometheus_token"))
         return cls(pcfg.name, **kwargs)
     raise ValueError(f"platform {pcfg.name!r}: no source for kind {pcfg.kind!r}")
+
+
+def _seconds(platform: str, value) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        out = -1.0
+    if not out > 0:
+        raise ConnectionError_(f"platform {platform!r}: connection extra 'timeout' must be a number of seconds > 0, "
+                               f"got {str(value)[:40]!r}")
+    return out
 
 
 def _minutes(value):

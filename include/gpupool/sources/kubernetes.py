@@ -36,6 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from gpupool import mig
 from gpupool.canonical import empty_samples, normalize_samples
 from gpupool.sources.base import (
+    NodeShard,
     PermanentError,
     RetryPolicy,
     SourceError,
@@ -54,7 +55,7 @@ _GPU_REQ = 'kube_pod_container_resource_requests{resource="nvidia_com_gpu"}'
 #: labels `Hostname`, `gpu`). Pending GPUs count only pods the scheduler could not place.
 DEFAULT_K8S_QUERIES: dict[str, MetricQuery] = {
     "gpu_capacity": MetricQuery(
-        'sum by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"})', "node", "{node}"
+        'sum by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"})', "node", "{node}", node_label="node"
     ),
     "gpu_allocated": MetricQuery(
         f'sum by (node) ({_GPU_REQ} * on (namespace, pod) group_left () (kube_pod_status_phase{{phase="Running"}} == 1))',
@@ -63,8 +64,11 @@ DEFAULT_K8S_QUERIES: dict[str, MetricQuery] = {
     "gpu_pending": MetricQuery(
         f"sum({_GPU_REQ} * on (namespace, pod) group_left () (kube_pod_status_unschedulable == 1))", "platform", ""
     ),
-    "gpu_util": MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)", "gpu", "{Hostname}/{gpu}"),
-    "gpu_mem_used": MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_FB_USED) * 1048576", "gpu", "{Hostname}/{gpu}"),
+    # (gpu_allocated is not read per shard: kube_pod_status_phase carries no node label)
+    "gpu_util": MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)", "gpu", "{Hostname}/{gpu}",
+                            node_label="Hostname"),
+    "gpu_mem_used": MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_FB_USED) * 1048576", "gpu", "{Hostname}/{gpu}",
+                                node_label="Hostname"),
 }
 
 #: annotation the pool's actuator writes when it cordons a node (Kubernetes has no cordon reason)
@@ -306,8 +310,9 @@ class KubernetesSource:
         return out
 
     # ---------------------------------------------------------------- usage
-    def usage(self, start: datetime, end: datetime, step: str = "5min") -> pd.DataFrame:
-        """Canonical samples for `[start, end)` from Prometheus.
+    def usage(self, start: datetime, end: datetime, step: str = "5min", shard: NodeShard | None = None) -> pd.DataFrame:
+        """Canonical samples for `[start, end)` from Prometheus (with `shard`: one part of
+        them, see `PrometheusReader.read`).
 
         The API server and the resource metrics API only know the present; without a
         Prometheus the window cannot be recovered, and this raises instead of returning
@@ -323,7 +328,14 @@ class KubernetesSource:
             )
         if not self.queries:
             return empty_samples()
-        return self._prom.read(self.queries, start, end, step, cluster=self.cluster)
+        return self._prom.read(self.queries, start, end, step, cluster=self.cluster, shard=shard)
+
+    def node_names(self, start: datetime, end: datetime, step: str = "5min") -> list[str]:
+        """The nodes with series in `[start, end)` in Prometheus (what a sharded extraction
+        divides); none without a Prometheus."""
+        if self._prom is None:
+            return []
+        return self._prom.node_names(self.queries, start, end, step)
 
 
 _SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
@@ -23,6 +23,7 @@ from urllib3.util.retry import Retry
 
 from gpupool.canonical import CANONICAL_METRICS, CanonicalFrameError, empty_samples, normalize_samples
 from gpupool.sources.base import (
+    NodeShard,
     PermanentError,
     RetryPolicy,
     SourceError,
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 PROMETHEUS_MAX_POINTS = 11_000
 #: points per chunk we ask for, with a margin under the hard limit
 DEFAULT_CHUNK_POINTS = 10_000
+#: listing a platform's nodes reads a grid this coarse (Prometheus' default lookback: an
+#: instant sees the newest sample of the 5 minutes before it, so none is stepped over)
+LISTING_STEP_S = 300
 
 _LABEL_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -55,6 +59,9 @@ class MetricQuery:
                  platform-wide series
     unit:        canonical unit; None takes the unit of the canonical metric
     cluster:     template over result labels for the cluster column ("" = source's cluster)
+    node_label:  the label naming the node in every series `expr` selects ("" = none): such
+                 a query can be read for a subset of nodes (one shard of a large platform)
+                 by adding a matcher on this label to each of its selectors
     """
 
     expr: str
@@ -62,6 +69,7 @@ class MetricQuery:
     entity: str = ""
     unit: str | None = None
     cluster: str = ""
+    node_label: str = ""
 
     def labels_needed(self) -> set[str]:
         """The result labels the templates refer to."""
@@ -122,11 +130,14 @@ class PrometheusReader:
         end: datetime,
         step: str | int = "5min",
         cluster: str = "",
+        shard: NodeShard | None = None,
     ) -> pd.DataFrame:
         """Canonical samples of every query in `queries` for `[start, end)`.
 
         `queries` maps a canonical metric to one MetricQuery or several (e.g. the same
-        metric per GPU and per job).
+        metric per GPU and per job). With `shard`, only the queries kept per node (a
+        `node_label`) restricted to the shard's nodes, or (a platform-wide shard) only the
+        others: the parts of a sharded platform together read each series exactly once.
 
         The evaluation grid is aligned to the epoch on `step`, so re-runs and adjacent
         windows see the same instants; long windows are split into chunks of at most
@@ -141,12 +152,12 @@ class PrometheusReader:
         parts = []
         for metric, qs in queries.items():
             found = 0
-            for query in as_query_tuple(qs):
+            for query in shard_queries(as_query_tuple(qs), shard):
                 for lo, hi in chunks:
                     part = self._read_one(metric, query, lo, hi, step_s, cluster, window)
                     found += len(part)
                     parts.append(part)
-            if not found:
+            if not found and shard is None:
                 # Not an error (a quiet cluster has no jobs), but a missing exporter looks the same.
                 log.warning("%s %s [%s]: no series for %s", self.platform, self.endpoint, window, metric)
         parts = [p for p in parts if len(p)]
@@ -157,6 +168,47 @@ class PrometheusReader:
             return normalize_samples(frame, where=f"{self.platform} {self.endpoint} [{window}]")
         except CanonicalFrameError as exc:
             raise SourceError(self.platform, self.endpoint, window, f"result is not canonical: {exc}") from exc
+
+    def node_names(
+        self,
+        queries: Mapping[str, MetricQuery | Sequence[MetricQuery]],
+        start: datetime,
+        end: datetime,
+        step: str | int = "5min",
+    ) -> list[str]:
+        """The names of the nodes with series in `[start, end)`, sorted: for each distinct
+        `node_label` of the queries, the label's values over the first query that has it.
+
+        Read on a grid of a multiple of `step` no coarser than `LISTING_STEP_S` (Prometheus'
+        lookback, so no sample of the window is stepped over) with `count by (label)`, so the answer is one
+        series per node, not the queries' data."""
+        window = format_window(start, end)
+        base = step_seconds(step)
+        step_s = base * max(1, LISTING_STEP_S // base)  # a multiple of the step, at most 5 min unless the step is more
+        grid = aligned_points(start, end, step_s)
+        names: set[str] = set()
+        if grid is None:
+            return []
+        seen: set[str] = set()
+        for metric, qs in queries.items():
+            for query in as_query_tuple(qs):
+                if not query.node_label or query.node_label in seen:
+                    continue
+                seen.add(query.node_label)
+                expr = f"count by ({query.node_label}) ({query.expr})"
+                for lo, hi in chunk_range(grid[0], grid[1], step_s, self.chunk_points):
+                    def describe(exc: BaseException, metric=metric, lo=lo, hi=hi) -> SourceError:
+                        return SourceError(self.platform, self.endpoint, window,
+                                           f"listing nodes by {query.node_label} of {metric} "
+                                           f"(chunk {format_window(lo, hi)}): {exc}")
+
+                    result = call_with_retry(lambda: self._fetch(expr, lo, hi, step_s), policy=self.retry,
+                                             describe=describe)
+                    for series in result or []:
+                        name = (series.get("metric") or {}).get(query.node_label)
+                        if name:
+                            names.add(name)
+        return sorted(names)
 
     def _fetch(self, expr: str, lo: datetime, hi: datetime, step_s: int) -> list[dict[str, Any]]:
         try:
@@ -193,6 +245,83 @@ class PrometheusReader:
             return _result_to_frame(result, self.platform, cluster, metric, query)
         except PermanentError as exc:
             raise describe(exc) from exc
+
+
+#: PromQL words that are never a metric name (aggregations, keywords, set operators)
+_GROUPING = {"by", "without", "on", "ignoring", "group_left", "group_right"}
+_KEYWORDS = _GROUPING | {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
+                         "bottomk", "topk", "quantile", "limitk", "limit_ratio", "bool", "and", "or",
+                         "unless", "offset", "atan2", "inf", "nan", "start", "end"}
+_STRING = r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`"""
+_TOKEN = re.compile(
+    rf"(?P<string>{_STRING})"
+    r"|(?P<range>\[[^\]]*\])"
+    rf"|(?P<braces>\{{(?:[^}}\"'`]|{_STRING})*\}})"
+    r"|(?P<number>(?:0x[0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)[a-z]*)"
+    r"|(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)"
+)
+_LABEL_LIST = re.compile(r"\s*\([^)]*\)")
+
+
+def with_label_matcher(expr: str, label: str, op: str, value: str) -> str:
+    """`expr` with the matcher `label op "value"` added to every vector selector.
+
+    A selector is a metric name (not a function, aggregation or keyword, nor a label of a
+    `by (...)`/`on (...)` list) with or without `{...}`, or a bare `{...}`. Strings, ranges,
+    numbers and durations are left alone. `value` is written as a PromQL double-quoted string.
+    """
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label) or op not in ("=", "!=", "=~", "!~"):
+        raise ValueError(f"not a label matcher: {label!r} {op!r}")
+    quoted = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    matcher = f"{label}{op}{quoted}"
+    out: list[str] = []
+    pos = 0
+    while pos < len(expr):
+        m = _TOKEN.match(expr, pos)
+        if m is None:  # an operator, a parenthesis, white space
+            out.append(expr[pos])
+            pos += 1
+            continue
+        text, kind = m.group(0), m.lastgroup
+        pos = m.end()
+        if kind == "braces":
+            inner = text[1:-1].strip().rstrip(",").strip()
+            out.append("{" + (inner + ", " if inner else "") + matcher + "}")
+        elif kind == "name":
+            rest = expr[pos:].lstrip()
+            word = text.lower()
+            if word in _GROUPING:
+                out.append(text)
+                lst = _LABEL_LIST.match(expr, pos)  # its label list names labels, not series
+                if lst:
+                    out.append(lst.group(0))
+                    pos = lst.end()
+            elif word in _KEYWORDS or rest.startswith("(") or rest.startswith("{"):
+                out.append(text)  # a function or keyword; or a name whose braces come next
+            else:
+                out.append(text + "{" + matcher + "}")
+        else:
+            out.append(text)
+    return "".join(out)
+
+
+def node_regex(names) -> str:
+    """A regular expression (RE2 and Python alike) matching exactly the given node names."""
+    return "|".join(re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", n) for n in names)
+
+
+def shard_queries(queries: Sequence[MetricQuery], shard: NodeShard | None) -> list[MetricQuery]:
+    """The queries one shard runs: all (no shard); those kept per node, restricted to the
+    shard's nodes; or (a platform-wide shard) those not kept per node."""
+    if shard is None:
+        return list(queries)
+    if shard.platform_wide:
+        return [q for q in queries if not q.node_label]
+    if not shard.nodes:
+        return []
+    regex = node_regex(shard.nodes)
+    return [replace(q, expr=with_label_matcher(q.expr, q.node_label, "=~", regex))
+            for q in queries if q.node_label]
 
 
 def as_query_tuple(q: MetricQuery | Sequence[MetricQuery]) -> tuple[MetricQuery, ...]:

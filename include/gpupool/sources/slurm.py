@@ -20,6 +20,7 @@ import pandas as pd
 
 from gpupool.canonical import normalize_samples
 from gpupool.sources.base import (
+    NodeShard,
     PermanentError,
     RetryPolicy,
     SourceError,
@@ -40,15 +41,17 @@ from gpupool.sources.slurmrestd import SlurmRestd
 #: site exports it under another name. GPU series are aggregated over `hpc_job` because
 #: the DCGM exporter starts a new series each time the job on a GPU changes.
 DEFAULT_SLURM_QUERIES: dict[str, MetricQuery | tuple[MetricQuery, ...]] = {
-    "gpu_capacity": MetricQuery("sum by (node) (slurm_gpus_total)", "node", "{node}"),
-    "gpu_allocated": MetricQuery("sum by (node) (slurm_gpus_alloc)", "node", "{node}"),
+    "gpu_capacity": MetricQuery("sum by (node) (slurm_gpus_total)", "node", "{node}", node_label="node"),
+    "gpu_allocated": MetricQuery("sum by (node) (slurm_gpus_alloc)", "node", "{node}", node_label="node"),
     "gpu_pending": MetricQuery("sum by (partition) (slurm_partition_gpus_pending)", "partition", "{partition}"),
     "gpu_util": (
-        MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)", "gpu", "{Hostname}/{gpu}"),
+        MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)", "gpu", "{Hostname}/{gpu}", node_label="Hostname"),
+        # a job may span nodes of several shards: its average is read once, platform-wide
         MetricQuery('avg by (hpc_job) (DCGM_FI_DEV_GPU_UTIL{hpc_job!=""})', "job", "{hpc_job}"),
     ),
     # DCGM reports framebuffer in MiB; canonical unit is bytes.
-    "gpu_mem_used": MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_FB_USED) * 1048576", "gpu", "{Hostname}/{gpu}"),
+    "gpu_mem_used": MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_FB_USED) * 1048576", "gpu", "{Hostname}/{gpu}",
+                                node_label="Hostname"),
 }
 
 _GRES_ITEM = re.compile(r"^(?P<name>[^:(,]+)(?::(?P<type>[^:(,]+))?(?::(?P<count>\d+))?(?P<rest>\(.*\))?$")
@@ -184,14 +187,22 @@ class SlurmSource:
         )
 
     # ---------------------------------------------------------------- usage
-    def usage(self, start: datetime, end: datetime, step: str = "5min") -> pd.DataFrame:
-        """Canonical samples for `[start, end)` from Prometheus, one query per configured metric."""
+    def usage(self, start: datetime, end: datetime, step: str = "5min", shard: NodeShard | None = None) -> pd.DataFrame:
+        """Canonical samples for `[start, end)` from Prometheus, one query per configured metric
+        (with `shard`: one part of them, see `PrometheusReader.read`)."""
+        return self._require_prom(start, end).read(self.queries, start, end, step, cluster=self.cluster, shard=shard)
+
+    def node_names(self, start: datetime, end: datetime, step: str = "5min") -> list[str]:
+        """The nodes with series in `[start, end)` (what a sharded extraction divides)."""
+        return self._require_prom(start, end).node_names(self.queries, start, end, step)
+
+    def _require_prom(self, start: datetime, end: datetime) -> PrometheusReader:
         if self._prom is None:
             raise SourceError(
                 self.platform, "prometheus", format_window(start, end),
                 "no Prometheus configured: Slurm keeps no usage history of its own",
             )
-        return self._prom.read(self.queries, start, end, step, cluster=self.cluster)
+        return self._prom
 
     # ------------------------------------------------------------ inventory
     def inventory(self, at: datetime) -> list[dict[str, Any]]:

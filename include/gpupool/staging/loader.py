@@ -70,6 +70,48 @@ def replace_slices(engine: Engine, parts: list[tuple[Slice, pd.DataFrame]], then
     return [len(frame) for _, frame in prepared]
 
 
+def promote_parts(engine: Engine, sl: Slice, parts: list[str], extra: pd.DataFrame | None = None,
+                  also: list[tuple[Slice, pd.DataFrame]] = (), then=None, expect: int | None = None) -> int:
+    """Replace the `sample` slice `sl` by what the parts named `parts` landed in `part_sample`
+    for it (same match and window), plus the rows of `extra`, in ONE transaction; the slices
+    of `also` are replaced in it too, and `then(conn, rows)` runs last. Every part's rows for
+    the slice's window are then cleared from `part_sample` (those of other, stale part names
+    too). On any failure nothing changes: `sample` keeps its previous rows and the parts keep
+    theirs; `expect` (the rows the parts say they landed) found otherwise is such a failure.
+    Returns the rows now in the slice."""
+    if sl.table != "sample":
+        raise LoadError(f"{sl.describe()}: parts are promoted into sample only")
+    src = metadata.tables["part_sample"]
+    dst = metadata.tables["sample"]
+    extra = _prepare(sl, extra if extra is not None else pd.DataFrame(columns=[c.name for c in dst.columns]))
+    prepared = [(s_, _prepare(s_, f)) for s_, f in also]
+    cols = [c.name for c in dst.columns]
+    in_window = [src.c[k] == v for k, v in sl.match.items()]
+    in_window += [src.c[sl.ts_column] >= sl.start, src.c[sl.ts_column] < sl.end]
+    current = sl
+    try:
+        with engine.begin() as conn:
+            _write(conn, sl, extra)  # delete the slice, write the extra rows
+            chosen = [*in_window, src.c.part.in_(parts)]
+            # counted, not taken from the INSERT: its rowcount is -1 through SQLAlchemy on psycopg
+            moved = conn.execute(sa.select(sa.func.count()).select_from(src).where(*chosen)).scalar()
+            if expect is not None and moved != expect:
+                raise LoadError(f"the parts landed {expect} rows but {moved} are there: rerun the parts")
+            conn.execute(dst.insert().from_select(cols, sa.select(*[src.c[c] for c in cols]).where(*chosen)))
+            conn.execute(src.delete().where(*in_window))
+            for s_, f in prepared:
+                current = s_
+                _write(conn, s_, f)
+            current = None
+            rows = len(extra) + int(moved or 0)
+            if then is not None:
+                then(conn, rows)
+    except Exception as exc:  # everything rolls back: sample and the parts as they were
+        where = current.describe() if current is not None else "promote"
+        raise LoadError(f"{where}: promoting parts failed, previous rows kept ({_short(exc)})") from exc
+    return rows
+
+
 def _prepare(sl: Slice, frame: pd.DataFrame) -> pd.DataFrame:
     table = metadata.tables[sl.table]
     cols = [c.name for c in table.columns if not (c.primary_key and c.autoincrement is True and c.name == "id")]

@@ -24,6 +24,7 @@ from gpupool.staging.schema import (
     handover,
     inventory_node,
     sample,
+    part_sample,
 )
 
 
@@ -272,6 +273,48 @@ def last_moves(engine: Engine, done_state: str) -> dict[str, pd.Timestamp]:
     return out
 
 
+# --- a sharded extraction's parts ---------------------------------------------------------
+
+
+def part_runs(engine: Engine, platform: str, start: datetime, end: datetime, parts: list[str]) -> dict[str, Any]:
+    """The newest `extract_run` row (status, rows, error) of each named part of the
+    platform's window [start, end); a part that never ran is absent."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(extract_run.c.part, extract_run.c.status, extract_run.c.rows, extract_run.c.error)
+            .where(extract_run.c.platform == platform, extract_run.c.window_start == start,
+                   extract_run.c.window_end == end, extract_run.c.part.in_(parts))
+            .order_by(extract_run.c.id)
+        ).all()
+    return {r.part: r for r in rows}  # ordered by id: the newest run of a part wins
+
+
+def platform_run(engine: Engine, platform: str, start: datetime, end: datetime) -> Any:
+    """The newest `extract_run` row (status, rows, error) of the platform's own extraction of
+    the window [start, end) (not one of its parts), or None."""
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.select(extract_run.c.status, extract_run.c.rows, extract_run.c.error)
+            .where(extract_run.c.platform == platform, extract_run.c.window_start == start,
+                   extract_run.c.window_end == end, extract_run.c.part.is_(None))
+            .order_by(extract_run.c.id.desc()).limit(1)
+        ).first()
+
+
+def part_samples(engine: Engine, platform: str, start: datetime, end: datetime, parts: list[str],
+                 metrics: tuple[str, ...]) -> pd.DataFrame:
+    """The canonical rows of `metrics` the named parts landed for the platform's window."""
+    cols = [part_sample.c[c] for c in ("platform", "cluster", "entity_kind", "entity_id", "metric", "ts", "value", "unit")]
+    with engine.connect() as conn:
+        frame = pd.read_sql(
+            sa.select(*cols).where(part_sample.c.platform == platform, part_sample.c.part.in_(parts),
+                                   part_sample.c.metric.in_(metrics), part_sample.c.ts >= start, part_sample.c.ts < end)
+            .order_by(part_sample.c.metric, part_sample.c.entity_kind, part_sample.c.entity_id, part_sample.c.ts),
+            conn,
+        )
+    return _utc_column(frame, "ts")
+
+
 # --- one window, read back ---------------------------------------------------------------
 
 
@@ -281,7 +324,8 @@ def window_record(engine: Engine, start: datetime, end: datetime) -> dict[str, l
     with engine.connect() as conn:
         runs = conn.execute(
             sa.select(extract_run.c.platform, extract_run.c.status, extract_run.c.rows)
-            .where(extract_run.c.window_start == start, extract_run.c.window_end == end)
+            .where(extract_run.c.window_start == start, extract_run.c.window_end == end,
+                   extract_run.c.part.is_(None))  # a sharded platform's own row, not its parts'
             .order_by(extract_run.c.id)
         ).all()
         clean = conn.execute(

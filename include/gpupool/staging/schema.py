@@ -50,7 +50,24 @@ extract_run = Table(
     Column("error", Text),
     Column("started_at", TS, nullable=False),
     Column("finished_at", TS),
+    # NULL: the run of the whole platform; else one part of a sharded extraction (see
+    # `gpupool.pipeline.plan_extract`), e.g. "2/5 node-0833..node-1665 (833 nodes) #1a2b3c4d"
+    Column("part", String(160)),
     Index("ix_extract_run_window", "platform", "window_start"),
+)
+
+#: the parts of a sharded extraction land here side by side; the platform's window in
+#: `sample` is replaced from them in one transaction once every part is in (no key: the
+#: sample table's own key checks the parts did not overlap when they are promoted)
+part_sample = Table(
+    "part_sample",
+    metadata,
+    Column("part", String(160), nullable=False),
+    *_series_columns(),
+    Column("ts", TS, nullable=False),
+    Column("value", Float, nullable=False),
+    Column("unit", String(16), nullable=False, server_default=""),
+    Index("ix_part_sample_part", "platform", "part"),
 )
 
 #: canonical long format; range-partitioned by day on PostgreSQL

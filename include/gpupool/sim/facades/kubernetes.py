@@ -472,10 +472,23 @@ def make_app(state: SimState) -> Starlette:
         except SimNotFound:
             raise not_found("nodes", name) from None
 
+    built: dict[str, tuple] = {}
+
+    def once_per_state(kind: str, build) -> list[dict]:
+        """``build()``, kept while the pool is the same (clock step and revision): a client
+        listing ten thousand objects page by page must not have them all rebuilt per page."""
+        key = (state.clock_i, state.revision)
+        if kind not in built or built[kind][0] != key:
+            built[kind] = (key, build())
+        return built[kind][1]
+
     def all_pods() -> list[dict]:
-        n_nodes = len(state.nodes(ROLE))
-        works = state.running(ROLE) + state.pending(ROLE)
-        return [pod_object(state, w, n_nodes) for w in works]
+        def build() -> list[dict]:
+            n_nodes = len(state.nodes(ROLE))
+            works = state.running(ROLE) + state.pending(ROLE)
+            return [pod_object(state, w, n_nodes) for w in works]
+
+        return once_per_state("pods", build)
 
     def pod_fields(p: dict) -> dict:
         return {"metadata.name": p["metadata"]["name"], "metadata.namespace": p["metadata"]["namespace"],
@@ -547,7 +560,7 @@ def make_app(state: SimState) -> Starlette:
     # ---- nodes
     @guarded
     async def list_nodes(request):
-        items = [node_object(state, rec) for rec in state.nodes(ROLE)]
+        items = once_per_state("nodes", lambda: [node_object(state, rec) for rec in state.nodes(ROLE)])
         return respond(listing("NodeList", items, request, field_names=("metadata.name",)))
 
     @guarded

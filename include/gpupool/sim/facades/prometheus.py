@@ -94,6 +94,15 @@ def parse_duration(value: str, name: str) -> float:
     return (((y * 365 + w * 7 + d) * 24 + h) * 60 + mi) * 60 + s + ms / 1000.0
 
 
+def _format_finite(v: float) -> str:
+    """`format_value` of a Python float that is not NaN (the hot path of a range query)."""
+    if v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    if v != v or v in (float("inf"), float("-inf")):
+        return format_value(v)
+    return repr(v)
+
+
 def _stamp(t: float) -> float | int:
     t = round(t, 3)
     return int(t) if float(t).is_integer() else t
@@ -146,18 +155,35 @@ class SeriesStore:
                 e, chosen = cache[role]
                 if e["platform"] is None:
                     continue
-                for labels, values in self._family(name, role, e, chosen):
+                for labels, values in self._family(name, role, e, chosen, sel):
                     if all(m.matches(labels) for m in sel.matchers):
                         out.append((labels, values))
         return out
 
-    def _family(self, name: str, role: str, e: dict, chosen: np.ndarray):
+    def _node_filter(self, sel: Selector | None, labels_of) -> np.ndarray:
+        """Which world nodes may have a series matching ``sel``, judged by the matchers on the
+        labels ``labels_of(node)`` gives (a node's own labels): a selector naming some nodes
+        is answered without building every other node's series, as an index lookup would."""
+        nodes = self.state.world.nodes
+        keep = np.ones(len(nodes), dtype=bool)
+        if sel is None:
+            return keep
+        known = labels_of(nodes[0]).keys() if nodes else ()
+        own = [m for m in sel.matchers if m.name in known]
+        if not own:
+            return keep
+        for j, node in enumerate(nodes):
+            labels = labels_of(node)
+            keep[j] = all(m.matches(labels) for m in own)
+        return keep
+
+    def _family(self, name: str, role: str, e: dict, chosen: np.ndarray, sel: Selector | None = None):
         st = self.state
         has = chosen >= 0
         idx = np.where(has, chosen, 0)
         nodes = st.world.nodes
         if name in DCGM_FAMILIES:
-            yield from self._dcgm(name, role, e, idx, has)
+            yield from self._dcgm(name, role, e, idx, has, sel)
             return
         owned = e["owned"][:, idx] & has[None, :]
         sched = owned & ~st.world.cordoned_[:, e["i0"]:e["i1"]][:, idx]
@@ -168,8 +194,9 @@ class SeriesStore:
         if name in SLURM_NODE_FAMILIES:
             value = {"slurm_gpus_total": total, "slurm_gpus_alloc": alloc,
                      "slurm_gpus_idle": np.maximum(total - alloc, 0.0)}[name]
+            wanted = self._node_filter(sel, lambda n: {"node": n.name, "partition": PARTITION})
             for j, node in enumerate(nodes):
-                if owned[j].any():
+                if wanted[j] and owned[j].any():
                     labels = {"__name__": name, **base, "node": node.name, "partition": PARTITION}
                     yield labels, np.where(owned[j], value[j], np.nan)
             return
@@ -182,10 +209,14 @@ class SeriesStore:
         value = pending if name == "slurm_partition_gpus_pending" else np.where(has, agg[name].sum(axis=0), np.nan)
         yield {"__name__": name, **base, "partition": PARTITION}, value
 
-    def _dcgm(self, name: str, role: str, e: dict, idx: np.ndarray, has: np.ndarray):
+    def _dcgm(self, name: str, role: str, e: dict, idx: np.ndarray, has: np.ndarray, sel: Selector | None = None):
         st = self.state
         platform = e["platform"]
+        wanted = self._node_filter(sel, lambda n: {"Hostname": n.name, "instance": f"{n.name}:9400",
+                                                   "modelName": n.gpu_model})
         for j, node in enumerate(st.world.nodes):
+            if not wanted[j]:
+                continue
             owned = e["owned"][j, idx] & has
             if not owned.any():
                 continue
@@ -279,15 +310,16 @@ def make_app(state: SimState) -> Starlette:
             return _error(exc.prometheus_message())
         except BadData as exc:
             return _error(str(exc))
+        stamps = [_stamp(t) for t in instants.tolist()]  # once per grid, not once per point
         if isinstance(result, np.ndarray):
             return _ok({"resultType": "matrix", "result": [
-                {"metric": {}, "values": [[_stamp(t), format_value(v)] for t, v in zip(instants, result)]}]})
+                {"metric": {}, "values": [[stamps[i], format_value(v)] for i, v in enumerate(result.tolist())]}]})
         matrix = []
         for lab, v in result:
-            keep = ~np.isnan(v)
-            if keep.any():
-                matrix.append({"metric": lab, "values": [[_stamp(t), format_value(x)]
-                                                         for t, x in zip(instants[keep], v[keep])]})
+            keep = np.flatnonzero(~np.isnan(v))
+            if len(keep):
+                matrix.append({"metric": lab, "values": [[stamps[i], _format_finite(x)]
+                                                         for i, x in zip(keep.tolist(), v[keep].tolist())]})
         return _ok({"resultType": "matrix", "result": sorted(matrix, key=lambda r: sorted(r["metric"].items()))})
 
     def matching(p: dict) -> list[dict]:

@@ -69,8 +69,15 @@ def routes(ctx: FacadeContext) -> list[Route]:
     def rp_uuid(name: str) -> str:
         return stable_uuid("rp", name)
 
+    by_rp: dict[str, Any] = {}
+
     def nodes_by_rp() -> dict[str, dict]:
-        return {rp_uuid(n["name"]): n for n in state.nodes(ROLE)}
+        # kept while the pool is (the state caches it per clock step and revision): a client
+        # reading a thousand providers one by one must not rebuild the map for each of them
+        key = (state.clock_i, state.revision)
+        if by_rp.get("key") != key:
+            by_rp.update(key=key, rps={rp_uuid(n["name"]): n for n in state.nodes(ROLE)})
+        return by_rp["rps"]
 
     def inventories(rec: dict) -> dict[str, dict]:
         gpus = rec["gpus"]
