@@ -144,29 +144,22 @@ def machine_busy_s() -> float:
 
 def platforms_yaml(path: Path, shard_nodes: int) -> None:
     """The deployment's platforms.yaml: the compose one (the facades through ordinary
-    connections), with each cluster's queries kept to its own series (one Prometheus serves
-    both here) and the Prometheus-read platforms sharded."""
+    connections; each cluster's queries kept to its own series by `prometheus_match`, as one
+    Prometheus serves both), at 1-minute steps, the Prometheus-read platforms sharded, and
+    the GPU series read per GPU only (no per-job average)."""
     import yaml
 
-    def dcgm(cluster: str, field: str, scale: str = "") -> dict:
-        return {"expr": f'max by (Hostname, gpu) ({field}{{cluster="{cluster}"}}){scale}', "entity_kind": "gpu",
+    def dcgm(field: str, scale: str = "") -> dict:
+        return {"expr": f"max by (Hostname, gpu) ({field}){scale}", "entity_kind": "gpu",
                 "entity": "{Hostname}/{gpu}", "node_label": "Hostname"}
 
     raw = yaml.safe_load((ROOT / "config/compose/platforms.yaml").read_text())
     raw["step"] = "1min"
     for p in raw["platforms"]:
-        if p["name"] == "slurm":
+        if p["name"] in ("slurm", "kubernetes"):
             p["shard_nodes"] = shard_nodes
-            p["metrics"] = {"gpu_util": dcgm("slurm", "DCGM_FI_DEV_GPU_UTIL"),
-                            "gpu_mem_used": dcgm("slurm", "DCGM_FI_DEV_FB_USED", " * 1048576")}
-        elif p["name"] == "kubernetes":
-            p["shard_nodes"] = shard_nodes
-            for key in ("gpu_capacity", "gpu_allocated"):
-                p["metrics"][key]["expr"] = p["metrics"][key]["expr"].replace(
-                    "DCGM_FI_DEV_GPU_UTIL)", 'DCGM_FI_DEV_GPU_UTIL{cluster="kubernetes"})').replace(
-                    'DCGM_FI_DEV_GPU_UTIL{pod!=""}', 'DCGM_FI_DEV_GPU_UTIL{cluster="kubernetes", pod!=""}')
-            p["metrics"]["gpu_util"] = dcgm("kubernetes", "DCGM_FI_DEV_GPU_UTIL")
-            p["metrics"]["gpu_mem_used"] = dcgm("kubernetes", "DCGM_FI_DEV_FB_USED", " * 1048576")
+            p.setdefault("metrics", {}).update(gpu_util=dcgm("DCGM_FI_DEV_GPU_UTIL"),
+                                               gpu_mem_used=dcgm("DCGM_FI_DEV_FB_USED", " * 1048576"))
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
