@@ -144,29 +144,22 @@ def machine_busy_s() -> float:
 
 def platforms_yaml(path: Path, shard_nodes: int) -> None:
     """The deployment's platforms.yaml: the compose one (the facades through ordinary
-    connections), with each cluster's queries kept to its own series (one Prometheus serves
-    both here) and the Prometheus-read platforms sharded."""
+    connections; each cluster's queries kept to its own series by `prometheus_match`, as one
+    Prometheus serves both), at 1-minute steps, the Prometheus-read platforms sharded, and
+    the GPU series read per GPU only (no per-job average)."""
     import yaml
 
-    def dcgm(cluster: str, field: str, scale: str = "") -> dict:
-        return {"expr": f'max by (Hostname, gpu) ({field}{{cluster="{cluster}"}}){scale}', "entity_kind": "gpu",
+    def dcgm(field: str, scale: str = "") -> dict:
+        return {"expr": f"max by (Hostname, gpu) ({field}){scale}", "entity_kind": "gpu",
                 "entity": "{Hostname}/{gpu}", "node_label": "Hostname"}
 
     raw = yaml.safe_load((ROOT / "config/compose/platforms.yaml").read_text())
     raw["step"] = "1min"
     for p in raw["platforms"]:
-        if p["name"] == "slurm":
+        if p["name"] in ("slurm", "kubernetes"):
             p["shard_nodes"] = shard_nodes
-            p["metrics"] = {"gpu_util": dcgm("slurm", "DCGM_FI_DEV_GPU_UTIL"),
-                            "gpu_mem_used": dcgm("slurm", "DCGM_FI_DEV_FB_USED", " * 1048576")}
-        elif p["name"] == "kubernetes":
-            p["shard_nodes"] = shard_nodes
-            for key in ("gpu_capacity", "gpu_allocated"):
-                p["metrics"][key]["expr"] = p["metrics"][key]["expr"].replace(
-                    "DCGM_FI_DEV_GPU_UTIL)", 'DCGM_FI_DEV_GPU_UTIL{cluster="kubernetes"})').replace(
-                    'DCGM_FI_DEV_GPU_UTIL{pod!=""}', 'DCGM_FI_DEV_GPU_UTIL{cluster="kubernetes", pod!=""}')
-            p["metrics"]["gpu_util"] = dcgm("kubernetes", "DCGM_FI_DEV_GPU_UTIL")
-            p["metrics"]["gpu_mem_used"] = dcgm("kubernetes", "DCGM_FI_DEV_FB_USED", " * 1048576")
+            p.setdefault("metrics", {}).update(gpu_util=dcgm("DCGM_FI_DEV_GPU_UTIL"),
+                                               gpu_mem_used=dcgm("DCGM_FI_DEV_FB_USED", " * 1048576"))
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
@@ -218,6 +211,7 @@ def leg(workers: int, connections: list[dict], facades: list[Facades], engine) -
     """One hour extracted and staged by `workers` processes; returns its figures."""
     import sqlalchemy as sa
 
+    from gpupool.staging import reads
     from gpupool.staging.schema import sample
 
     window = {"start": START.isoformat(), "end": (START + timedelta(hours=1)).isoformat()}
@@ -230,10 +224,15 @@ def leg(workers: int, connections: list[dict], facades: list[Facades], engine) -
         t0 = time.perf_counter()
         parts, plan_wall, plan_cpu = pool.apply(_plan, (window,))
         t1 = time.perf_counter()
-        # the biggest parts first, so that no worker is left with a long one at the end
-        order = sorted(parts, key=lambda p: -(len(p["nodes"]) if p.get("nodes") else 10**9 if "part" not in p else 0))
+        # the biggest parts first, so that no worker is left with a long one at the end: a whole
+        # platform, then node ranges by size (from the staged plan), the platform-wide parts last
+        sizes = {(p, r.position): len(r.nodes or ()) for p in PLATFORMS
+                 for r in reads.extract_plan(engine, p, START, START + timedelta(hours=1))}
+        order = sorted(parts, key=lambda p: -(sizes[p["platform"], p["index"]] if "index" in p else 10**9))
         done = list(pool.imap_unordered(_extract, [(window, p) for p in order], chunksize=1))
         t2 = time.perf_counter()
+        # as the DAG's extract_finish, mapped over platforms: the platforms' finishes run side by
+        # side, one per free worker (chunksize 1: each is handed to whichever worker is free)
         finished = pool.map(_finish, [(window, p, parts) for p in PLATFORMS], chunksize=1)
         t3 = time.perf_counter()
         f1, m1, g1 = sum(f.cpu_s() for f in facades), machine_busy_s(), postgres_cpu_s()
@@ -244,11 +243,13 @@ def leg(workers: int, connections: list[dict], facades: list[Facades], engine) -
     per_worker = {}
     for d in done:
         per_worker[d[3]] = per_worker.get(d[3], 0) + 1
+    worker_no = {pid: i + 1 for i, pid in enumerate(sorted(pids))}
     return {
         "workers": workers, "rows": rows, "wall": t3 - t0, "plan": t1 - t0, "parts": t2 - t1, "finish": t3 - t2,
         "n_parts": len(parts), "parts_per_worker": sorted(per_worker.values(), reverse=True),
         "worker_cpu": worker_cpu, "facade_cpu": f1 - f0, "machine_cpu": m1 - m0, "pg_cpu": g1 - g0, "load": load,
         "slowest_part": max(d[1] for d in done), "finish_each": [round(f[1], 1) for f in finished],
+        "finish_on": [worker_no.get(f[3], 0) for f in finished],
         "pids": len(pids),
     }
 
@@ -321,7 +322,7 @@ def main() -> None:
         results = []
         for n in args.workers:
             with engine.begin() as conn:  # every leg starts from empty tables (a rerun also deletes)
-                conn.execute(sa.text("TRUNCATE sample, part_sample, inventory_node, extract_run"))
+                conn.execute(sa.text("TRUNCATE sample, part_sample, extract_part, inventory_node, extract_run"))
             r = leg(n, connections, facades, engine)
             results.append(r)
             other = max(r["machine_cpu"] - r["worker_cpu"] - r["facade_cpu"] - r["pg_cpu"], 0.0)
@@ -329,7 +330,7 @@ def main() -> None:
                   f"(load average before: {r['load']:.1f})")
             print(f"  plan {r['plan']:.1f} s ({r['n_parts']} parts), parts {r['parts']:.1f} s "
                   f"(per worker {r['parts_per_worker']}, slowest {r['slowest_part']:.1f} s), "
-                  f"finish {r['finish']:.1f} s (per platform {r['finish_each']})")
+                  f"finish {r['finish']:.1f} s (per platform {r['finish_each']} on worker {r['finish_on']})")
             print(f"  CPU s: workers {r['worker_cpu']:.0f}, PostgreSQL {r['pg_cpu']:.0f}, facades {r['facade_cpu']:.0f}, "
                   f"other work on the machine {other:.0f}; machine {r['machine_cpu']:.0f} of "
                   f"{r['wall'] * os.cpu_count():.0f} available on {os.cpu_count()} cores")

@@ -82,7 +82,9 @@ def gpupool_pipeline():
 
         return extract_parts(window, platforms, lookup=BaseHook.get_connection)
 
-    @task(map_index_template="{{ task.op_kwargs['part']['platform'] }} {{ task.op_kwargs['part'].get('part', '') }}")
+    # a part is {"platform", "index", "count"} (its nodes are in staging's extract_part plan)
+    @task(map_index_template="{% set p = task.op_kwargs['part'] %}{{ p['platform'] }}"
+                             "{% if 'index' in p %} {{ p['index'] + 1 }}/{{ p['count'] }}{% endif %}")
     def extract(part: dict, window: dict) -> dict:
         from airflow.sdk import BaseHook
 

@@ -32,8 +32,8 @@ def platforms_from_context(context: Any) -> list[str]:
 
 
 def extract_parts(window: dict, platforms: list[str], lookup=None) -> list[dict]:
-    """The extraction parts of the window (one per platform unless a platform is sharded);
-    a sharded part names its nodes, so that each mapped task knows its range."""
+    """The extraction parts of the window (one per platform unless a platform is sharded):
+    platform, part number and count only; each part's node range is in staging's plan."""
     ctx = pipeline.Context.load()
     return pipeline.plan_extract(ctx, pipeline.Window.from_dict(window), platforms, lookup=lookup)
 

@@ -59,6 +59,20 @@ class PlatformConfig(_Strict):
     #: extract the platform in parts of at most this many nodes, side by side (mapped tasks
     #: spread over the workers), plus one part for its platform-wide series; null: one part
     shard_nodes: int | None = Field(default=None, ge=1)
+    #: label -> value every PromQL query of the platform (the defaults and `metrics` alike)
+    #: selects, e.g. {cluster: slurm} where one Prometheus serves several clusters: each
+    #: platform then reads only its own series (Slurm and Kubernetes platforms only)
+    prometheus_match: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("prometheus_match")
+    @classmethod
+    def _label_names(cls, value: dict[str, str]) -> dict[str, str]:
+        import re
+
+        bad = [k for k in value if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) or k == "__name__"]
+        if bad:
+            raise ValueError(f"not a Prometheus label name: {bad[0]!r}")
+        return value
 
     @model_validator(mode="after")
     def _limits(self) -> "PlatformConfig":
@@ -66,6 +80,8 @@ class PlatformConfig(_Strict):
             raise ValueError(f"max_nodes ({self.max_nodes}) < min_nodes ({self.min_nodes})")
         if self.kind in CONNECTED_KINDS and not self.conn_id:
             raise ValueError(f"conn_id: a {self.kind} platform needs one (the Airflow connection it is reached by)")
+        if self.prometheus_match and self.kind not in ("slurm", "kubernetes"):
+            raise ValueError(f"prometheus_match: a {self.kind} platform is not read from Prometheus")
         return self
 
 

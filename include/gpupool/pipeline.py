@@ -24,6 +24,7 @@ from gpupool.config import ConfigError, GpupoolConfig, default_config, load_conf
 from gpupool.staging import db, loader, reads
 from gpupool.staging.schema import (
     allocation_plan,
+    extract_part as extract_part_table,
     extract_run,
     forecast,
     forecast_run,
@@ -226,55 +227,80 @@ def plan_extract(ctx: Context, window: Window, platforms: list[str] | None = Non
     """The extraction parts of the window: per platform `{"platform": p}` (one part: the
     whole platform, extracted by :func:`extract`), or, for a platform configured with
     `shard_nodes` whose source lists more nodes than that for the window, one part per node
-    range and a platform-wide part, each `{"platform", "part", "index", "count", "nodes"}`
-    (`nodes` None for the platform-wide one), extracted by :func:`extract_part`."""
+    range and a platform-wide part, each `{"platform", "index", "count"}`, extracted by
+    :func:`extract_part`.
+
+    The plan itself (each part's name and node range) is written to staging's
+    `extract_part`, replacing the platform's earlier plan of the window (a platform planned
+    whole has none): what is returned, and travels in XCom, names no node.
+    """
     from gpupool.platforms import build_source
 
+    db.require_migrated(ctx.engine)
     out: list[dict] = []
     for name in ctx.platforms(platforms):
         pcfg = ctx.config.platform(name)
-        if not pcfg.shard_nodes:
+        ranges: list = []
+        if pcfg.shard_nodes:
+            source = build_source(pcfg, ctx.config, lookup)
+            lister = getattr(source, "node_names", None)
+            if lister is None:
+                log.warning("platform %s: its source cannot read a range of nodes; extracted as one part", name)
+            else:
+                ranges = split_nodes(lister(window.start, window.end, ctx.config.step), pcfg.shard_nodes)
+        planned = [] if len(ranges) <= 1 else [*ranges, None]
+        count = len(planned)
+        rows = [{"platform": name, "window_start": window.start, "window_end": window.end,
+                 "part": part_label(i, count, r), "position": i, "parts": count,
+                 "nodes": None if r is None else list(r)} for i, r in enumerate(planned)]
+        with ctx.engine.begin() as conn:
+            conn.execute(extract_part_table.delete().where(
+                extract_part_table.c.platform == name, extract_part_table.c.window_start == window.start,
+                extract_part_table.c.window_end == window.end))
+            if rows:
+                conn.execute(extract_part_table.insert(), rows)
+        if not rows:
             out.append({"platform": name})
             continue
-        source = build_source(pcfg, ctx.config, lookup)
-        lister = getattr(source, "node_names", None)
-        if lister is None:
-            log.warning("platform %s: its source cannot read a range of nodes; extracted as one part", name)
-            out.append({"platform": name})
-            continue
-        nodes = lister(window.start, window.end, ctx.config.step)
-        ranges = split_nodes(nodes, pcfg.shard_nodes)
-        if len(ranges) <= 1:
-            out.append({"platform": name})
-            continue
-        count = len(ranges) + 1
-        for i, r in enumerate([*ranges, None]):
-            out.append({"platform": name, "part": part_label(i, count, r), "index": i, "count": count,
-                        "nodes": None if r is None else list(r)})
+        log.info("platform %s window %s: %d parts planned: %s", name, window, count, ", ".join(r["part"] for r in rows))
+        out.extend({"platform": name, "index": i, "count": count} for i in range(count))
     return out
+
+
+def _planned(ctx: Context, platform: str, window: Window, index: int, count: int):
+    """The staged plan row of part `index` of `count` of the platform's window."""
+    row = reads.planned_part(ctx.engine, platform, window.start, window.end, index)
+    if row is None or row.parts != count:
+        have = "no plan" if row is None else f"a plan of {row.parts} parts"
+        raise ExtractPartsError(
+            f"platform {platform} window {window}: part {index + 1}/{count} is not in the extraction plan "
+            f"in staging (it holds {have}): rerun extract_parts and the parts")
+    return row
 
 
 def extract_part(ctx: Context, part: dict, window: Window, lookup=None) -> dict:
     """Extract one part planned by :func:`plan_extract` for the window.
 
     A whole platform (`{"platform": p}`) is :func:`extract`. A part of a sharded platform
-    replaces its own rows in `part_sample` together with its `extract_run` row's `success`
-    in one transaction; on failure it keeps its previous rows, its row says `failed` with
-    the error, and the error is re-raised: the other parts are not touched.
+    (`{"platform", "index", "count"}`) reads its name and node range from the staged plan,
+    and replaces its own rows in `part_sample` together with its `extract_run` row's
+    `success` in one transaction; on failure it keeps its previous rows, its row says
+    `failed` with the error, and the error is re-raised: the other parts are not touched.
     """
     from gpupool.platforms import build_source
     from gpupool.sources.base import NodeShard
 
     platform = part["platform"]
-    if "part" not in part:
+    if "index" not in part:
         return extract(ctx, platform, window, lookup=lookup)
     db.require_migrated(ctx.engine)
-    label = part["part"]
+    planned = _planned(ctx, platform, window, int(part["index"]), int(part["count"]))
+    label = planned.part
     pcfg = ctx.config.platform(platform)
     run_id = _start_extract_run(ctx.engine, platform, "usage", window, part=label)
     try:
         source = build_source(pcfg, ctx.config, lookup)
-        nodes = part.get("nodes")
+        nodes = planned.nodes
         raw = source.usage(window.start, window.end, step=ctx.config.step,
                            shard=NodeShard(None if nodes is None else tuple(nodes)))
         frame = normalize_samples(raw, where=f"platform {platform} part {label} window {window}")
@@ -288,12 +314,15 @@ def extract_part(ctx: Context, part: dict, window: Window, lookup=None) -> dict:
         with ctx.engine.begin() as conn:
             _finish_extract_run(conn, run_id, status, None, f"{type(exc).__name__}: {exc}")
         raise
-    return {"platform": platform, "part": label, "rows": rows, "window": window.as_dict()}
+    log.info("platform %s window %s: part %s landed %d rows", platform, window, label, rows)
+    return {"platform": platform, "index": planned.position, "count": planned.parts, "rows": rows,
+            "window": window.as_dict()}
 
 
 def finish_extract(ctx: Context, platform: str, window: Window, parts: list[dict], lookup=None) -> dict:
     """Replace the platform's window in `sample` by what its parts landed, once every part
-    of the plan `parts` succeeded (their newest `extract_run` rows say so), with the platform
+    of the plan succeeded (`parts` as :func:`plan_extract` returned them; each part's name is
+    read from the staged plan; their newest `extract_run` rows say so), with the platform
     totals and the inventory at the window's end, in one transaction under the platform's
     own `extract_run` row. A platform extracted whole has nothing to finish.
 
@@ -304,7 +333,7 @@ def finish_extract(ctx: Context, platform: str, window: Window, parts: list[dict
     """
     from gpupool.platforms import build_source
 
-    mine = [p for p in parts if p.get("platform") == platform and "part" in p]
+    mine = [p for p in parts if p.get("platform") == platform and "index" in p]
     if not mine:
         # extracted whole: nothing to promote, but what runs next must not run on a failed one
         run = reads.platform_run(ctx.engine, platform, window.start, window.end)
@@ -313,10 +342,10 @@ def finish_extract(ctx: Context, platform: str, window: Window, parts: list[dict
             raise ExtractPartsError(f"platform {platform} window {window}: its extraction did not succeed: {state}")
         return {"platform": platform, "sharded": False, "rows": run.rows}
     db.require_migrated(ctx.engine)
-    labels = [p["part"] for p in mine]
     run_id = _start_extract_run(ctx.engine, platform, "usage", window)
     inventory_note = None
     try:
+        labels = [_planned(ctx, platform, window, int(p["index"]), int(p["count"])).part for p in mine]
         runs = reads.part_runs(ctx.engine, platform, window.start, window.end, labels)
         bad = [(label, runs.get(label)) for label in labels if runs.get(label) is None or runs[label].status != "success"]
         if bad:

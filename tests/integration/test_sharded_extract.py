@@ -17,6 +17,7 @@ from gpupool import pipeline
 from gpupool.canonical import SERIES_KEY
 from gpupool.config import load_config
 from gpupool.sim.serve import make_state, serve_in_thread
+from gpupool.staging import reads
 from gpupool.staging.schema import extract_run, inventory_node, part_sample, sample
 
 T0 = datetime(2026, 6, 1, tzinfo=timezone.utc)
@@ -72,6 +73,11 @@ def _samples(engine) -> pd.DataFrame:
     return frame.sort_values(SERIES_KEY + ["ts"]).reset_index(drop=True)
 
 
+def _plan(ctx, platform, window=HOUR) -> list:
+    """The staged plan of the platform's window: rows (part, position, parts, nodes)."""
+    return reads.extract_plan(ctx.engine, platform, window.start, window.end)
+
+
 def _extract_sharded(ctx, window=HOUR, fail=None) -> list[dict]:
     parts = pipeline.plan_extract(ctx, window)
     for part in parts:
@@ -90,17 +96,20 @@ def test_sharded_extract_stages_what_a_whole_one_stages(config, pg_engine, sqlit
 
     # node ranges of at most 3 (as even as possible), in name order, each node in exactly one,
     # then a platform-wide part; openstack (Gnocchi) is not sharded. The facade is one
-    # Prometheus for both clusters, so Slurm's DCGM queries also list the Kubernetes hosts.
+    # Prometheus for both clusters: each platform lists only its own nodes (prometheus_match).
     assert [p for p in parts if p["platform"] == "openstack"] == [{"platform": "openstack"}]
+    assert _plan(sharded, "openstack") == []
     for name, at_least in (("slurm", 9), ("kubernetes", 7)):
         mine = [p for p in parts if p["platform"] == name]
-        ranges = [p["nodes"] for p in mine[:-1]]
-        assert mine[-1]["nodes"] is None and "platform-wide" in mine[-1]["part"]
         assert all(p["count"] == len(mine) for p in mine) and [p["index"] for p in mine] == list(range(len(mine)))
+        plan = _plan(sharded, name)
+        assert [r.position for r in plan] == list(range(len(mine))) and all(r.parts == len(mine) for r in plan)
+        ranges = [r.nodes for r in plan[:-1]]
+        assert plan[-1].nodes is None and "platform-wide" in plan[-1].part
         sizes = [len(r) for r in ranges]
         assert max(sizes) <= 3 and max(sizes) - min(sizes) <= 1 and len(ranges) >= 3
         flat = [n for r in ranges for n in r]
-        assert flat == sorted(set(flat)) and len(flat) >= at_least
+        assert flat == sorted(set(flat)) and len(flat) == at_least
     a, b = _samples(sqlite_engine), _samples(pg_engine)
     assert len(a) > 1000
     pd.testing.assert_frame_equal(a.drop(columns="value"), b.drop(columns="value"))
@@ -114,7 +123,7 @@ def test_sharded_extract_stages_what_a_whole_one_stages(config, pg_engine, sqlit
     assert left == 0  # the parts are cleared once promoted
     assert all(r.status == "success" for r in runs)
     assert len([r for r in runs if r.part is None]) == 3
-    assert sorted(r.part for r in runs if r.part) == sorted(p["part"] for p in parts if "part" in p)
+    assert sorted(r.part for r in runs if r.part) == sorted(r.part for n in ("slurm", "kubernetes") for r in _plan(sharded, n))
     assert inv == 3 + 9 + 7
     assert pipeline.summary(sharded, HOUR)["extract"]["slurm"]["status"] == "success"
     # the platform's row counts every row it now has in the window, parts and totals alike
@@ -133,10 +142,11 @@ def test_a_failing_part_loses_nothing_and_is_named(config, pg_engine, monkeypatc
     # the same window again, and the second node range of slurm cannot be read this time
     parts = pipeline.plan_extract(ctx, HOUR)
     broken = [p for p in parts if p["platform"] == "slurm"][1]
+    planned = _plan(ctx, "slurm")[1]
     real_usage = SlurmSource.usage
 
     def usage(self, start, end, step="5min", shard=None):
-        if shard is not None and shard.nodes == tuple(broken["nodes"]):
+        if shard is not None and shard.nodes == tuple(planned.nodes):
             raise SourceError("slurm", "http://prometheus/api/v1/query_range", "window", "HTTP 503: overloaded")
         return real_usage(self, start, end, step, shard=shard)
 
@@ -146,13 +156,13 @@ def test_a_failing_part_loses_nothing_and_is_named(config, pg_engine, monkeypatc
         try:
             pipeline.extract_part(ctx, part, HOUR)
         except SourceError:
-            failed.append(part["part"])
-    assert failed == [broken["part"]]
+            failed.append(part)
+    assert failed == [broken]
     with pytest.raises(pipeline.ExtractPartsError) as err:
         pipeline.finish_extract(ctx, "slurm", HOUR, parts)
     message = str(err.value)
     slurm_parts = [p for p in parts if p["platform"] == "slurm"]
-    assert broken["part"] in message and "HTTP 503: overloaded" in message
+    assert planned.part in message and "HTTP 503: overloaded" in message
     assert f"1 of {len(slurm_parts)} parts did not succeed" in message
     for name in ("openstack", "kubernetes"):
         pipeline.finish_extract(ctx, name, HOUR, parts)
@@ -163,8 +173,8 @@ def test_a_failing_part_loses_nothing_and_is_named(config, pg_engine, monkeypatc
         waiting = conn.execute(sa.select(part_sample.c.part).distinct().where(part_sample.c.platform == "slurm")).scalars().all()
         row = conn.execute(sa.select(extract_run).where(extract_run.c.platform == "slurm", extract_run.c.part.is_(None))
                            .order_by(extract_run.c.id.desc()).limit(1)).first()
-    assert sorted(waiting) == sorted(p["part"] for p in parts if p["platform"] == "slurm" and p is not broken)
-    assert row.status == "failed" and broken["part"] in row.error
+    assert sorted(waiting) == sorted(r.part for r in _plan(ctx, "slurm") if r.part != planned.part)
+    assert row.status == "failed" and planned.part in row.error
     assert pipeline.summary(ctx, HOUR)["extract"]["slurm"]["status"] == "failed"
 
     # the failed part alone is rerun, then the platform is finished: the same rows as before
@@ -189,9 +199,44 @@ def test_parts_whose_rows_are_gone_are_not_promoted(config, pg_engine):
     parts = pipeline.plan_extract(ctx, HOUR)
     for part in parts:
         pipeline.extract_part(ctx, part, HOUR)
-    first = [p for p in parts if p["platform"] == "kubernetes"][0]
+    first = _plan(ctx, "kubernetes")[0]
     with pg_engine.begin() as conn:  # the landing area lost a part's rows (e.g. cleared by hand)
-        conn.execute(part_sample.delete().where(part_sample.c.part == first["part"]))
+        conn.execute(part_sample.delete().where(part_sample.c.part == first.part))
     with pytest.raises(Exception, match="the parts landed .* rows but .* are there: rerun the parts"):
         pipeline.finish_extract(ctx, "kubernetes", HOUR, parts)
     pd.testing.assert_frame_equal(_samples(pg_engine), before)
+
+
+def test_xcom_carries_no_node_names(config, pg_engine):
+    """What the DAG passes between tasks (the plan's parts, each mapped task's argument and
+    what it returns) names no node and stays small however many nodes a range holds: the
+    node ranges are in staging's plan."""
+    ctx = pipeline.Context(config(3), pg_engine)
+    parts = pipeline.plan_extract(ctx, HOUR)
+    nodes = {n for name in ("slurm", "kubernetes") for r in _plan(ctx, name) for n in (r.nodes or [])}
+    assert len(nodes) >= 16
+    for part in parts:
+        assert set(part) <= {"platform", "index", "count"}
+        text = json.dumps(part)
+        assert len(text) < 80 and not [n for n in nodes if n in text], text
+        out = pipeline.extract_part(ctx, part, HOUR)
+        text = json.dumps(out, default=str)
+        assert len(text) < 400 and not [n for n in nodes if n in text], text
+    for name in ctx.platforms():
+        text = json.dumps(pipeline.finish_extract(ctx, name, HOUR, parts), default=str)
+        assert not [n for n in nodes if n in text], text
+
+
+def test_a_part_of_a_replaced_plan_is_refused(config, pg_engine):
+    """A mapped part whose plan was replaced by a smaller one (e.g. extract_parts rerun after
+    nodes left) is refused, naming itself, rather than reading another range."""
+    ctx = pipeline.Context(config(3), pg_engine)
+    stale = [p for p in pipeline.plan_extract(ctx, HOUR) if p["platform"] == "slurm"][-1]
+    fewer = pipeline.Context(config(100), pg_engine)  # every platform now fits in one part
+    assert [p for p in pipeline.plan_extract(fewer, HOUR) if p["platform"] == "slurm"] == [{"platform": "slurm"}]
+    assert _plan(ctx, "slurm") == []
+    label = f"part {stale['index'] + 1}/{stale['count']} is not in the extraction plan"
+    with pytest.raises(pipeline.ExtractPartsError, match=f"platform slurm .*{label} in staging \\(it holds no plan\\)"):
+        pipeline.extract_part(ctx, stale, HOUR)
+    with pytest.raises(pipeline.ExtractPartsError, match=label):
+        pipeline.finish_extract(ctx, "slurm", HOUR, [stale])

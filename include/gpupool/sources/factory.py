@@ -258,8 +258,11 @@ def queries_for(pcfg: PlatformConfig) -> dict | None:
     """The source's default PromQL per canonical metric, overlaid with the configured ones.
 
     A configured value is either a PromQL string (a platform-wide series) or a mapping with
-    `expr`, `entity_kind`, `entity` (label template), `unit`; null drops the metric."""
-    from gpupool.sources.prometheus import MetricQuery
+    `expr`, `entity_kind`, `entity` (label template), `unit`; null drops the metric. Every
+    selector of every query then gets the platform's `prometheus_match` matchers."""
+    from dataclasses import replace
+
+    from gpupool.sources.prometheus import MetricQuery, with_label_matcher
 
     if pcfg.kind == "slurm":
         from gpupool.sources.slurm import DEFAULT_SLURM_QUERIES as defaults
@@ -275,4 +278,13 @@ def queries_for(pcfg: PlatformConfig) -> dict | None:
             out[metric] = MetricQuery(spec, "platform", "")
         else:
             out[metric] = MetricQuery(**spec)
-    return out
+    if not pcfg.prometheus_match:
+        return out
+
+    def matched(q: MetricQuery) -> MetricQuery:
+        expr = q.expr
+        for label, value in pcfg.prometheus_match.items():
+            expr = with_label_matcher(expr, label, "=", value)
+        return replace(q, expr=expr)
+
+    return {m: tuple(matched(q) for q in spec) if isinstance(spec, tuple) else matched(spec) for m, spec in out.items()}

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from gpupool.staging import db
-from gpupool.staging.schema import clean_sample, extract_run, inventory_node, metadata
+from gpupool.staging.schema import clean_sample, extract_part, extract_run, inventory_node, metadata
 
 
 def maintain(engine: Engine, at: datetime, retention_days: int = 90, ahead_days: int = 3) -> dict:
@@ -31,6 +31,7 @@ def maintain(engine: Engine, at: datetime, retention_days: int = 90, ahead_days:
         deleted["clean_sample"] = conn.execute(clean_sample.delete().where(clean_sample.c.ts < cutoff)).rowcount
         deleted["inventory_node"] = conn.execute(inventory_node.delete().where(inventory_node.c.snapshot_at < cutoff)).rowcount
         deleted["extract_run"] = conn.execute(extract_run.delete().where(extract_run.c.window_end < cutoff)).rowcount
+        deleted["extract_part"] = conn.execute(extract_part.delete().where(extract_part.c.window_end < cutoff)).rowcount
     _analyze(engine)
     return {
         "at": at.isoformat(),

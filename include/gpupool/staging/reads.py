@@ -18,6 +18,7 @@ from gpupool.canonical import DEMAND_METRICS, demand_of_steps
 from gpupool.staging.schema import (
     allocation_plan,
     clean_sample,
+    extract_part,
     extract_run,
     forecast,
     forecast_run,
@@ -274,6 +275,28 @@ def last_moves(engine: Engine, done_state: str) -> dict[str, pd.Timestamp]:
 
 
 # --- a sharded extraction's parts ---------------------------------------------------------
+
+
+def extract_plan(engine: Engine, platform: str, start: datetime, end: datetime) -> list[Any]:
+    """The parts (part, position, parts, nodes) planned for the platform's window [start, end),
+    in position order; empty when the platform is extracted whole."""
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.select(extract_part.c.part, extract_part.c.position, extract_part.c.parts, extract_part.c.nodes)
+            .where(extract_part.c.platform == platform, extract_part.c.window_start == start,
+                   extract_part.c.window_end == end)
+            .order_by(extract_part.c.position)
+        ).all()
+
+
+def planned_part(engine: Engine, platform: str, start: datetime, end: datetime, position: int) -> Any:
+    """One planned part (part, position, parts, nodes) of the platform's window, or None."""
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.select(extract_part.c.part, extract_part.c.position, extract_part.c.parts, extract_part.c.nodes)
+            .where(extract_part.c.platform == platform, extract_part.c.window_start == start,
+                   extract_part.c.window_end == end, extract_part.c.position == position)
+        ).first()
 
 
 def part_runs(engine: Engine, platform: str, start: datetime, end: datetime, parts: list[str]) -> dict[str, Any]:

@@ -70,6 +70,23 @@ part_sample = Table(
     Index("ix_part_sample_part", "platform", "part"),
 )
 
+#: the plan of a sharded extraction: one row per part of a platform's window, naming the
+#: nodes of its range (NULL: the platform-wide part). `plan_extract` writes it and each
+#: mapped part reads its own row, so node names stay out of XCom (which carries the window,
+#: the part's number and counts)
+extract_part = Table(
+    "extract_part",
+    metadata,
+    Column("platform", String(64), nullable=False),
+    Column("window_start", TS, nullable=False),
+    Column("window_end", TS, nullable=False),
+    Column("part", String(160), nullable=False),  # as extract_run.part records it
+    Column("position", Integer, nullable=False),  # 0-based, in node-name order; the platform-wide part last
+    Column("parts", Integer, nullable=False),  # how many parts the plan has
+    Column("nodes", JSON),
+    PrimaryKeyConstraint("platform", "window_start", "window_end", "part", name="pk_extract_part"),
+)
+
 #: canonical long format; range-partitioned by day on PostgreSQL
 sample = Table(
     "sample",

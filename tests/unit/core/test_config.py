@@ -36,6 +36,10 @@ def test_embedded_default_is_three_simulated_platforms():
         ("platforms:\n  - {name: a, kind: slurm, min_nodes: 5, max_nodes: 2}\n", "platforms[a]", "max_nodes"),
         ("platforms: []\n", "platforms", "at least one platform"),
         ("limits: {max_moves_per_run: x}\nplatforms:\n  - {name: a, kind: slurm, conn_id: p}\n", "limits.max_moves_per_run", "integer"),
+        ("platforms:\n  - {name: a, kind: slurm, conn_id: p, prometheus_match: {'clu ster': a}}\n",
+         "platforms[a].prometheus_match", "not a Prometheus label name"),
+        ("platforms:\n  - {name: a, kind: openstack, conn_id: p, prometheus_match: {cluster: a}}\n",
+         "platforms[a]", "not read from Prometheus"),
     ],
 )
 def test_bad_files_name_file_key_and_reason(tmp_path, body, key, reason):
@@ -58,3 +62,54 @@ def test_unreadable_and_non_yaml_files(tmp_path):
     scalar.write_text("42\n")
     with pytest.raises(ConfigError, match="must be a mapping"):
         load_config(scalar)
+
+
+def _selectors(node) -> list:
+    """Every vector selector of an expression parsed by the facade's PromQL parser."""
+    out, stack = [], [node]
+    while stack:
+        cur = stack.pop()
+        if hasattr(cur, "matchers"):
+            out.append(cur)
+        for value in vars(cur).values() if hasattr(cur, "__dict__") else []:
+            if isinstance(value, (list, tuple)):
+                stack.extend(v for v in value if hasattr(v, "__dict__"))
+            elif hasattr(value, "__dict__"):
+                stack.append(value)
+    return out
+
+
+def test_compose_platforms_read_only_their_own_cluster():
+    """One Prometheus (the vdc's) serves Slurm and Kubernetes in the compose deployment, its
+    exporters labelling each series with `cluster` = the platform: every selector of every
+    query a Prometheus-read platform runs, defaults included, must select its own cluster."""
+    from gpupool.sim.facades.promql import parse
+    from gpupool.sources.factory import queries_for
+
+    cfg = load_config(EXAMPLE.parent / "compose" / "platforms.yaml")
+    read = [p for p in cfg.platforms if p.kind in ("slurm", "kubernetes")]
+    assert {p.name for p in read} == {"slurm", "kubernetes"}
+    for pcfg in read:
+        queries = [q for spec in queries_for(pcfg).values() for q in (spec if isinstance(spec, tuple) else (spec,))]
+        assert len(queries) >= 4
+        for q in queries:
+            selectors = _selectors(parse(q.expr))
+            assert selectors, q.expr
+            for sel in selectors:
+                clusters = [(m.op, m.value) for m in sel.matchers if m.name == "cluster"]
+                assert clusters == [("=", pcfg.name)], f"{pcfg.name}: {q.expr}"
+
+
+def test_prometheus_match_reaches_default_and_configured_queries(tmp_path):
+    from gpupool.sources.factory import queries_for
+
+    path = tmp_path / "platforms.yaml"
+    path.write_text("platforms:\n  - name: hpc\n    kind: slurm\n    conn_id: p\n"
+                    "    prometheus_match: {cluster: west, site: a}\n"
+                    "    metrics: {gpu_pending: 'sum(my_pending) / 2'}\n")
+    queries = queries_for(load_config(path).platform("hpc"))
+    util, job = queries["gpu_util"]  # a metric read by two queries keeps both
+    assert util.expr == 'max by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL{cluster="west", site="a"})'
+    assert util.node_label == "Hostname" and job.entity_kind == "job"
+    assert job.expr == 'avg by (hpc_job) (DCGM_FI_DEV_GPU_UTIL{hpc_job!="", cluster="west", site="a"})'
+    assert queries["gpu_pending"].expr == 'sum(my_pending{cluster="west", site="a"}) / 2'
