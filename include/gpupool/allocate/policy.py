@@ -7,7 +7,8 @@ numbers handed to the planner come from:
 * ``reactive`` — demand as it stands (the last 15 minutes' mean), with the spread of the
   series' own hour-ahead changes (``demand_spread``) and of demand inside an hour;
 * ``predictive`` — the ARIMA forecast's change, planned from demand as it stands, with its
-  interval; the reactive input where the forecast's own record is worse than the last hour's;
+  interval; the reactive input where the forecast's own record, planned the same way, is worse
+  than reacting's (demand as it stood at each hour);
 * ``oracle`` — the true future (simulator only).
 """
 
