@@ -143,9 +143,7 @@ def demand_of_steps(wide: pd.DataFrame) -> tuple[pd.Series, dict]:
 
     if wide.empty:
         return pd.Series(dtype="float64"), {"within_hour_sd": 0.0, "level": None}
-    cols = [wide[m] if m in wide else pd.Series(0.0, index=wide.index) for m in DEMAND_METRICS]
-    values = np.column_stack([c.to_numpy(float) for c in cols])
-    demand = pd.Series(np.where(np.isnan(values).any(axis=1), np.nan, values.sum(axis=1)), index=wide.index)
+    demand = _step_demand(wide)
     hourly = demand.resample("1h").mean()
     recent = demand[demand.index >= demand.index.max() - SPREAD_WINDOW].dropna()
     within = 0.0
@@ -158,3 +156,41 @@ def demand_of_steps(wide: pd.DataFrame) -> tuple[pd.Series, dict]:
         # drop the cleaning missed would otherwise widen a whole day's plans
         within = float(1.4826 * np.median(np.abs(dev)))
     return hourly, {"within_hour_sd": round(within, 6), "level": None if level is None else round(level, 6)}
+
+
+def _step_demand(wide: pd.DataFrame) -> pd.Series:
+    """Demand (allocated + pending) at each step of ``wide``; NaN where a reported metric is missing."""
+    import numpy as np
+
+    cols = [wide[m] if m in wide else pd.Series(0.0, index=wide.index) for m in DEMAND_METRICS]
+    values = np.column_stack([c.to_numpy(float) for c in cols])
+    return pd.Series(np.where(np.isnan(values).any(axis=1), np.nan, values.sum(axis=1)), index=wide.index)
+
+
+def hourly_levels(wide: pd.DataFrame) -> pd.Series:
+    """The ``level`` :func:`demand_of_steps` would give at each hour's start, had ``wide`` ended there.
+
+    For each whole hour ``T`` after the first step: the mean of the demand steps of the last
+    ``LEVEL_WINDOW`` up to the last instant before ``T`` (NaN where none of them has a value).
+    Indexed by ``T``: it is the naive forecast the reactive plan made of the hour starting at
+    ``T``, against which a forecast's record is scored (``allocate.planner.forecast_skill``).
+    """
+    import numpy as np
+
+    if wide.empty:
+        return pd.Series(dtype="float64")
+    wide = wide.sort_index()
+    demand = _step_demand(wide)
+    ts = demand.index
+    hours = pd.date_range(ts[0].floor("1h") + pd.Timedelta("1h"), ts[-1].floor("1h") + pd.Timedelta("1h"), freq="1h")
+    values = demand.to_numpy(float)
+    ok = np.isfinite(values)
+    csum = np.r_[0.0, np.cumsum(np.where(ok, values, 0.0))]
+    ccount = np.r_[0, np.cumsum(ok)]
+    last = ts.searchsorted(hours, side="left") - 1  # the last instant before each hour
+    first = ts.searchsorted(ts[last] - LEVEL_WINDOW, side="right")  # the window (last - LEVEL_WINDOW, last]
+    n = ccount[last + 1] - ccount[first]
+    total = csum[last + 1] - csum[first]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(n > 0, total / np.maximum(n, 1), np.nan)
+    return pd.Series(np.round(out, 6), index=hours, dtype="float64")

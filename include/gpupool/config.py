@@ -13,6 +13,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
+from gpupool.allocate.policy import PLAN_HORIZON_HOURS
+
 PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
 #: the kinds reached through an API, whose connection `conn_id` names
 CONNECTED_KINDS = ("openstack", "slurm", "kubernetes")
@@ -130,11 +132,22 @@ class LimitsConfig(_Strict):
     cooldown_hours: float = Field(default=1.0, ge=0)  # chosen on data: see allocate/policy.py
     move_minutes: float = Field(default=30.0, ge=0)
     headroom_quantile: float = Field(default=0.95, gt=0, lt=1)  # chosen on data: see allocate/policy.py
+    #: hours the forecast stage forecasts (and validates its models on)
     horizon_hours: int = Field(default=6, ge=1)
+    #: hours of demand the plan looks ahead (the first hours of the forecast); `gpupool simulate`
+    #: plans with the same default (chosen on data: see allocate/policy.py)
+    plan_horizon_hours: int = Field(default=PLAN_HORIZON_HOURS, ge=1)
     max_actuation_age_hours: float = Field(default=2.0, ge=0)
     #: whether a release may evict running GPU work (Kubernetes Eviction API, respecting PDBs);
     #: off: a busy node waits until its work ends
     allow_evict: StrictBool = False
+
+    @model_validator(mode="after")
+    def _plan_within_forecast(self) -> "LimitsConfig":
+        if self.plan_horizon_hours > self.horizon_hours:
+            raise ValueError(f"plan_horizon_hours ({self.plan_horizon_hours}) exceeds horizon_hours "
+                             f"({self.horizon_hours}): the plan cannot look past the forecast")
+        return self
 
 
 class SimulatorConfig(_Strict):

@@ -224,7 +224,7 @@ SPREADS = ("empirical", "random_walk")
 
 @dataclass(frozen=True)
 class ForecastSkill:
-    """How the forecast did against the last hour (the naive forecast) on the platform's own recent hours."""
+    """How the forecast did against the reactive plan's naive forecast on the platform's own recent hours."""
 
     hours: int
     rmse_forecast: float
@@ -233,15 +233,34 @@ class ForecastSkill:
     @property
     def forecast_wins(self) -> bool:
         """Whether the plan uses the forecast: until its record covers ``MIN_SKILL_HOURS`` there is
-        no evidence against it; after that, only while it beats the last hour."""
+        no evidence against it; after that, only while it beats the naive forecast."""
         return self.hours < MIN_SKILL_HOURS or self.rmse_forecast <= self.rmse_naive
 
 
-def forecast_skill(issued: pd.Series, hourly: pd.Series, hours: int = SKILL_HOURS) -> ForecastSkill:
+def forecast_skill(issued: pd.Series, hourly: pd.Series, hours: int = SKILL_HOURS,
+                   levels: pd.Series | None = None) -> ForecastSkill:
     """Score the one-hour-ahead forecasts ``issued`` (indexed by the hour they forecast) against
-    the hourly demand seen since, beside the naive forecast (the hour before), over the last ``hours``."""
+    the hourly demand seen since, beside the naive forecast, over the last ``hours`` scored.
+
+    With ``levels`` (demand as it stood at the start of each hour, ``canonical.hourly_levels``)
+    both sides are scored as the plan uses them: the naive forecast is the level — what the
+    reactive plan plans on — and the forecast is anchored on it like
+    :func:`demand_from_forecast` anchors it (its change from the hour before, added to the
+    level). So a forecast that lost to reacting is dropped for exactly the reactive plan.
+    Without ``levels`` the naive forecast is the hour before and the forecast is taken as issued.
+    """
+    if issued.dropna().empty:
+        return ForecastSkill(0, math.inf, math.inf)
     seen = hourly.dropna()
-    both = pd.DataFrame({"fc": issued, "actual": seen, "naive": seen.shift(1, freq="1h")}).dropna()
+    # the last hour seen before each hour (the plan's last hour, across hours without data)
+    before = seen.asfreq("1h").ffill().shift(1, freq="1h") if len(seen) else seen
+    if levels is None:
+        naive, fc = before, issued
+    else:
+        # where no level stood, the plan took the last hour seen and did not anchor
+        naive = levels.dropna().combine_first(before)
+        fc = issued + (naive - before)
+    both = pd.DataFrame({"fc": fc, "actual": seen, "naive": naive}).dropna()
     both = both.iloc[-hours:]
     if both.empty:
         return ForecastSkill(0, math.inf, math.inf)

@@ -65,7 +65,7 @@ def policy_from_config(config, kind: str) -> Policy:
         cooldown=timedelta(hours=lim.cooldown_hours),
         move_minutes=lim.move_minutes,
         headroom_quantile=lim.headroom_quantile,
-        horizon_hours=lim.horizon_hours,
+        horizon_hours=lim.plan_horizon_hours,
     )
 
 
@@ -157,14 +157,16 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
             within = float((summary or {}).get("within_hour_sd") or 0.0)
             hourly, info = reads.hourly_demand(engine, p, since.to_pydatetime(), end.to_pydatetime())
             hourly = hourly[hourly.index < end]
-            skill = forecast_skill(_first_hour_forecasts(issued, p), hourly)
+            levels = reads.demand_levels(engine, p, (end - pd.Timedelta(hours=SKILL_HOURS + 2)).to_pydatetime(),
+                                         end.to_pydatetime())
+            skill = forecast_skill(_first_hour_forecasts(issued, p), hourly, levels=levels)
             d = demand_from_forecast(rows["yhat"].to_numpy(float), rows["yhat_upper"].to_numpy(float), level,
                                      within, headroom_quantile, skill=skill, hourly=hourly,
                                      latest=info.get("level"), spread=spread)
             demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT}
             source[p] = (f"forecast issued {end.isoformat()} (level {level:g}, spread within the hour {within:.1f})"
                          if skill.forecast_wins else
-                         f"last hour: over {skill.hours} h it forecast better than the model issued "
+                         f"last hour: over {skill.hours} h demand as it stood forecast better than the model issued "
                          f"{end.isoformat()} (RMSE {skill.rmse_naive:.1f} vs {skill.rmse_forecast:.1f})")
     for p in platforms:
         if p in demand:

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from gpupool import pipeline
 from gpupool.allocate.planner import (
     CHANGE_HOURS,
+    SKILL_HOURS,
     NodeRecord,
     PlatformDemand,
     demand_from_forecast,
@@ -44,7 +45,7 @@ from gpupool.allocate.planner import (
     plan,
 )
 from gpupool.allocate.policy import POLICY_KINDS, Policy
-from gpupool.canonical import DEMAND_METRICS, demand_of_steps
+from gpupool.canonical import DEMAND_METRICS, demand_of_steps, hourly_levels
 from gpupool.config import default_config
 from gpupool.sim.faults import FaultSpec, corrupt, fault_plan
 from gpupool.sim.scenario import Scenario, load_scenario
@@ -52,6 +53,10 @@ from gpupool.sim.world import World
 
 #: the forecast stage's interval level (``pipeline.forecast_demand``'s default)
 FORECAST_LEVEL = 90.0
+#: hours the forecast stage forecasts (``limits.horizon_hours``'s default): its models are
+#: validated on this horizon, so the study forecasts as far and the plan reads the first
+#: ``Policy.horizon_hours`` (``limits.plan_horizon_hours``), as the plan stage does
+FORECAST_HOURS = default_config().limits.horizon_hours
 
 
 def resolve_policy(policy: str | Policy, scenario: Scenario) -> Policy:
@@ -223,10 +228,12 @@ class ChainDemand(DemandSource):
             self.cleaned[key][i0:i1] = scored["clean_value"].reindex(index[i0:i1]).to_numpy(float)
 
     # --- 3. what the forecast stage reads: hourly demand from cleaned telemetry
-    def _history(self, p: str, i1: int, span: pd.Timedelta) -> tuple[pd.Series, dict]:
+    def _wide(self, p: str, i1: int, span: pd.Timedelta) -> pd.DataFrame:
         i0 = max(0, i1 - int(span / self.world.step))
-        wide = pd.DataFrame({m: self.cleaned[(p, m)][i0:i1] for m in DEMAND_METRICS}, index=self.world.index[i0:i1])
-        return demand_of_steps(wide)
+        return pd.DataFrame({m: self.cleaned[(p, m)][i0:i1] for m in DEMAND_METRICS}, index=self.world.index[i0:i1])
+
+    def _history(self, p: str, i1: int, span: pd.Timedelta) -> tuple[pd.Series, dict]:
+        return demand_of_steps(self._wide(p, i1, span))
 
     def demand(self, t):
         i1 = self.world.clock_index
@@ -256,7 +263,8 @@ class ReactiveDemand(ChainDemand):
 
 class PredictiveDemand(ChainDemand):
     """The plan stage's ``predictive`` input: the forecast stage's model on cleaned telemetry,
-    weighed on its own track record (the one-hour-ahead forecasts it issued) against the last hour."""
+    weighed on its own track record (the one-hour-ahead forecasts it issued) against what the
+    reactive plan would have planned on (demand as it stood at each hour's start)."""
 
     def __init__(self, policy: Policy, world: World, clean: bool = True):
         super().__init__(policy, world, clean=clean)
@@ -271,12 +279,15 @@ class PredictiveDemand(ChainDemand):
                 return None
             issued, summary = self.summaries.get(p, (None, None))
             warm = pipeline.warm_start(summary) if issued is not None and issued >= t - pd.Timedelta("1D") else None
-            fc, summary = pipeline.demand_forecast(history, self.policy.horizon_hours, FORECAST_LEVEL, warm)
+            fc, summary = pipeline.demand_forecast(history, max(FORECAST_HOURS, self.policy.horizon_hours),
+                                                   FORECAST_LEVEL, warm)
             self.summaries[p] = (t, summary)
             past = self.issued.setdefault(p, {})
-            skill = forecast_skill(pd.Series(past, dtype=float), history)
+            levels = hourly_levels(self._wide(p, i1, pd.Timedelta(hours=SKILL_HOURS + 2)))
+            skill = forecast_skill(pd.Series(past, dtype=float), history, levels=levels)
             past[pd.Timestamp(fc["ts"].iloc[0])] = float(fc["yhat"].iloc[0])
-            out[p] = demand_from_forecast(fc["yhat"].to_numpy(float), fc["yhat_upper"].to_numpy(float),
+            ahead = fc.head(self.policy.horizon_hours)
+            out[p] = demand_from_forecast(ahead["yhat"].to_numpy(float), ahead["yhat_upper"].to_numpy(float),
                                           FORECAST_LEVEL, info["within_hour_sd"], self.policy.headroom_quantile,
                                           skill=skill, hourly=history, latest=info["level"],
                                           spread=self.policy.demand_spread)

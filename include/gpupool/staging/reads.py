@@ -14,7 +14,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from gpupool.canonical import DEMAND_METRICS, demand_of_steps
+from gpupool.canonical import DEMAND_METRICS, demand_of_steps, hourly_levels
 from gpupool.staging.schema import (
     allocation_plan,
     clean_sample,
@@ -72,6 +72,19 @@ def hourly_demand(engine: Engine, platform: str, start: datetime, end: datetime)
     platform reports has a value; the hourly mean of those instants. Returns the series
     (hourly, UTC, NaN for an hour without data), how many clean and raw points fed it and the
     spread of demand inside an hour over the last day (:func:`gpupool.canonical.demand_of_steps`)."""
+    return demand_from_points(*_demand_points(engine, platform, start, end))
+
+
+def demand_levels(engine: Engine, platform: str, start: datetime, end: datetime) -> pd.Series:
+    """The platform's demand as it stood at the end of each hour in [start, end), from the same
+    points as :func:`hourly_demand` (:func:`gpupool.canonical.hourly_levels`): indexed by the
+    hour's end, the mean of its last ``LEVEL_WINDOW`` of steps."""
+    wide, _ = _demand_wide(*_demand_points(engine, platform, start, end))
+    return hourly_levels(wide)
+
+
+def _demand_points(engine: Engine, platform: str, start: datetime, end: datetime) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The platform's demand points (metric, ts, value) in [start, end): cleaned ones and raw ones."""
     q = sa.select(clean_sample.c.metric, clean_sample.c.ts, clean_sample.c.clean_value).where(
         clean_sample.c.platform == platform,
         clean_sample.c.entity_kind == "platform",
@@ -83,11 +96,11 @@ def hourly_demand(engine: Engine, platform: str, start: datetime, end: datetime)
         clean = pd.read_sql(q, conn).rename(columns={"clean_value": "value"})
     raw = platform_series(engine, start, end, platform)
     raw = raw[raw["metric"].isin(DEMAND_METRICS)][["metric", "ts", "value"]]
-    return demand_from_points(clean, raw)
+    return clean, raw
 
 
-def demand_from_points(clean: pd.DataFrame, raw: pd.DataFrame) -> tuple[pd.Series, dict]:
-    """:func:`hourly_demand` from the points read (metric, ts, value): clean ones win over raw."""
+def _demand_wide(clean: pd.DataFrame, raw: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """One column per demand metric, one row per instant: clean points win over raw ones."""
     # convert even when empty: an object-typed ts column would break the pivot's resample
     clean = clean.assign(ts=pd.to_datetime(clean["ts"], utc=True)).dropna(subset=["value"])
     raw = raw.assign(ts=pd.to_datetime(raw["ts"], utc=True))
@@ -95,8 +108,15 @@ def demand_from_points(clean: pd.DataFrame, raw: pd.DataFrame) -> tuple[pd.Serie
     both = both.sort_values("src", kind="stable").drop_duplicates(["metric", "ts"], keep="first")
     info = {"clean_points": int((both["src"] == 0).sum()), "raw_points": int((both["src"] == 1).sum())}
     if both.empty:
+        return pd.DataFrame(), info
+    return both.pivot(index="ts", columns="metric", values="value").sort_index(), info
+
+
+def demand_from_points(clean: pd.DataFrame, raw: pd.DataFrame) -> tuple[pd.Series, dict]:
+    """:func:`hourly_demand` from the points read (metric, ts, value): clean ones win over raw."""
+    wide, info = _demand_wide(clean, raw)
+    if wide.empty:
         return pd.Series(dtype="float64"), {**info, "within_hour_sd": 0.0}
-    wide = both.pivot(index="ts", columns="metric", values="value").sort_index()
     hourly, spread = demand_of_steps(wide)
     return hourly, {**info, **spread}
 

@@ -146,3 +146,44 @@ def test_one_missed_spike_does_not_widen_a_days_plans():
     _, seen = hourly_demand(pd.DataFrame({"gpu_allocated": spiked, "gpu_pending": 0.0}, index=ts))
     assert calm["within_hour_sd"] == pytest.approx(3.0, rel=0.15)
     assert seen["within_hour_sd"] == pytest.approx(calm["within_hour_sd"], rel=0.05)
+
+
+def test_hourly_levels_are_the_level_the_plan_saw_at_each_hour():
+    from gpupool.canonical import demand_of_steps, hourly_levels
+
+    rng = np.random.default_rng(3)
+    ts = pd.date_range("2024-01-01", periods=12 * 6, freq="5min", tz="UTC")
+    wide = pd.DataFrame({"gpu_allocated": rng.integers(0, 50, len(ts)).astype(float),
+                         "gpu_pending": rng.integers(0, 5, len(ts)).astype(float)}, index=ts)
+    wide.iloc[20:24, 1] = np.nan  # a missing queue figure: those steps are no demand figure
+    wide.iloc[33:36] = np.nan  # the last quarter of an hour lost: no level that hour
+    sparse = wide.iloc[::7]  # irregular sampling: the level is from the last instant's window
+    for frame in (wide, sparse):
+        levels = hourly_levels(frame)
+        assert len(levels) >= 5
+        for hour, value in levels.items():
+            seen = demand_of_steps(frame[frame.index < hour])[1]["level"]
+            assert (seen is None and np.isnan(value)) or value == pytest.approx(seen)
+    assert np.isnan(hourly_levels(wide)[pd.Timestamp("2024-01-01 03:00", tz="UTC")])
+
+
+def test_a_forecast_is_scored_against_the_level_the_reactive_plan_uses():
+    from gpupool.allocate.planner import forecast_skill
+
+    hourly = _hours(np.arange(10.0, 40.0, 2.0))  # a ramp: each hour's mean 2 above the last
+    levels = hourly.shift(1, freq="1h") + 2.0  # inside each hour demand already stood at the next one's
+    issued = hourly.iloc[1:] + 1.0  # 1 off: better than the hour before (2 off), worse than the level (0)
+    assert forecast_skill(issued, hourly).forecast_wins
+    skill = forecast_skill(issued, hourly, levels=levels)
+    # scored as planned: anchored on the level (its +3 change from the hour before), against the level
+    assert skill.hours == 14 and skill.rmse_naive == pytest.approx(0.0) and skill.rmse_forecast == pytest.approx(3.0)
+    assert not skill.forecast_wins
+    latest = float(levels.iloc[-1] + 2.0)
+    d = demand_from_forecast([50.0, 52.0], [55.0, 57.0], 90, 1.5, 0.95, skill=skill, hourly=hourly, latest=latest)
+    assert d == demand_from_last_hour(hourly, 1.5, 2, 0.95, latest=latest)  # exactly the reactive plan
+    # a forecast that saw the ramp the level did not (flat inside each hour) keeps winning
+    flat = hourly.shift(1, freq="1h")
+    skill = forecast_skill(hourly.iloc[1:], hourly, levels=flat)
+    assert skill.forecast_wins and skill.rmse_forecast == pytest.approx(0.0) and skill.rmse_naive == pytest.approx(2.0)
+    # hours with no level: the plan took the last hour and did not anchor; so does the score
+    assert forecast_skill(issued, hourly, levels=levels * np.nan) == forecast_skill(issued, hourly)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pandas as pd
 import pytest
 
 from gpupool import pipeline
@@ -179,3 +180,63 @@ def test_build_actuators_reads_airflow_json_connections(tmp_path):
     assert list(acts) == ["hpc"] and acts["hpc"].slurm_conf == "/etc/slurm/slurm.conf"
     with pytest.raises(service.ActuationConfigError, match="'hpc'.*slurm_conf.*'slurm_hpc'"):
         service.build_actuators(cfg, env={"AIRFLOW_CONN_SLURM_HPC": '{"conn_type": "generic"}'})
+
+
+def test_plan_from_staging_scores_the_forecast_against_demand_as_it_stood(ctx):
+    # kubernetes ramps 2 GPUs an hour, and inside each hour its last sample already stands at the
+    # next hour's level; its model forecast each hour 1 GPU high. Against the hour before (2 off
+    # each hour) the model wins; against demand as it stood (what reactive plans on) it loses
+    from gpupool.allocate.planner import forecast_skill
+    from gpupool.staging import reads
+
+    rows, fc = [], []
+    for k in range(10):  # hours END-11h .. END-2h; the last hour is staged already (20 GPUs)
+        start = END - timedelta(hours=11 - k)
+        v = 2.0 + 2 * k
+        rows += [dict(platform="kubernetes", cluster="", entity_kind="platform", entity_id="", metric="gpu_allocated",
+                      ts=start + timedelta(minutes=m), value=x, expected=x, score=0.0, is_anomaly=False, filled=False,
+                      detector="sr", clean_value=x) for m, x in ((5, v), (30, v), (50, v + 2))]
+        if k:
+            fc.append(dict(platform="kubernetes", series="demand", issued_at=start, step=1, ts=start,
+                           yhat=v + 2 / 3 + 1, yhat_lower=v, yhat_upper=v + 4))
+    with ctx.engine.begin() as conn:
+        conn.execute(clean_sample.insert(), rows)
+        conn.execute(forecast.insert(), fc)
+    out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")
+    per = out["summary"]["platforms"]["kubernetes"]
+    assert per["demand_from"].startswith("last hour: over 9 h demand as it stood forecast better")
+    reactive = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "reactive")
+    assert per["demand_mean"] == reactive["summary"]["platforms"]["kubernetes"]["demand_mean"] == [20.0, 20.0]
+    assert per["demand_upper"] == reactive["summary"]["platforms"]["kubernetes"]["demand_upper"]
+    # scored the old way (against the hour before) the same record would have kept the model
+    since = END - timedelta(hours=13)
+    hourly, _ = reads.hourly_demand(ctx.engine, "kubernetes", since, END)
+    issued = reads.forecasts_issued_between(ctx.engine, since, END)
+    issued = issued[issued["platform"] == "kubernetes"]
+    assert forecast_skill(pd.Series(issued["yhat"].to_numpy(float), index=pd.DatetimeIndex(issued["ts"])),
+                          hourly).forecast_wins
+
+
+def test_the_plan_looks_its_own_horizon_ahead_within_the_forecasts():
+    from gpupool.allocate.policy import PLAN_HORIZON_HOURS, Policy
+
+    cfg = parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc"}]})
+    assert cfg.limits.horizon_hours == 6  # the forecast stage's horizon is unchanged
+    # the pipeline's plan and `gpupool simulate` (Policy) share one default
+    assert service.policy_from_config(cfg, "reactive").horizon_hours == PLAN_HORIZON_HOURS == Policy().horizon_hours
+    cfg = parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc"}],
+                        "limits": {"plan_horizon_hours": 3}})
+    assert service.policy_from_config(cfg, "predictive").horizon_hours == 3
+    with pytest.raises(Exception, match="plan_horizon_hours \\(7\\) exceeds horizon_hours \\(6\\)"):
+        parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc"}],
+                      "limits": {"plan_horizon_hours": 7}})
+
+
+def test_plan_from_staging_plans_the_plan_horizon_not_the_forecast_horizon(sqlite_engine):
+    _stage(sqlite_engine)
+    c = pipeline.Context(_config(limits={"horizon_hours": 2, "plan_horizon_hours": 1, "max_moves_per_run": 2,
+                                         "cooldown_hours": 0}), sqlite_engine)
+    for kind in ("predictive", "reactive"):
+        out = service.plan_from_staging(c, WINDOW, ["slurm", "kubernetes"], kind)
+        assert out["summary"]["horizon_hours"] == 1
+        assert all(len(p["demand_mean"]) == 1 for p in out["summary"]["platforms"].values())

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from gpupool.allocate.policy import Policy
+from gpupool.config import default_config
 from gpupool.sim.scenario import scenario_from_dict
 from gpupool.sim.study import resolve_policy, simulate
 from gpupool.sim.world import World
@@ -122,6 +123,7 @@ def test_predictive_runs_the_pipeline_stages_own_functions(monkeypatch):
             if name == "demand_forecast":
                 history, horizon, level, warm = args
                 calls[name].append((history.index.max(), warm is not None, level))
+                calls.setdefault("horizons", set()).add(horizon)
             else:
                 calls[name] += 1
             return real[name](*args, **kwargs)
@@ -141,6 +143,8 @@ def test_predictive_runs_the_pipeline_stages_own_functions(monkeypatch):
     # (no fallback), the previous hour's is the warm start, as the forecast stage reads it back
     assert not fc[0][1] and all(warm for _, warm, _ in fc[-20:])
     assert all(level == 90.0 for _, _, level in fc)
+    # the forecast stage's horizon (its models are validated on it); the plan reads its first hours
+    assert calls["horizons"] == {default_config().limits.horizon_hours} and default_config().limits.horizon_hours > 2
     # each forecast is issued from the hours before the decision only
     assert all(last.minute == 0 for last, _, _ in fc)
     assert {e["platform"] for e in log} == {"x", "y"}
