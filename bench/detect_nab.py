@@ -7,7 +7,7 @@ Every file goes through `stream_detect`, the function `gpupool detect FILE` runs
 default settings: the router (`auto`) and each detector alone (`--detector sr|svr|prophet`,
 and `zscore`, the rolling z-score the router may fall back to). `is_anomaly` is taken as
 the detections. A file is scored as the detectors see it: in time order, one point per
-timestamp. Seven NAB files repeat timestamps (a DST change, a re-sent hour or minute), which
+timestamp. Eight NAB files repeat timestamps (a DST change, a re-sent hour or minute), which
 `gpupool detect` refuses; the bench reads a copy of each keeping the first row of every
 timestamp and prints the rows it dropped (NAB's windows and labels are timestamps and apply
 to the copy unchanged).
