@@ -22,8 +22,9 @@ three, the recovered share `(MAE_raw - MAE_clean) / (MAE_raw - MAE_faultfree)`, 
 of fault-free 5-minute points whose value cleaning changed (replaced or filled), plus how many
 injected faulty points were cleaned. A data set's headline share is that of its MAEs averaged
 over series, seeds and origins; each seed's share is printed beside it, with their mean and
-range (the share of one seed rests on a few forecasts whose ARIMA order can flip, so it
-swings by ten points or more from seed to seed). The bar (issue 13): recovered >= 80 % with
+range, and a 5-95 % bootstrap interval over the forecasts. The share is noisy: the faults
+cost the forecast little, so its denominator is small beside the swings of ARIMA's order
+choice, and one seed's share moves by tens of points from seed to seed. The bar (issue 13): recovered >= 80 % with
 <= 1 % of fault-free points changed. `--holdout` traces (default vcSoL, vchbv, vcpDC: the cleaning settings were
 chosen on the others) get an aggregate line of their own.
 """
