@@ -1,8 +1,14 @@
 """Run the streaming detector (what `gpupool detect` runs) over NAB files and cache what the
 scoring needs: per-point scores and each refit's thresholds and history score tails.
 
-Used by bench/detect_nab.py; a cache entry is keyed by file, detector and RouterConfig, so
-re-scoring with other flagging settings never reruns a detector.
+Used by bench/detect_nab.py; a cache entry is keyed by file (its name and the content the
+detectors read), detector and RouterConfig, so re-scoring with other flagging settings never
+reruns a detector.
+
+A few NAB files repeat timestamps (a DST change, a re-sent hour). `gpupool detect` refuses
+such a file (which of two values is the genuine one cannot be known), so the bench reads a
+copy keeping the first row of each timestamp (`dedupe_csv`) and says which rows it dropped;
+NAB's labels are timestamps, so they are scored on the copy unchanged.
 """
 
 from __future__ import annotations
@@ -27,15 +33,48 @@ from gpupool.tsio import read_series_csv
 CLEANING_ONLY = ("max_fault_run", "fault_drop_share")
 
 
-def cache_key(rel: str, method: str, config: RouterConfig) -> str:
+def dedupe_csv(path: Path, workdir: Path) -> tuple[Path, list[int]]:
+    """`path`, or a copy in `workdir` keeping the first row of each repeated timestamp.
+
+    Returns the file to read and the dropped rows' file lines (line 1 is the header; empty
+    when nothing repeats). The time column is NAB's first column.
+    """
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    times = pd.to_datetime(raw.iloc[:, 0], errors="coerce", format="mixed")
+    dup = (times.duplicated(keep="first") & times.notna()).to_numpy()
+    if not dup.any():
+        return path, []
+    out = workdir / path.parent.name / path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    raw[~dup].to_csv(out, index=False)
+    return out, [int(i) + 2 for i in np.flatnonzero(dup)]
+
+
+def line_ranges(lines: list[int]) -> str:
+    """`[2119, 2120, 2121, 2130]` as "2119-2121, 2130"."""
+    parts, start = [], None
+    for i, n in enumerate(lines):
+        if start is None:
+            start = n
+        if i + 1 == len(lines) or lines[i + 1] != n + 1:
+            parts.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(parts)
+
+
+def cache_key(rel: str, method: str, config: RouterConfig, content: bytes = b"") -> str:
     settings = {k: v for k, v in config.model_dump().items() if k not in CLEANING_ONLY}
-    blob = json.dumps([rel, method, settings], sort_keys=True, default=str)
+    blob = json.dumps([rel, method, settings, hashlib.sha1(content).hexdigest()], sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
 def collect(path: Path, rel: str, method: str, config: RouterConfig, cache: Path | None) -> dict:
-    """One file through stream_detect with one detector (or "auto"); cached."""
-    key = cache_key(rel, method, config)
+    """One file through stream_detect with one detector (or "auto"); cached.
+
+    `path` is the file the detectors read (`dedupe_csv`'s copy where NAB's file repeats a
+    timestamp); `rel` its NAB name, under which it is scored.
+    """
+    key = cache_key(rel, method, config, path.read_bytes())
     if cache is not None:
         f = cache / f"{key}.pkl"
         if f.exists():
