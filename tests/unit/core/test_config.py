@@ -64,26 +64,11 @@ def test_unreadable_and_non_yaml_files(tmp_path):
         load_config(scalar)
 
 
-def _selectors(node) -> list:
-    """Every vector selector of an expression parsed by the facade's PromQL parser."""
-    out, stack = [], [node]
-    while stack:
-        cur = stack.pop()
-        if hasattr(cur, "matchers"):
-            out.append(cur)
-        for value in vars(cur).values() if hasattr(cur, "__dict__") else []:
-            if isinstance(value, (list, tuple)):
-                stack.extend(v for v in value if hasattr(v, "__dict__"))
-            elif hasattr(value, "__dict__"):
-                stack.append(value)
-    return out
-
-
 def test_compose_platforms_read_only_their_own_cluster():
     """One Prometheus (the vdc's) serves Slurm and Kubernetes in the compose deployment, its
     exporters labelling each series with `cluster` = the platform: every selector of every
     query a Prometheus-read platform runs, defaults included, must select its own cluster."""
-    from gpupool.sim.facades.promql import parse
+    from gpupool.sim.facades.promql import parse, selectors
     from gpupool.sources.factory import queries_for
 
     cfg = load_config(EXAMPLE.parent / "compose" / "platforms.yaml")
@@ -93,9 +78,9 @@ def test_compose_platforms_read_only_their_own_cluster():
         queries = [q for spec in queries_for(pcfg).values() for q in (spec if isinstance(spec, tuple) else (spec,))]
         assert len(queries) >= 4
         for q in queries:
-            selectors = _selectors(parse(q.expr))
-            assert selectors, q.expr
-            for sel in selectors:
+            found = selectors(parse(q.expr))
+            assert found, q.expr
+            for sel in found:
                 clusters = [(m.op, m.value) for m in sel.matchers if m.name == "cluster"]
                 assert clusters == [("=", pcfg.name)], f"{pcfg.name}: {q.expr}"
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpupool.pipeline import part_label, split_nodes
-from gpupool.sim.facades.promql import Matcher, parse, parse_selector
+from gpupool.sim.facades.promql import Matcher, parse, parse_selector, selectors
 from gpupool.sources.base import NodeShard
 from gpupool.sources.prometheus import MetricQuery, node_regex, shard_queries, with_label_matcher
 from gpupool.sources.slurm import DEFAULT_SLURM_QUERIES
@@ -44,21 +44,6 @@ def test_part_labels_name_the_range_and_differ_when_its_nodes_do():
     assert len(part_label(0, 2, ("x" * 200, "y" * 200))) <= 160  # fits extract_run.part
 
 
-def _selectors(node) -> list:
-    """Every vector selector of a parsed expression."""
-    out, stack = [], [node]
-    while stack:
-        cur = stack.pop()
-        if hasattr(cur, "matchers"):
-            out.append(cur)
-        for value in vars(cur).values() if hasattr(cur, "__dict__") else []:
-            if isinstance(value, (list, tuple)):
-                stack.extend(v for v in value if hasattr(v, "__dict__"))
-            elif hasattr(value, "__dict__"):
-                stack.append(value)
-    return out
-
-
 @pytest.mark.parametrize("expr", [
     "sum by (node) (slurm_gpus_total)",
     "max by (Hostname, gpu) (DCGM_FI_DEV_FB_USED) * 1048576",
@@ -70,9 +55,9 @@ def _selectors(node) -> list:
 def test_every_selector_gets_the_node_matcher_and_still_parses(expr):
     names = ["gpu-n1", "a.b+c", 'q"uote']
     out = with_label_matcher(expr, "Hostname", "=~", node_regex(names))
-    selectors = _selectors(parse(out))
-    assert len(selectors) == len(_selectors(parse(expr))) >= 1
-    for sel in selectors:
+    found = selectors(parse(out))
+    assert len(found) == len(selectors(parse(expr))) >= 1
+    for sel in found:
         added = [m for m in sel.matchers if m.name == "Hostname"]
         assert len(added) == 1 and added[0].op == "=~"
         assert all(added[0].matches({"Hostname": n}) for n in names)

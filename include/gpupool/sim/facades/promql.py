@@ -294,6 +294,17 @@ def parse(text: str):
     return _Parser(text).parse()
 
 
+def selectors(node) -> list[Selector]:
+    """Every vector selector of a parsed expression, left to right."""
+    if isinstance(node, Selector):
+        return [node]
+    if isinstance(node, Aggregate):
+        return selectors(node.expr)
+    if isinstance(node, Arith):
+        return selectors(node.lhs) + selectors(node.rhs)
+    return []
+
+
 def parse_selector(text: str) -> Selector:
     """Parse a ``match[]`` argument: a plain selector only."""
     node = parse(text)
