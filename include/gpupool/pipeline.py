@@ -151,9 +151,7 @@ def extract(ctx: Context, platform: str, window: Window, lookup=None) -> dict:
             ctx.engine, parts,
             then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n[0], inventory_note))[0]
     except Exception as exc:
-        status = "unrecoverable" if getattr(exc, "unrecoverable", False) else "failed"
-        with ctx.engine.begin() as conn:
-            _finish_extract_run(conn, run_id, status, None, f"{type(exc).__name__}: {exc}")
+        _fail_extract_run(ctx.engine, run_id, exc)
         raise
     out = {"platform": platform, "rows": rows, "nodes": len(inv), "window": window.as_dict()}
     if inventory_note:
@@ -310,9 +308,7 @@ def extract_part(ctx: Context, part: dict, window: Window, lookup=None) -> dict:
             ctx.engine, [(sl, frame)],
             then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n[0], None))[0]
     except Exception as exc:
-        status = "unrecoverable" if getattr(exc, "unrecoverable", False) else "failed"
-        with ctx.engine.begin() as conn:
-            _finish_extract_run(conn, run_id, status, None, f"{type(exc).__name__}: {exc}")
+        _fail_extract_run(ctx.engine, run_id, exc)
         raise
     log.info("platform %s window %s: part %s landed %d rows", platform, window, label, rows)
     return {"platform": platform, "index": planned.position, "count": planned.parts, "rows": rows,
@@ -364,9 +360,7 @@ def finish_extract(ctx: Context, platform: str, window: Window, parts: list[dict
             then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n, inventory_note),
             expect=sum(int(runs[label].rows or 0) for label in labels))
     except Exception as exc:
-        status = "unrecoverable" if getattr(exc, "unrecoverable", False) else "failed"
-        with ctx.engine.begin() as conn:
-            _finish_extract_run(conn, run_id, status, None, f"{type(exc).__name__}: {exc}")
+        _fail_extract_run(ctx.engine, run_id, exc)
         raise
     out = {"platform": platform, "rows": rows, "parts": len(labels), "nodes": len(inv), "window": window.as_dict()}
     if inventory_note:
@@ -420,6 +414,13 @@ def _finish_extract_run(conn: sa.Connection, run_id: int, status: str, rows: int
         .where(extract_run.c.id == run_id)
         .values(status=status, rows=rows, error=error, finished_at=datetime.now(timezone.utc))
     )
+
+
+def _fail_extract_run(engine: sa.Engine, run_id: int, exc: Exception) -> None:
+    """Record why an extraction (a platform's, a part's or a finish) failed, in a transaction of its own."""
+    status = "unrecoverable" if getattr(exc, "unrecoverable", False) else "failed"
+    with engine.begin() as conn:
+        _finish_extract_run(conn, run_id, status, None, f"{type(exc).__name__}: {exc}")
 
 
 # --- detect / clean --------------------------------------------------------------------
