@@ -20,8 +20,11 @@ comparable across series: the point is flagged when score > the model's `thresho
 Cleaning replaces only what looks like an exporter fault (`_transients`, `_collapses`,
 `_stuck`): a spike that comes back within `max_anomaly_run` points and towers over the
 series' own excursions (`spike_height_factor` x the history's peak height) and over the
-values on both sides of it (`spike_max_shoulder`); a fall to zero as short as a spike (or
-up to `max_fault_run` on a series whose history hardly idles: an outage); a counter reset's ramp back (scaled back to the demand); a stuck run. Everything else the
+values on both sides of it (`spike_max_shoulder`); a fall to zero as short as a spike (or,
+opt-in, up to `max_fault_run` on a series whose history hardly idles: an outage); a counter
+reset's ramp back (scaled back to the demand; told by its shape where no flag caught its
+fall); a stuck run. A spike or a fall is replaced by the line between the readings on both
+sides of it. Everything else the
 series does is kept, however unusual: a burst or level shift, a surge that climbs and ebbs,
 an idle hour (GPU demand rising for hours is workload, not a fault); flagged but kept is
 marked `sustained`. Flagging stays causal, a point judged on its past only; only the
@@ -443,6 +446,13 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
         flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share, _longest_drop(model)
     )
     sustained &= ~fault
+    reset, reset_value = _resets_by_shape(
+        raw, np.isfinite(expected) & ~(flag & transient) & ~fault, model.tau_, cfg.max_fault_run, cfg.fault_drop_share
+    )
+    if reset.any():
+        sustained &= ~reset
+        fault = fault | reset
+        fault_value = np.where(reset, reset_value, fault_value)
     # a stuck run's line ends at the value after it as cleaning sees it: a drop or spike right
     # after the run must not pull the line towards itself
     known = np.where(fault, fault_value, np.where(flag & transient, expected, raw))
@@ -731,6 +741,49 @@ def _collapses(
                 scaled = np.clip(scaled, min(level, end) - tau, max(level, end) + tau)
                 values[t0 + 1 : j] = scaled[1:]
             t = j
+    return mask, values
+
+
+def _resets_by_shape(
+    raw: np.ndarray, free: np.ndarray, tau: float, max_run: int, drop_share: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Counter resets told by their shape alone, where no flag started them (`_collapses` does
+    where one did): a series whose x̂ is poor (a rolling mean over steps) has a τ so wide that
+    a fall to zero passes unflagged.
+
+    A reset starts at a point t0 that falls to at most `drop_share` of the value before it, and
+    climbs back at every step (`_ramp_end`, with that value as the level and a tolerance of
+    the smaller of τ and `drop_share` x it) to at least half of it within `max_run` + 1 points;
+    all the points of the ramp are in `free` (judged, and not taken by another rule). A ramp
+    still open at the end of the data is left: without a flag it cannot be told yet. The
+    ramp's points are scaled back as `_collapses` does, between the values on both sides.
+    Returns the mask of replaced points and their values.
+    """
+    n = raw.size
+    mask = np.zeros(n, dtype=bool)
+    values = np.full(n, np.nan)
+    if max_run <= 0 or n < 3:
+        return mask, values
+    with np.errstate(invalid="ignore"):
+        fall = np.zeros(n, dtype=bool)
+        fall[1:] = free[1:] & (raw[1:] <= drop_share * raw[:-1]) & (raw[:-1] - raw[1:] > 0)
+    t = 0
+    for t0 in np.flatnonzero(fall):
+        if t0 < t:
+            continue
+        level = raw[t0 - 1]
+        tol = min(tau, drop_share * level)
+        j = _ramp_end(raw, t0, level, tol, max_run)
+        if j < 0 or j >= n or not free[t0:j].all():
+            continue
+        length = j - t0
+        end = raw[j]
+        i = np.arange(length)
+        line = level + (end - level) * np.arange(1, length + 1) / (length + 1)
+        scaled = np.clip(raw[t0:j] * length / np.maximum(i, 1), min(level, end) - tol, max(level, end) + tol)
+        mask[t0:j] = True
+        values[t0:j] = np.concatenate([line[:1], scaled[1:]])
+        t = j
     return mask, values
 
 
