@@ -20,8 +20,11 @@ comparable across series: the point is flagged when score > the model's `thresho
 Cleaning replaces only what looks like an exporter fault (`_transients`, `_collapses`,
 `_stuck`): a spike that comes back within `max_anomaly_run` points and towers over the
 series' own excursions (`spike_height_factor` x the history's peak height) and over the
-values on both sides of it (`spike_max_shoulder`); a fall to zero as short as a spike; a
-counter reset's ramp back (scaled back to the demand); a stuck run. Everything else the
+values on both sides of it (`spike_max_shoulder`); a fall to zero as short as a spike (or,
+opt-in, up to `max_fault_run` on a series whose history hardly idles: an outage); a counter
+reset's ramp back (scaled back to the demand; told by its shape where no flag caught its
+fall); a stuck run. A spike or a fall is replaced by the line between the readings on both
+sides of it. Everything else the
 series does is kept, however unusual: a burst or level shift, a surge that climbs and ebbs,
 an idle hour (GPU demand rising for hours is workload, not a fault); flagged but kept is
 marked `sustained`. Flagging stays causal, a point judged on its past only; only the
@@ -32,8 +35,9 @@ and a zero-inflated history (`zero_inflated_share` of exact zeros) floors its re
 at its resolution, so a zero next to a small x̂_t is not an anomaly.
 
 Gaps: runs of missing points no longer than
-`max_fill_gap_points` are filled with x̂_t (or, where there is none, the last value seen)
-and marked `filled`; longer gaps stay missing. Missing never becomes zero and a zero is a
+`max_fill_gap_points` are filled with a straight line between the (clean) values on both
+sides, or, where the data ends on either side, with x̂_t (where there is none, the last value
+seen), and marked `filled`; longer gaps stay missing. Missing never becomes zero and a zero is a
 value like any other.
 """
 
@@ -92,12 +96,15 @@ class FittedSeriesModel:
     #: `spike_height_quantile` of the history's local-peak heights (how far a point stands above or
     #: below both neighbours; NaN: not measured)
     excursion_scale_: float = float("nan")
+    #: share of the history's points in idle spells: runs of more than `max_anomaly_run` points at or
+    #: below `fault_drop_share` x its median (NaN: not measured)
+    idle_share_: float = float("nan")
     extra: dict = field(default_factory=dict)
 
     PARAMS_FORMAT = 1
     _SCALARS = ("score_center_", "score_scale_", "residual_scale_", "threshold_", "tau_", "alarm_threshold_")
     #: scalars a model stored before they existed lacks: read back as NaN (the rule they feed is off)
-    _OPTIONAL_SCALARS = ("repeat_share_", "repeat_run_", "excursion_scale_")
+    _OPTIONAL_SCALARS = ("repeat_share_", "repeat_run_", "excursion_scale_", "idle_share_")
 
     def to_params(self) -> dict:
         """The fitted model as a JSON-able dict (numbers, strings, lists; no NaN or inf)."""
@@ -307,6 +314,7 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     model.extra["history_quantiles"] = _tail_quantiles(history_norm)
     model.repeat_share_, model.repeat_run_ = _repeats(values)
     model.excursion_scale_ = _peak_height(values, cfg.spike_height_quantile)
+    model.idle_share_ = _idle_share(values, cfg.fault_drop_share, cfg.max_anomaly_run)
     model.threshold_ = base
     model.alarm_threshold_ = max(cfg.alarm_tau_scale * base, _budget_threshold(history_norm, cfg.alarm_history_share))
     if model.detector_name in RESIDUAL_DETECTORS:
@@ -384,7 +392,8 @@ def detect_and_clean(
     Returns a DataFrame indexed like `y` with columns value, expected, score, is_anomaly,
     detector, clean_value, filled, sustained (flagged, but in a run longer than
     `max_anomaly_run`: a level shift or burst whose values are kept). History-only rows have no expected value or score and
-    are never flagged; their short gaps are still filled from the last value seen.
+    are never flagged; their short gaps are still filled (bridged between their neighbours, or
+    from the last value seen).
     """
     cfg = config or RouterConfig()
     work = prepare(y)
@@ -434,10 +443,20 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
     transient = _transients(flag, raw, expected, model.tau_, cfg.max_anomaly_run, min_height, cfg.spike_max_shoulder)
     sustained = flag & ~transient
     fault, fault_value = _collapses(
-        flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share, cfg.max_anomaly_run
+        flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share, _longest_drop(model)
     )
     sustained &= ~fault
-    stuck, stuck_value = _stuck(raw, expected, model)
+    reset, reset_value = _resets_by_shape(
+        raw, np.isfinite(expected) & ~(flag & transient) & ~fault, model.tau_, cfg.max_fault_run, cfg.fault_drop_share
+    )
+    if reset.any():
+        sustained &= ~reset
+        fault = fault | reset
+        fault_value = np.where(reset, reset_value, fault_value)
+    # a stuck run's line ends at the value after it as cleaning sees it: a drop or spike right
+    # after the run must not pull the line towards itself
+    known = np.where(fault, fault_value, np.where(flag & transient, expected, raw))
+    stuck, stuck_value = _stuck(raw, expected, model, known)
     stuck &= np.isfinite(expected) & ~fault
     if stuck.any():
         # every repeat deviates: `alarms` keeps one alarm per run, and the jump back to the
@@ -448,7 +467,9 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
         fault = fault | stuck
         fault_value = np.where(stuck, stuck_value, fault_value)
     cleaned = (flag & transient) | fault
-    clean = np.where(fault, fault_value, np.where(cleaned, expected, raw))
+    spikes = flag & transient & ~fault
+    kept = np.where(fault, fault_value, raw)
+    clean = np.where(fault, fault_value, np.where(spikes, _bridge(kept, spikes, expected), raw))
     filled = np.zeros(len(work), dtype=bool)
     gaps = _short_gaps(raw, cfg.max_fill_gap_points)
     if gaps.any():
@@ -456,6 +477,7 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
         # a leading gap has no past to carry: ffill_array would back-fill it, so it stays missing
         has_past = np.maximum.accumulate(np.isfinite(raw))
         fill_value = np.where(np.isfinite(expected), expected, np.where(has_past, carried, np.nan))
+        fill_value = np.where(gaps, _bridge(clean, gaps, fill_value), fill_value)
         fill_at = gaps & np.isfinite(fill_value)
         clean = np.where(fill_at, fill_value, clean)
         filled = fill_at
@@ -705,8 +727,11 @@ def _collapses(
             # spike right after a drop): then the line stays at x̂_t0 (x̂ at j is shaped by the
             # run). A ramp ends where it met the demand: x̂ there is the ramp's, so its flag says nothing
             end = level if flag[j] and (not ramp or raw[j] > level + tau) else raw[j]
+            # and it starts at the value before the fall (the demand's own reading, which x̂ only
+            # estimates), unless that is itself flagged
+            start = raw[t0 - 1] if t0 > 0 and np.isfinite(raw[t0 - 1]) and not flag[t0 - 1] else level
             mask[t0:j] = True
-            values[t0:j] = level + (end - level) * np.arange(1, length + 1) / (length + 1)
+            values[t0:j] = start + (end - start) * np.arange(1, length + 1) / (length + 1)
             if ramp:
                 # a restarted exporter's window fills again: it reads the demand times the share
                 # of the window since the restart, so the ramp scaled back tells the demand as it
@@ -716,6 +741,49 @@ def _collapses(
                 scaled = np.clip(scaled, min(level, end) - tau, max(level, end) + tau)
                 values[t0 + 1 : j] = scaled[1:]
             t = j
+    return mask, values
+
+
+def _resets_by_shape(
+    raw: np.ndarray, free: np.ndarray, tau: float, max_run: int, drop_share: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Counter resets told by their shape alone, where no flag started them (`_collapses` does
+    where one did): a series whose x̂ is poor (a rolling mean over steps) has a τ so wide that
+    a fall to zero passes unflagged.
+
+    A reset starts at a point t0 that falls to at most `drop_share` of the value before it, and
+    climbs back at every step (`_ramp_end`, with that value as the level and a tolerance of
+    the smaller of τ and `drop_share` x it) to at least half of it within `max_run` + 1 points;
+    all the points of the ramp are in `free` (judged, and not taken by another rule). A ramp
+    still open at the end of the data is left: without a flag it cannot be told yet. The
+    ramp's points are scaled back as `_collapses` does, between the values on both sides.
+    Returns the mask of replaced points and their values.
+    """
+    n = raw.size
+    mask = np.zeros(n, dtype=bool)
+    values = np.full(n, np.nan)
+    if max_run <= 0 or n < 3:
+        return mask, values
+    with np.errstate(invalid="ignore"):
+        fall = np.zeros(n, dtype=bool)
+        fall[1:] = free[1:] & (raw[1:] <= drop_share * raw[:-1]) & (raw[:-1] - raw[1:] > 0)
+    t = 0
+    for t0 in np.flatnonzero(fall):
+        if t0 < t:
+            continue
+        level = raw[t0 - 1]
+        tol = min(tau, drop_share * level)
+        j = _ramp_end(raw, t0, level, tol, max_run)
+        if j < 0 or j >= n or not free[t0:j].all():
+            continue
+        length = j - t0
+        end = raw[j]
+        i = np.arange(length)
+        line = level + (end - level) * np.arange(1, length + 1) / (length + 1)
+        scaled = np.clip(raw[t0:j] * length / np.maximum(i, 1), min(level, end) - tol, max(level, end) + tol)
+        mask[t0:j] = True
+        values[t0:j] = np.concatenate([line[:1], scaled[1:]])
+        t = j
     return mask, values
 
 
@@ -768,7 +836,9 @@ def _repeats(values: np.ndarray) -> tuple[float, float]:
     return float(np.mean(np.diff(v) == 0)), float(np.quantile(lengths, 0.99))
 
 
-def _stuck(raw: np.ndarray, expected: np.ndarray, model: FittedSeriesModel) -> tuple[np.ndarray, np.ndarray]:
+def _stuck(
+    raw: np.ndarray, expected: np.ndarray, model: FittedSeriesModel, known: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Points of an exporter stuck on one value: the repeats in a run of one exact value that
     is longer than the series' history makes plausible.
 
@@ -782,7 +852,8 @@ def _stuck(raw: np.ndarray, expected: np.ndarray, model: FittedSeriesModel) -> t
     ordinary reading. Both read raw values only, so a window judges a run that began before it
     as one go does. The run's first point is the last
     value the exporter really read and is kept; missing points end a run. The repeats are
-    replaced by a straight line from that value to the first value after the run; a run still
+    replaced by a straight line from that value to the first value after the run (as `known`
+    gives it: that value cleaned, when it is itself a fault; default the raw one); a run still
     open at the end of the data is judged on its length so far and replaced by x̂ (so is a run
     with a missing point after it). Returns the mask of replaced points and their values.
     """
@@ -810,13 +881,63 @@ def _stuck(raw: np.ndarray, expected: np.ndarray, model: FittedSeriesModel) -> t
         if a > 0 and np.isfinite(raw[a - 1]) and abs(raw[a] - raw[a - 1]) > model.tau_:
             continue
         out[a + 1 : b + 1] = True
-        after = raw[b + 1] if b + 1 < raw.size else np.nan
+        after = (raw if known is None else known)[b + 1] if b + 1 < raw.size else np.nan
         if np.isfinite(after):
             k = b - a  # repeats
             values[a + 1 : b + 1] = raw[a] + (after - raw[a]) * np.arange(1, k + 1) / (k + 1)
         else:
             values[a + 1 : b + 1] = expected[a + 1 : b + 1]
     return out, values
+
+
+def _idle_share(values: np.ndarray, drop_share: float, max_run: int) -> float:
+    """Share of the history's points in idle spells: runs of more than `max_run` points at or below
+    `drop_share` x the history's median (an exporter's drops are shorter); NaN when the history is too
+    short to tell.
+    """
+    v = np.asarray(values, dtype="float64")
+    v = v[np.isfinite(v)]
+    if v.size <= MIN_REPEAT_STEPS:
+        return float("nan")
+    low = v <= drop_share * float(np.median(v))
+    edges = np.diff(np.concatenate([[0], low.astype(np.int8), [0]]))
+    lengths = np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
+    return float(lengths[lengths > max_run].sum() / v.size)
+
+
+def _longest_drop(model: FittedSeriesModel) -> int:
+    """The longest flat fall to zero (points) that `_collapses` cleans, as its `max_drop_run`.
+
+    As short as a spike (`max_anomaly_run`): demand that went away for a while is idle. On a
+    series whose history hardly idles (`idle_share_` at most `outage_max_idle_share`) a fall as
+    long as a counter reset's (`max_fault_run`, returned as 0) is an outage of the exporter: the
+    demand does not vanish for an hour to come back where it was.
+    """
+    cfg = model.config
+    share = model.idle_share_
+    if cfg.outage_max_idle_share is not None and np.isfinite(share) and share <= cfg.outage_max_idle_share:
+        return 0
+    return cfg.max_anomaly_run
+
+
+def _bridge(values: np.ndarray, mask: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """Replacement values for the runs of `mask`: a straight line from the value before each run
+    to the value after it (`values`: the series as cleaning keeps it, so a fault beside a run
+    does not shape the line), or `fallback` where either is missing or the run touches the start
+    or the end of the data.
+
+    The points on both sides are the series' own readings around the run: the hourly mean
+    the replaced points feed follows the demand better than x̂, which lags a move and carries
+    the detector's error.
+    """
+    out = np.asarray(fallback, dtype="float64").copy()
+    n = values.size
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
+        if a == 0 or b >= n or not (np.isfinite(values[a - 1]) and np.isfinite(values[b])):
+            continue
+        out[a:b] = values[a - 1] + (values[b] - values[a - 1]) * np.arange(1, b - a + 1) / (b - a + 1)
+    return out
 
 
 def _short_gaps(raw: np.ndarray, max_len: int) -> np.ndarray:

@@ -152,6 +152,17 @@ class RouterConfig(BaseModel):
     max_stuck_run: int = Field(
         72, ge=0, description="a run of one value longer than this many points is kept as real (0: no limit)"
     )
+    outage_max_idle_share: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="a fall to zero that comes back within `max_fault_run` points is an exporter outage, however "
+        "long, on a series whose history hardly idles: at most this share of its points lie in runs of more than "
+        "`max_anomaly_run` points at or below `fault_drop_share` x its median (a series that never idles does not "
+        "idle for an hour and come back to where it was; one that does keeps its idle spells). Off by default "
+        "(None): real demand does fall idle for the first time in a week now and then, e.g. 100 min on Helios "
+        "vcLJZ, and such an hour is then replaced (a share of 0.01 suits Helios-like demand)",
+    )
     nonnegative: bool | None = Field(
         None,
         description="the metric is never negative (expected and clean values are clipped at 0); None: inferred "

@@ -33,7 +33,8 @@ def test_a_burst_raises_one_alarm_and_is_kept_a_spike_is_alarmed_and_cleaned():
     assert not out["cleaned"].iloc[500:510].any()
     assert (out["clean_value"].iloc[500:510] == 20.0).all()
     assert out["is_anomaly"].iloc[300] and out["cleaned"].iloc[300]
-    assert out["clean_value"].iloc[300] == pytest.approx(out["expected"].iloc[300])
+    # replaced by the line between its neighbours, the series' own readings around it
+    assert out["clean_value"].iloc[300] == pytest.approx((y.iloc[299] + y.iloc[301]) / 2)
     assert abs(out["clean_value"].iloc[300] - 10) < 2
     assert out["is_anomaly"].sum() <= 6  # ordinary noise raises (almost) nothing
 
