@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-faults", action="store_true", help="skip the runs with telemetry faults")
     ap.add_argument("--fault-seeds", type=int, default=3,
                     help="fault placements per grouping (seeds 11, 12, ...): one seed's few events decide too much")
+    ap.add_argument("--spread", help="run reactive and predictive with this Policy.demand_spread "
+                    "(the policy's default when not given)")
     ap.add_argument("--from-log", help="render the tables from the per-run lines an earlier run wrote to stderr")
     args = ap.parse_args(argv)
     data = Path(args.data)
@@ -197,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     for pct in pools:  # pool by pool, so an interrupted run has whole regimes
         for g in report:
             nodes = pool_nodes(rounds[g], data, pct)
-            sc = scenario(rounds[g], nodes, args.days, data, f"{g}-{pct}")
+            sc = scenario(rounds[g], nodes, args.days, data, f"{g}-{pct}",
+                          policy={"demand_spread": args.spread} if args.spread else None)
             scen[(g, pct)] = sc
             for pol in POLICIES:
                 jobs.append(((g, pct, pol, "clean"), sc, pol, True))
@@ -220,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"Helios allocation regimes: {args.days:g} days, 5-min steps, decisions hourly, move 30 min, "
           f"<= 4 moves/decision, 8-GPU nodes")
-    print(f"policy defaults chosen on {', '.join(tune) or 'nothing'}; reported on {', '.join(report)}")
+    print(f"policy defaults chosen on {', '.join(tune) or 'nothing'}; reported on {', '.join(report)}"
+          + (f"; demand_spread={args.spread}" if args.spread else ""))
     for g in report:
         print(f"- {g}: " + ", ".join(f"{p}={a}+{b}" for p, (a, b) in zip(PLATFORMS, rounds[g])))
     print()

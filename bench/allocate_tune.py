@@ -46,7 +46,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quantiles", default="0.95")
     ap.add_argument("--cooldowns", default="0h,1h,2h")
     ap.add_argument("--move-costs", default="0.1,0.25,0.5,1,2")
-    ap.add_argument("--spreads", default="empirical", help="demand_spread values (empirical, random_walk)")
+    ap.add_argument("--spreads", default="empirical",
+                    help="demand_spread values (chosen, empirical, random_walk, wider)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
     grid = [{"headroom_quantile": float(q), "cooldown": c, "move_cost": float(m), "demand_spread": s}

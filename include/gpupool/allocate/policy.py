@@ -50,9 +50,11 @@ class Policy(BaseModel):
     headroom_quantile: float = Field(
         0.95, gt=0.5, lt=1.0, description="the quantile the demand's `upper` numbers stand for"
     )
-    demand_spread: Literal["empirical", "random_walk"] = Field(
-        "empirical", description="how the last hour's error grows ahead: the series' own hour-ahead changes "
-        "near its current level, or a random walk on the last day's changes")
+    # "chosen" from the empirical rule: see allocate.planner.SPREAD_BASE for the tuning figures
+    demand_spread: Literal["chosen", "empirical", "random_walk", "wider"] = Field(
+        "chosen", description="how the last hour's error grows ahead: the series' own hour-ahead changes "
+        "near its current level (empirical), a random walk on the last week's changes, the wider of the two, "
+        "or (chosen) whichever of these the series' own recent hours favour, the empirical rule unless clearly beaten")
     priority: dict[str, float] = Field(default_factory=dict, description="platform -> weight of its unmet demand")
     max_moves_per_decision: int = Field(4, ge=0)
     # cooldown and move_cost: chosen on the tuning groupings G1, G2 of bench/allocate_helios.py

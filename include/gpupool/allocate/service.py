@@ -32,9 +32,10 @@ from gpupool import mig
 from gpupool.allocate import handover as ho
 from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason
 from gpupool.allocate.planner import (
-    CHANGE_HOURS,
+    DEFAULT_SPREAD,
     GPU_UNIT,
     SKILL_HOURS,
+    SPREAD_HISTORY_HOURS,
     NodeRecord,
     demand_from_forecast,
     demand_from_last_hour,
@@ -132,7 +133,7 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
 
 
 def platform_demand(engine: Engine, window, platforms: list[str], kind: str, horizon: int,
-                    headroom_quantile: float, spread: str = "empirical") -> tuple[dict[str, dict], dict[str, str]]:
+                    headroom_quantile: float, spread: str = DEFAULT_SPREAD) -> tuple[dict[str, dict], dict[str, str]]:
     """Demand per platform for the planner (``{mean, upper}`` per hour) and where it came from.
 
     ``predictive``: the forecast issued at the window's end and the spread of demand inside an
@@ -147,7 +148,7 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
     if kind == "predictive":
         fc = reads.read_forecasts(engine, end.to_pydatetime(), platforms)
         runs = reads.forecast_runs(engine, end.to_pydatetime(), platforms)
-        since = end - pd.Timedelta(hours=max(SKILL_HOURS, CHANGE_HOURS) + 1)
+        since = end - pd.Timedelta(hours=max(SKILL_HOURS, SPREAD_HISTORY_HOURS) + 1)
         issued = reads.forecasts_issued_between(engine, since.to_pydatetime(), end.to_pydatetime(), step=1)
         for p in platforms:
             rows = fc[fc["platform"] == p].sort_values("step").head(horizon)
@@ -171,7 +172,7 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
     for p in platforms:
         if p in demand:
             continue
-        since = end - pd.Timedelta(hours=CHANGE_HOURS + 1)
+        since = end - pd.Timedelta(hours=SPREAD_HISTORY_HOURS + 1)
         hist, info = reads.hourly_demand(engine, p, since.to_pydatetime(), end.to_pydatetime())
         hist = hist[hist.index < end]
         d = demand_from_last_hour(hist, float(info.get("within_hour_sd") or 0.0), horizon, headroom_quantile,

@@ -14,8 +14,8 @@ Every ``decision_every`` the study runs what ``gpupool_pipeline`` runs, on what 
    the previous hour's model (:func:`gpupool.pipeline.warm_start`), as the forecast stage does;
 4. **plan** — :func:`gpupool.allocate.planner.demand_from_forecast` (``predictive``) or
    :func:`~gpupool.allocate.planner.demand_from_last_hour` (``reactive``), both from demand as
-   it stands (``demand_of_steps``'s ``level``) and the last :data:`~gpupool.allocate.planner.CHANGE_HOURS`
-   of hourly demand, and :func:`gpupool.allocate.planner.plan`, as the plan stage does;
+   it stands (``demand_of_steps``'s ``level``) and the last :data:`~gpupool.allocate.planner.SPREAD_HISTORY_HOURS`
+   of hourly demand (the spread's lookback and the hours its rule is chosen on), and :func:`gpupool.allocate.planner.plan`, as the plan stage does;
 5. the plan's moves are carried out in the world.
 
 ``static`` never moves (the chain is not run: its plan could not change anything); ``oracle``
@@ -35,8 +35,8 @@ from tqdm.auto import tqdm
 
 from gpupool import pipeline
 from gpupool.allocate.planner import (
-    CHANGE_HOURS,
     SKILL_HOURS,
+    SPREAD_HISTORY_HOURS,
     NodeRecord,
     PlatformDemand,
     demand_from_forecast,
@@ -252,7 +252,7 @@ class ReactiveDemand(ChainDemand):
     def _demand(self, t, i1):
         out = {}
         for p in self.world.platforms:
-            hourly, info = self._history(p, i1, pd.Timedelta(hours=CHANGE_HOURS + 1))
+            hourly, info = self._history(p, i1, pd.Timedelta(hours=SPREAD_HISTORY_HOURS + 1))
             hourly = hourly[hourly.index < t]
             out[p] = demand_from_last_hour(hourly, info["within_hour_sd"], self.policy.horizon_hours,
                                            self.policy.headroom_quantile, spread=self.policy.demand_spread,

@@ -187,3 +187,74 @@ def test_a_forecast_is_scored_against_the_level_the_reactive_plan_uses():
     assert skill.forecast_wins and skill.rmse_forecast == pytest.approx(0.0) and skill.rmse_naive == pytest.approx(2.0)
     # hours with no level: the plan took the last hour and did not anchor; so does the score
     assert forecast_skill(issued, hourly, levels=levels * np.nan) == forecast_skill(issued, hourly)
+
+
+def _bursty(n_cycles=10):
+    """Jumps up by 20 from a low level of 10, then drifts down by 1 an hour: an upward tail the
+    random walk spreads over every level."""
+    low = [10.0, 30.0, 29.0, 28.0, 27.0, 26.0, 25.0, 24.0, 23.0, 22.0, 21.0, 20.0]
+    return low * n_cycles + [10.0]
+
+
+def test_each_series_own_record_chooses_its_spread_rule():
+    from gpupool.allocate.planner import SPREAD_BASE, spread_record
+
+    bursty = _hours(_bursty())
+    rec = spread_record(bursty, 0.95)
+    assert rec.hours >= 24
+    assert rec.loss["empirical"] < rec.loss["wider"] < 0.9 * rec.loss["random_walk"]
+    assert rec.choice == "empirical"
+    chosen = demand_from_last_hour(bursty, 0.0, 2, 0.95, spread="chosen")
+    assert chosen == demand_from_last_hour(bursty, 0.0, 2, 0.95, spread="empirical")
+    # a series that moves like a random walk: no rule is clearly better, the series keeps the base
+    walk = _hours(50.0 + np.cumsum(np.random.default_rng(3).normal(0.0, 2.0, 200)))
+    assert spread_record(walk, 0.95).choice == SPREAD_BASE
+    assert demand_from_last_hour(walk, 0.0, 2, 0.95, spread="chosen") == \
+        demand_from_last_hour(walk, 0.0, 2, 0.95, spread=SPREAD_BASE)
+
+
+@pytest.mark.parametrize("base", ["random_walk", "empirical"])
+def test_the_base_rule_is_kept_unless_another_is_clearly_better(monkeypatch, base):
+    from gpupool.allocate import planner
+
+    monkeypatch.setattr(planner, "SPREAD_BASE", base)
+    other = "empirical" if base == "random_walk" else "random_walk"
+    hours = planner.MIN_SPREAD_HOURS
+    loss = {base: 1.0, other: 1.0 - 0.5 * planner.SPREAD_MARGIN, "wider": 1.2}
+    assert planner.SpreadRecord(hours, loss).choice == base  # better, but not by the margin
+    loss[other] = 1.0 - 2.0 * planner.SPREAD_MARGIN
+    assert planner.SpreadRecord(hours, loss).choice == other
+    assert planner.SpreadRecord(hours - 1, loss).choice == base  # too few hours to overrule it
+    loss["wider"] = 0.5
+    assert planner.SpreadRecord(hours, loss).choice == "wider"
+
+
+def test_a_short_record_keeps_the_base_rule():
+    from gpupool.allocate.planner import MIN_SPREAD_HOURS, SPREAD_BASE, spread_record
+
+    short = _hours(_bursty(3)[: 12 + MIN_SPREAD_HOURS - 1])
+    rec = spread_record(short, 0.95)
+    assert 0 < rec.hours < MIN_SPREAD_HOURS and rec.choice == SPREAD_BASE
+    assert demand_from_last_hour(short, 0.0, 1, 0.95, spread="chosen") == \
+        demand_from_last_hour(short, 0.0, 1, 0.95, spread=SPREAD_BASE)
+
+
+def test_the_spread_record_judges_each_hour_by_a_bound_from_the_hours_before_it():
+    from gpupool.allocate.planner import spread_record
+
+    # flat for 40 hours, then a jump of 20: no rule saw it coming, so each pays for it in full
+    hourly = _hours([10.0] * 40 + [30.0])
+    rec = spread_record(hourly, 0.95)
+    assert rec.hours == 40 - 12
+    for rule in ("random_walk", "empirical", "wider"):
+        assert rec.loss[rule] == pytest.approx(0.95 * 20.0 / rec.hours)
+    # only the last `hours` hours are scored
+    assert spread_record(hourly, 0.95, hours=5).hours == 5
+
+
+def test_the_wider_rule_is_the_larger_of_the_two_bounds():
+    hourly = _hours(_bursty())
+    wider = demand_from_last_hour(hourly, 0.0, 2, 0.95, spread="wider")
+    emp = demand_from_last_hour(hourly, 0.0, 2, 0.95, spread="empirical")
+    rw = demand_from_last_hour(hourly, 0.0, 2, 0.95, spread="random_walk")
+    assert wider.upper == pytest.approx(tuple(max(a, b) for a, b in zip(emp.upper, rw.upper)))
