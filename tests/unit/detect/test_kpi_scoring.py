@@ -76,3 +76,25 @@ def test_tally_pools_counts_before_taking_f1():
     assert (r["found"], r["segments"], r["false_events"]) == (1, 2, 1)
     assert r["alarm_rate"] == pytest.approx(2 / 30)
     assert f1(0, 3, 4) == 0.0
+
+
+def test_injected_segments_stay_in_the_scored_part_and_change_only_labelled_points():
+    from detect_kpi import inject
+
+    rng = np.random.default_rng(3)
+    values = 50.0 + rng.normal(0.0, 1.0, 5000)
+    excluded = np.zeros(5000, dtype=bool)
+    excluded[3000:3500] = True
+    x, labels = inject(values, 750, excluded, share=0.03, seed=7)
+    assert not labels[:750].any() and not labels[3000:3500].any()
+    assert np.array_equal(x != values, labels)  # every labelled point moved, nothing else did
+    share = labels.sum() / (~excluded[750:]).sum()
+    assert 0.03 <= share < 0.03 + 60 / 3750  # reaches the share, overshooting by at most one segment
+    segs = segments(labels)
+    assert all(1 <= b - a + 1 <= 60 for a, b in segs)
+    # segments are kept apart so that each is judged on a past free of the previous one
+    assert all(a2 - b1 > 60 for (_, b1), (a2, _) in zip(segs, segs[1:]))
+    # a count (never negative) is never pushed below zero
+    counts = rng.poisson(2.0, 5000).astype(float)
+    y, lab = inject(counts, 750, np.zeros(5000, dtype=bool), share=0.03, seed=1)
+    assert y.min() >= 0.0 and lab.any()
