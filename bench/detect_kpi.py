@@ -74,7 +74,7 @@ from detect_nab import (  # noqa: E402
 )
 from detect_nab_collect import collect, dedupe_csv  # noqa: E402
 from kpi_scoring import DELAY_K, Tally, segments  # noqa: E402
-from nab_scoring import PROFILES, FileScorer, normalised, probation_rows  # noqa: E402
+from nab_scoring import FileScorer, normalised, probation_rows  # noqa: E402
 
 from gpupool.detect.router import RouterConfig  # noqa: E402
 
