@@ -119,23 +119,38 @@ def merge_alarms(flags: np.ndarray, merge: int) -> np.ndarray:
     return out
 
 
-def model_thresholds(models: list[dict], config: RouterConfig, scale: float, budget: float | None) -> np.ndarray:
+def model_thresholds(models: list[dict], config: RouterConfig, scale: float, budget: float | None,
+                     skip: float = 0.0) -> np.ndarray:
     """Each model's alarm threshold had the router used this τ scale and false-alarm budget.
 
-    `budget` is `alarm_history_share`: None none, 0 the history's largest score.
+    `budget` is `alarm_history_share`: None none, 0 the history's largest score. `skip` is
+    `alarm_history_skip_per_day`; it is applied with budget 0 only (the cache keeps the
+    history's largest excursion peaks, not its quantiles without them).
     """
     level = None if budget is None else TAIL_LEVELS.index(round(1.0 - budget, 6))
     out = np.empty(len(models))
     for i, m in enumerate(models):
         base = config.tau_multiplier if m["residual"] else config.sr_threshold
         q = m["quantiles"][level] if (level is not None and m["quantiles"] and m["quantiles"][level] is not None) else 0.0
+        exc = m.get("excursions")
+        if skip and budget == 0 and exc is not None and q > 0.0:
+            k = int(skip * exc["days"])
+            left = ([exc["rest"]] if exc["rest"] is not None else []) + exc["peaks"][k : k + 1]
+            q = max(left) if left else 0.0
         out[i] = max(scale * base, q)
     return out
 
 
-def deviations(res: dict, config: RouterConfig, scale: float, budget: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per point: deviates beyond its model's threshold; and the detectable size θσ of its model."""
-    thr = model_thresholds(res["models"], config, scale, budget)
+def deviations(res: dict, config: RouterConfig, scale: float, budget: float,
+               skip: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per point: deviates beyond its model's threshold; and the detectable size θσ of its model.
+
+    The size (what `fallback` compares) is read under the whole history's budget; `skip`
+    (default: the config's `alarm_history_skip_per_day`) moves the threshold only.
+    """
+    skip = config.alarm_history_skip_per_day if skip is None else skip
+    thr = model_thresholds(res["models"], config, scale, budget, skip)
+    thr_whole = model_thresholds(res["models"], config, scale, budget)
     mid = res["model_id"]
     ok = mid >= 0
     row_thr = np.where(ok, thr[np.where(ok, mid, 0)], np.inf)
@@ -146,11 +161,13 @@ def deviations(res: dict, config: RouterConfig, scale: float, budget: float) -> 
         is_sr = ok & sr[np.where(ok, mid, 0)]
         resid = np.abs(res["value"] - res["expected"])
         dev &= ~is_sr | (resid > config.sr_min_residual * scale_r[np.where(ok, mid, 0)])
-    size = np.array([t * m["residual_scale"] if m["residual"] else np.inf for t, m in zip(thr, res["models"])] or [np.inf])
+    size = np.array([t * m["residual_scale"] if m["residual"] else np.inf for t, m in zip(thr_whole, res["models"])]
+                    or [np.inf])
     return dev, size
 
 
-def routed_flags(per: dict, rule: str, config: RouterConfig, scale: float, budget: float, merge: int) -> np.ndarray:
+def routed_flags(per: dict, rule: str, config: RouterConfig, scale: float, budget: float, merge: int,
+                 skip: float | None = None) -> np.ndarray:
     """Alarms of the router variant `rule` for one file from the cached single-detector runs.
 
     features: the profile router's choice at each refit (the cached `auto` run);
@@ -164,15 +181,15 @@ def routed_flags(per: dict, rule: str, config: RouterConfig, scale: float, budge
     """
     auto = per["auto"]
     if rule == "features":
-        dev, _ = deviations(auto, config, scale, budget)
+        dev, _ = deviations(auto, config, scale, budget, skip)
         return merge_alarms(dev, merge)
     if rule == "zscore":
-        dev, _ = deviations(per["zscore"], config, scale, budget)
+        dev, _ = deviations(per["zscore"], config, scale, budget, skip)
         return merge_alarms(dev, merge)
     names = ["auto", "zscore"] if rule in ("fallback", "fallback_all") else ["auto", "svr", "prophet", "zscore"]
     devs, sizes = {}, {}
     for name in names:
-        devs[name], sizes[name] = deviations(per[name], config, scale, budget)
+        devs[name], sizes[name] = deviations(per[name], config, scale, budget, skip)
     n = auto["value"].size
     mid = auto["model_id"]
     chosen = np.zeros(n, dtype=bool)

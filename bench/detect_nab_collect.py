@@ -31,6 +31,9 @@ from gpupool.tsio import read_series_csv
 
 #: settings that change what is cleaned, never what is flagged: not part of the cache key
 CLEANING_ONLY = ("max_fault_run", "fault_drop_share")
+#: settings that move only the alarm threshold, which the bench reads again from what the
+#: cache keeps (scores, each model's history tails and largest excursions): not part of the key
+ALARM_ONLY = ("alarm_history_skip_per_day",)
 
 
 def dedupe_csv(path: Path, workdir: Path) -> tuple[Path, list[int]]:
@@ -63,7 +66,7 @@ def line_ranges(lines: list[int]) -> str:
 
 
 def cache_key(rel: str, method: str, config: RouterConfig, content: bytes = b"") -> str:
-    settings = {k: v for k, v in config.model_dump().items() if k not in CLEANING_ONLY}
+    settings = {k: v for k, v in config.model_dump().items() if k not in CLEANING_ONLY + ALARM_ONLY}
     blob = json.dumps([rel, method, settings, hashlib.sha1(content).hexdigest()], sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
@@ -114,6 +117,7 @@ def collect(path: Path, rel: str, method: str, config: RouterConfig, cache: Path
                 "tau": m.tau_,
                 "residual_scale": m.residual_scale_,
                 "quantiles": m.extra.get("history_quantiles"),
+                "excursions": m.extra.get("excursions"),
             }
         )
     res = {

@@ -265,8 +265,8 @@ def _fitted(name: str, reason: str, prof: dict, cfg: RouterConfig, metric: str |
 
 
 def _alarm_size(model: FittedSeriesModel) -> float:
-    """The smallest deviation |x - x̂| (in the series' units) that raises an alarm."""
-    return model.alarm_threshold_ * model.residual_scale_
+    """The smallest deviation |x - x̂| (in the series' units) that raises an alarm under the whole history's budget."""
+    return model.extra.get("selection_threshold", model.alarm_threshold_) * model.residual_scale_
 
 
 def _counts_only(history: pd.Series) -> dict:
@@ -316,7 +316,22 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     model.excursion_scale_ = _peak_height(values, cfg.spike_height_quantile)
     model.idle_share_ = _idle_share(values, cfg.fault_drop_share, cfg.max_anomaly_run)
     model.threshold_ = base
-    model.alarm_threshold_ = max(cfg.alarm_tau_scale * base, _budget_threshold(history_norm, cfg.alarm_history_share))
+    least = cfg.alarm_tau_scale * base
+    # the detector choice (`fallback`) compares alarm sizes under the whole history's budget
+    model.extra["selection_threshold"] = max(least, _budget_threshold(history_norm, cfg.alarm_history_share))
+    events, peaks = _excursions(history_norm, base, cfg.alarm_merge_points)
+    skip = int(cfg.alarm_history_skip_per_day * _span_days(history))
+    order = np.argsort(-peaks, kind="stable")
+    budget_norm = np.where(np.isin(events, order[:skip]), np.nan, history_norm) if skip and peaks.size else history_norm
+    model.alarm_threshold_ = max(least, _budget_threshold(budget_norm, cfg.alarm_history_share))
+    # what the bench needs to read the budget for another skip: the largest excursions' peaks,
+    # the largest score outside any excursion, and the history's span
+    rest = history_norm[(events < 0) & np.isfinite(history_norm)]
+    model.extra["excursions"] = {
+        "peaks": [float(p) for p in peaks[order[:MAX_KEPT_PEAKS]]],
+        "rest": float(rest.max()) if rest.size else None,
+        "days": _span_days(history),
+    }
     if model.detector_name in RESIDUAL_DETECTORS:
         model.tau_ = model.threshold_ * model.residual_scale_
     else:
@@ -335,6 +350,38 @@ def _tail_quantiles(norm: np.ndarray) -> list[float | None]:
     if v.size < MIN_BUDGET_POINTS:
         return [None] * len(TAIL_LEVELS)
     return [float(q) for q in np.quantile(v, TAIL_LEVELS)]
+
+
+#: largest excursion peaks kept with each model (for the bench)
+MAX_KEPT_PEAKS = 32
+
+
+def _span_days(history: pd.Series) -> float:
+    idx = history.index
+    if len(idx) < 2 or not isinstance(idx, pd.DatetimeIndex):
+        return 0.0
+    return float((idx[-1] - idx[0]) / pd.Timedelta(days=1))
+
+
+def _excursions(norm: np.ndarray, level: float, merge_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """The history's excursions: runs of scores beyond `level`, joined as `alarms` joins an event's points.
+
+    Returns each point's excursion (-1: none) and each excursion's largest score.
+    """
+    v = np.asarray(norm, dtype="float64")
+    events = np.full(v.size, -1, dtype=np.int64)
+    with np.errstate(invalid="ignore"):
+        where = np.flatnonzero(np.isfinite(v) & (v > level))
+    if where.size == 0:
+        return events, np.empty(0)
+    new = np.concatenate([[True], np.diff(where) > max(merge_points, 0)])
+    ids = np.cumsum(new) - 1
+    starts, ends = where[new], where[np.concatenate([new[1:], [True]])]
+    for k, (a, b) in enumerate(zip(starts, ends)):
+        events[a : b + 1] = k
+    peaks = np.full(int(ids[-1]) + 1, -np.inf)
+    np.maximum.at(peaks, ids, v[where])
+    return events, peaks
 
 
 def _budget_threshold(norm: np.ndarray, budget: float | None) -> float:

@@ -21,7 +21,9 @@ residual detectors flag |x_t - x̂_t| > τ with τ = `tau_multiplier` x the robu
 the history's residuals; SR flags its per-series normalised score above `sr_threshold`.
 That τ decides cleaning. An alarm needs more: `alarm_tau_scale` x τ, and a deviation that at
 most `alarm_history_share` of the history reached (by default: none, a deviation larger
-than any of the last `history_days`): a false-alarm budget per series.
+than any of the last `history_days`): a false-alarm budget per series. The budget is read
+from the history less its largest excursions (`alarm_history_skip_per_day` of them per day
+of history), so an earlier anomaly does not raise the bar for the days it stays in the history.
 
 After routing, `fallback` compares the routed SVR or Prophet with the rolling z-score on the
 series' own history: the one that alarms at the smaller deviation (in the series' units,
@@ -72,6 +74,14 @@ class RouterConfig(BaseModel):
         lt=0.5,
         description="false-alarm budget: an alarm also needs a deviation that at most this share of the "
         "history's points reached (0: larger than any in the history the model was fitted on; None: no budget)",
+    )
+    alarm_history_skip_per_day: float = Field(
+        0.0,
+        ge=0.0,
+        description="the false-alarm budget is read from the history less its largest excursions (runs of points "
+        "beyond τ, joined as `alarm_merge_points` joins alarms), this many per day of history (rounded down): an "
+        "earlier anomaly does not make the series blind to a smaller one while it stays in the history; a series "
+        "whose history has more large excursions than that keeps a bar at its next largest (0: none skipped)",
     )
     fallback: bool = Field(
         True,

@@ -275,3 +275,55 @@ def test_a_surge_of_real_demand_is_kept_a_glitch_of_the_same_size_is_cleaned():
     # both rules are configuration
     loose = stream_detect(y, RouterConfig(spike_max_shoulder=1.0, spike_height_factor=0.0), detector="svr")
     assert loose["cleaned"].iloc[1500:1505].any()
+
+
+def _week_with_two_anomalies(seed: int = 3) -> pd.Series:
+    """Ten days at 5-minute steps: a large spike on day 3, a smaller one (clearly beyond τ) on day 6."""
+    y = level_series(n=288 * 10, seed=seed)
+    y.iloc[288 * 3 + 100] += 20.0  # 40 noise spreads
+    y.iloc[288 * 6 + 100] += 6.0  # 12 noise spreads: well beyond the alarm τ (1.5 x 4)
+    return y
+
+
+def test_an_earlier_anomaly_in_the_history_does_not_hide_a_smaller_later_one():
+    y = _week_with_two_anomalies()
+    out = stream_detect(y, RouterConfig(alarm_history_skip_per_day=1.0), detector="zscore")
+    assert out["is_anomaly"].iloc[288 * 3 + 100]
+    assert out["is_anomaly"].iloc[288 * 6 + 100], "the day-3 spike must not raise the bar for the week after it"
+    assert out["is_anomaly"].sum() <= 6
+    # the whole history's largest deviation (the default budget, skip 0) hides it
+    whole = stream_detect(y, detector="zscore")
+    assert not whole["is_anomaly"].iloc[288 * 6 + 100]
+    # alarms only: what is cleaned and its values are the same either way
+    assert out["cleaned"].equals(whole["cleaned"])
+    np.testing.assert_array_equal(out["clean_value"].to_numpy(), whole["clean_value"].to_numpy())
+
+
+def test_a_history_with_many_large_excursions_keeps_its_raised_bar():
+    from gpupool.detect.clean import fit_series_model
+
+    rng = np.random.default_rng(5)
+    y = level_series(n=288 * 7)
+    bursts = rng.choice(y.size, 80, replace=False)
+    y.iloc[bursts] += rng.uniform(5.0, 10.0, 80)  # ordinary bursts, about eleven a day
+    cfg = RouterConfig(alarm_history_skip_per_day=1.0)
+    skipped = fit_series_model(y, cfg, detector="zscore")
+    least = cfg.alarm_tau_scale * cfg.tau_multiplier
+    assert skipped.alarm_threshold_ > 2 * least, "seven skipped excursions leave dozens as large"
+    whole = fit_series_model(y, cfg.model_copy(update={"alarm_history_skip_per_day": 0.0}), detector="zscore")
+    assert least < skipped.alarm_threshold_ <= whole.alarm_threshold_
+
+
+def test_excursions_join_points_as_alarms_do():
+    from gpupool.detect.clean import _excursions
+
+    # 1 and 4 are 3 points apart: one excursion; 4 and 9 are 5 apart, 9 and 13 are 4 apart: three in all
+    norm = np.array([0, 9, 0, 0, 8, 0, 0, 0, 0, 7, np.nan, 0, 0, 5], dtype=float)
+    events, peaks = _excursions(norm, 4.0, merge_points=3)
+    assert events.tolist() == [-1, 0, 0, 0, 0, -1, -1, -1, -1, 1, -1, -1, -1, 2]
+    assert peaks.tolist() == [9.0, 7.0, 5.0]
+    events, peaks = _excursions(norm, 4.0, merge_points=4)
+    assert events.tolist() == [-1, 0, 0, 0, 0, -1, -1, -1, -1, 1, 1, 1, 1, 1]
+    assert peaks.tolist() == [9.0, 7.0]
+    events, peaks = _excursions(norm, 10.0, merge_points=3)
+    assert (events == -1).all() and peaks.size == 0
