@@ -67,6 +67,9 @@ class Policy(BaseModel):
     layout_change_minutes: float = Field(10.0, ge=0, description="a MIG re-layout makes a node unavailable this long")
     layout_change_cost: float = Field(0.5, ge=0, description="GPU-hours charged per MIG layout change")
     allow_evict: bool = Field(False, description="whether a node with running work may be released")
+    source_risk: float = Field(
+        0.1, ge=0, description="weight of the expected unmet a platform gives up one horizon further out by "
+        "releasing nodes: breaks ties between sources toward the one with the most headroom left")
     horizon_hours: int = Field(PLAN_HORIZON_HOURS, ge=1, description="hours of demand the planner looks ahead")
     solver_time_limit_s: float = Field(10.0, gt=0)
 
