@@ -4,7 +4,7 @@
         [--days 10] [--policies reactive,predictive] [--jobs 2]
 
 Runs each setting of the grid (``cooldown`` x ``move_cost`` x ``headroom_quantile`` x
-``demand_spread``; with the empirical spread the quantile is the one of the series' own
+``demand_spread`` x ``source_risk``; with the empirical spread the quantile is the one of the series' own
 hour-ahead changes the plan covers, with the random walk it only says what ``upper`` stands for
 and changes nothing) over the
 tuning groupings of ``bench/allocate_helios.py`` and prints mean unmet GPU-hours and moves per
@@ -48,11 +48,14 @@ def main(argv=None) -> int:
     ap.add_argument("--move-costs", default="0.1,0.25,0.5,1,2")
     ap.add_argument("--spreads", default="empirical",
                     help="demand_spread values (chosen, empirical, random_walk, wider)")
+    ap.add_argument("--source-risks", default="0.1", help="Policy.source_risk values")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
-    grid = [{"headroom_quantile": float(q), "cooldown": c, "move_cost": float(m), "demand_spread": s}
-            for q, c, m, s in itertools.product(args.quantiles.split(","), args.cooldowns.split(","),
-                                                args.move_costs.split(","), args.spreads.split(","))]
+    grid = [{"headroom_quantile": float(q), "cooldown": c, "move_cost": float(m), "demand_spread": s,
+             "source_risk": float(r)}
+            for q, c, m, s, r in itertools.product(args.quantiles.split(","), args.cooldowns.split(","),
+                                                   args.move_costs.split(","), args.spreads.split(","),
+                                                   args.source_risks.split(","))]
     jobs = [(g, int(pct), pol, knobs, args.days) for pol in args.policies.split(",") for knobs in grid
             for g in args.groupings.split(",") for pct in args.pools.split(",")]
     with ProcessPoolExecutor(args.jobs) as ex:

@@ -19,6 +19,14 @@ lower envelope), so "expected unmet" stays linear. The planner minimises
     sum_{p,h} w_p * g_p * U[p,h]                          (weighted expected unmet, GPU-hours)
   + idle_weight * sum_{p,h} g_p * (held[p] - mean[p,h] + U[p,h])   (expected idle held capacity)
   + move_cost * moves + layout_change_cost * re-layouts
+  + source_risk * sum_p w_p * g_p * (F_p(held_after[p]) - F_p(held_now[p]))+   (what a source gives up later)
+
+where ``F_p(c) = E[(D_p - c)+]`` one horizon further out: demand as in the last horizon hour with
+its spread grown as a random walk's (``sqrt 2`` for twice the lead time). Within the horizon two
+sources that both keep enough look equally safe; the last term breaks that tie toward the source
+with the most headroom left after giving (the platform with the largest surplus in its own spread
+units), and, being small, it does not outweigh a real difference in expected unmet within the
+horizon.
 
 where ``g_p`` converts the platform's unit to GPUs. A node that moves serves nobody for
 ``move_minutes``; a node leaves its source at once. Each hour is cut into slots where some node
@@ -61,6 +69,8 @@ GPU_UNIT = "gpu"
 
 _BOUND_PENALTY = 1e4  # per node outside a platform's min/max: above any realistic demand gain
 _TANGENT_Z = np.linspace(-3.0, 3.0, 13)
+_FAR_TANGENT_Z = np.linspace(-3.0, 4.5, 16)  # further into the tail: the source term is about small risks
+_FAR_SPREAD = math.sqrt(2.0)  # one horizon further out: twice the lead time, a random walk's spread
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 
 
@@ -561,11 +571,11 @@ def expected_unmet(capacity: np.ndarray | float, mean: np.ndarray | float, sigma
     return out.reshape(shape)
 
 
-def _tangents(mean: float, sigma: float) -> list[tuple[float, float]]:
+def _tangents(mean: float, sigma: float, zs: np.ndarray = _TANGENT_Z) -> list[tuple[float, float]]:
     """Lines ``U >= a - b c`` whose maximum (with U >= 0) is the convex envelope of expected unmet."""
     lines = [(mean, 1.0)]  # U >= mean - c (the asymptote)
     if sigma > 1e-9:
-        for z in _TANGENT_Z:
+        for z in zs:
             c0 = mean + z * sigma
             f0 = float(expected_unmet(c0, mean, sigma))
             slope = float(ndtr(-z))  # -f'(c0)
@@ -713,6 +723,10 @@ class _Model:
         self.idle_gpus = np.zeros(len(platforms))
         self.classes: list[_Class] = []
         self._build(at)
+        # the source-risk term: demand one horizon further out, and each platform's risk there now
+        self.far_mean = self.mean[:, -1].copy()
+        self.far_sigma = self.sigma[:, -1] * _FAR_SPREAD
+        self.far_now = expected_unmet(self.capacity(self.counts_keep())[1], self.far_mean, self.far_sigma)
 
     # ---- construction
     def _avail(self, minutes: float) -> tuple[float, ...]:
@@ -822,6 +836,9 @@ class _Model:
         obj += self.policy.idle_weight * float((g * (held[:, None] - self.mean + unmet)).sum())
         obj += sum(n * o.cost for cls, row in zip(self.classes, counts) for o, n in zip(cls.options, row))
         obj += _BOUND_PENALTY * float(self._violation(nodes).sum())
+        if self.policy.source_risk > 0:
+            given_up = np.clip(expected_unmet(held, self.far_mean, self.far_sigma) - self.far_now, 0.0, None)
+            obj += self.policy.source_risk * float((self.weight * self.gpu_per_unit * given_up).sum())
         return obj, {p: float(unmet[i].sum()) for p, i in self.pidx.items()}
 
     def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
@@ -858,8 +875,9 @@ class _Model:
                 var_index.append((k, o))
         ny = len(var_index)
         nu = P * H
-        n = ny + nu + 2 * P  # y, U[p,h], under[p], over[p]
-        u0, s0 = ny, ny + nu
+        far = self.policy.source_risk > 0
+        n = ny + nu + 2 * P + (P if far else 0)  # y, U[p,h], under[p], over[p], (source risk V[p])
+        u0, s0, v0 = ny, ny + nu, ny + nu + 2 * P
         c = np.zeros(n)
         g = self.gpu_per_unit
         idle_w = self.policy.idle_weight
@@ -870,7 +888,9 @@ class _Model:
         for i in range(P):
             for h in range(H):
                 c[u0 + i * H + h] = (self.weight[i] + idle_w) * g[i] * self.slot_len[h]
-        c[s0:] = _BOUND_PENALTY
+        c[s0:v0] = _BOUND_PENALTY
+        if far:
+            c[v0:] = self.policy.source_risk * self.weight * g
         rows, lbs, ubs = [], [], []
 
         def add(coefs: dict[int, float], lb: float, ub: float) -> None:
@@ -893,6 +913,18 @@ class _Model:
                         if opt.target == p and present[j][h]:
                             coefs[j] = coefs.get(j, 0.0) + b * opt.capacity
                     add(coefs, a - b * float(self.fixed_cap[i, h]), np.inf)
+        for i, p in enumerate(self.platforms) if far else ():  # V[p] >= F_p(held) - F_p(held now), >= 0
+            fixed_held = float(self.fixed_held[i])
+            lines = _tangents(float(self.far_mean[i]), float(self.far_sigma[i]), _FAR_TANGENT_Z)
+            # the envelope's own value now, so that keeping everything costs exactly 0
+            now = max(0.0, max(a - b * float(self.capacity(self.counts_keep())[1][i]) for a, b in lines))
+            for a, b in lines:
+                coefs = {v0 + i: 1.0}
+                for j, (k, o) in enumerate(var_index):
+                    opt = self.classes[k].options[o]
+                    if opt.target == p:
+                        coefs[j] = coefs.get(j, 0.0) + b * opt.capacity
+                add(coefs, a - b * fixed_held - now, np.inf)
         move_vars = {j: 1.0 for j, (k, o) in enumerate(var_index) if self.classes[k].options[o].kind == "move"}
         if move_vars:
             add(move_vars, -np.inf, self.policy.max_moves_per_decision)

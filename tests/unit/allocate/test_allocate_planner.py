@@ -276,3 +276,34 @@ def test_policy_validation():
     with pytest.raises(ValueError):
         Policy(min_nodes={"a": -1})
     assert Policy(cooldown="90min").cooldown == dt.timedelta(minutes=90)
+
+
+@pytest.mark.parametrize("openstack", [(5, 22.0, 26.0), (4, 18.0, 21.0)])
+def test_the_node_comes_from_the_platform_with_the_most_headroom(openstack):
+    # openstack and slurm both keep enough within the horizon whichever gives the node, but slurm
+    # (48 GPUs against a demand of 2) has far more left after giving than openstack
+    nodes_os, mean_os, upper_os = openstack
+    nodes = [NodeRecord(name=f"os{k}", owner="openstack", gpus=8) for k in range(nodes_os)]
+    nodes += [NodeRecord(name=f"sl{k}", owner="slurm", gpus=8) for k in range(6)]
+    nodes += [NodeRecord(name="k0", owner="kubernetes", gpus=8, busy_gpus=8)]
+    demand = {
+        "kubernetes": {"mean": [14.0, 14.0], "upper": [16.0, 16.0]},
+        "openstack": {"mean": [mean_os] * 2, "upper": [upper_os] * 2},
+        "slurm": {"mean": [2.0, 2.0], "upper": [4.0, 4.0]},
+    }
+    result = plan(nodes, demand, Policy(kind="reactive"), at=AT)
+    assert [(m.source, m.target) for m in result.moves] == [("slurm", "kubernetes")]
+    # the tie-break does not stop the move itself
+    assert result.expected_unmet_after["kubernetes"] < result.expected_unmet_before["kubernetes"]
+
+
+def test_source_risk_does_not_override_a_real_gain():
+    # the only idle nodes are on a platform with some risk one horizon out: the short platform still gets one
+    nodes = [NodeRecord(name=f"os{k}", owner="openstack", gpus=8) for k in range(4)]
+    nodes += [NodeRecord(name="k0", owner="kubernetes", gpus=8, busy_gpus=8)]
+    demand = {
+        "kubernetes": {"mean": [14.0, 14.0], "upper": [16.0, 16.0]},
+        "openstack": {"mean": [18.0, 18.0], "upper": [21.0, 21.0]},
+    }
+    result = plan(nodes, demand, Policy(kind="reactive"), at=AT)
+    assert [(m.source, m.target) for m in result.moves] == [("openstack", "kubernetes")]
