@@ -34,47 +34,42 @@ def _mask(n: int, scorable: np.ndarray | None) -> np.ndarray:
     return np.ones(n, dtype=bool) if scorable is None else np.asarray(scorable, dtype=bool)
 
 
+def _segment_hits(alarms: np.ndarray, segs: list[tuple[int, int]], k: int | None,
+                  scorable: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, list[tuple[int, bool]]]:
+    """Scorable alarms, the mask of segment points, and per scored segment (scorable points, hit):
+    hit = an alarm in its first `k` points (any point when `k` is None). A segment whose first
+    point is not scorable is not scored."""
+    a = np.asarray(alarms, dtype=bool)
+    ok = _mask(a.size, scorable)
+    a = a & ok
+    in_seg = np.zeros(a.size, dtype=bool)
+    hits = []
+    for left, right in segs:
+        in_seg[left : right + 1] = True
+        if ok[left]:
+            stop = right + 1 if k is None else min(left + k, right + 1)
+            hits.append((int(ok[left : right + 1].sum()), bool(a[left:stop].any())))
+    return a, in_seg, hits
+
+
 def pa_counts(alarms: np.ndarray, segs: list[tuple[int, int]], k: int = DELAY_K,
               scorable: np.ndarray | None = None) -> dict:
     """Point-adjusted counts tp, fp, fn (points) with delay `k` for one file."""
     if k < 1:
         raise ValueError("k must be at least 1 (the segment's first point)")
-    a = np.asarray(alarms, dtype=bool)
-    ok = _mask(a.size, scorable)
-    a = a & ok
-    in_seg = np.zeros(a.size, dtype=bool)
-    tp = fn = 0
-    for left, right in segs:
-        in_seg[left : right + 1] = True
-        if not ok[left]:
-            continue
-        size = int(ok[left : right + 1].sum())
-        if a[left : min(left + k, right + 1)].any():
-            tp += size
-        else:
-            fn += size
-    fp = int(np.count_nonzero(a & ~in_seg))
-    return {"tp": tp, "fp": fp, "fn": fn}
+    a, in_seg, hits = _segment_hits(alarms, segs, k, scorable)
+    tp = sum(size for size, hit in hits if hit)
+    fn = sum(size for size, hit in hits if not hit)
+    return {"tp": tp, "fp": int(np.count_nonzero(a & ~in_seg)), "fn": fn}
 
 
 def event_counts(alarms: np.ndarray, segs: list[tuple[int, int]], scorable: np.ndarray | None = None) -> dict:
     """Event counts for one file: found and missed segments, false events (runs of false alarms)."""
-    a = np.asarray(alarms, dtype=bool)
-    ok = _mask(a.size, scorable)
-    a = a & ok
-    in_seg = np.zeros(a.size, dtype=bool)
-    found = missed = 0
-    for left, right in segs:
-        in_seg[left : right + 1] = True
-        if not ok[left]:
-            continue
-        if a[left : right + 1].any():
-            found += 1
-        else:
-            missed += 1
+    a, in_seg, hits = _segment_hits(alarms, segs, None, scorable)
+    found = sum(1 for _, hit in hits if hit)
     false = a & ~in_seg
     edges = np.diff(np.concatenate([[0], false.astype(np.int8)]))
-    return {"found": found, "missed": missed, "false_events": int(np.count_nonzero(edges == 1))}
+    return {"found": found, "missed": len(hits) - found, "false_events": int(np.count_nonzero(edges == 1))}
 
 
 def f1(tp: float, fp: float, fn: float) -> float:
