@@ -87,6 +87,8 @@ TUNE_SCALE = (1.0, 1.25, 1.5, 2.0)
 TUNE_BUDGET = (None, 0.01, 0.005, 0.002, 0.001, 0.0005, 0.0)
 TUNE_MERGE = (0, 6, 12, 48)
 NAB_BAR = 40.0
+# excursions per 1,000 history points left out of the false-alarm budget, searched by --tune
+TUNE_SKIP_PER_1000 = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
 
 
 # --- series -----------------------------------------------------------------------------
@@ -289,6 +291,9 @@ def tally(items: list[dict], alarms_of) -> dict:
 
 def method_rows(items: list[dict], config: RouterConfig, plain_t: float, tuned: tuple | None) -> dict[str, dict]:
     rows = {"router (auto, default)": tally(items, lambda it: router_alarms(it["per"], config))}
+    if config.alarm_history_skip_per_1000_points:
+        before = config.model_copy(update={"alarm_history_skip_per_1000_points": 0.0})
+        rows["router, no per-point skip (the earlier default)"] = tally(items, lambda it: router_alarms(it["per"], before))
     if tuned is not None:
         rows[f"router, tuned {fmt_setting(tuned)}"] = tally(items, lambda it: router_alarms(it["per"], config, tuned))
     rows["--detector zscore"] = tally(items, lambda it: single_alarms(it["per"]["zscore"], config))
@@ -424,6 +429,28 @@ def main(argv: list[str] | None = None) -> int:
                   f"NAB standard {std:.1f} (default {nab_default:.1f}; alone {alone:.1f})")
         out["tune"] = [{"setting": t[0], "pa_f1": t[1]["pa_f1"], "ev_f1": t[1]["ev_f1"], "nab": t[2], "alone": t[3]}
                        for t in results]
+
+    if args.tune:
+        # the excursions left out of the budget per 1,000 history points, other settings the default's
+        print(f"--tune: excursions per 1,000 history points left out of the false-alarm budget "
+              f"(alarm_history_skip_per_1000_points), tuning half of (b); NAB standard (all {len(nab)} files) "
+              f"of the router, the z-score alone and SR alone:")
+        print(f"  {'per 1,000 points':<18} {'PA-F1':>6} {'evF1':>6} {'NAB':>6} {'zscore':>7} {'sr':>6}")
+        found = []
+        for rate in TUNE_SKIP_PER_1000:
+            c = config.model_copy(update={"alarm_history_skip_per_1000_points": rate})
+            r = tally(tune_b, lambda it: router_alarms(it["per"], c))
+            std = nab_standard(nab, by_file, lambda per: router_alarms(per, c))
+            z = nab_standard(nab, by_file, lambda per: single_alarms(per["zscore"], c))
+            sr = nab_standard(nab, by_file, lambda per: single_alarms(per["sr"], c))
+            ok = std >= NAB_BAR and std > max(z, sr)
+            found.append((rate, r, ok))
+            print(f"  {rate:<18g} {r['pa_f1']:>6.3f} {r['ev_f1']:>6.3f} {std:>6.1f} {z:>7.1f} {sr:>6.1f}"
+                  + ("  <- passes the NAB guard" if ok else ""))
+        best = max((t for t in found if t[2]), key=lambda t: t[1]["pa_f1"] + t[1]["ev_f1"], default=None)
+        print(f"chosen: {best[0] if best else 'none'} (default {config.alarm_history_skip_per_1000_points:g})")
+        out["tune_skip_per_1000"] = [{"rate": t[0], "pa_f1": t[1]["pa_f1"], "ev_f1": t[1]["ev_f1"], "nab_guard": t[2]}
+                                     for t in found]
 
     print("why the default router misses segments (no alarm in a segment's first k points):")
     for name in ("(a) NAB real*, label..end", "(b) injected"):

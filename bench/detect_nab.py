@@ -120,36 +120,52 @@ def merge_alarms(flags: np.ndarray, merge: int) -> np.ndarray:
 
 
 def model_thresholds(models: list[dict], config: RouterConfig, scale: float, budget: float | None,
-                     skip: float = 0.0) -> np.ndarray:
+                     skip: tuple[float, float] = (0.0, 0.0), points: list[int] | None = None) -> np.ndarray:
     """Each model's alarm threshold had the router used this τ scale and false-alarm budget.
 
     `budget` is `alarm_history_share`: None none, 0 the history's largest score. `skip` is
-    `alarm_history_skip_per_day`; it is applied with budget 0 only (the cache keeps the
+    (`alarm_history_skip_per_day`, `alarm_history_skip_per_1000_points`), `points` each
+    model's history rows; the skip is applied with budget 0 only (the cache keeps the
     history's largest excursion peaks, not its quantiles without them).
     """
     level = None if budget is None else TAIL_LEVELS.index(round(1.0 - budget, 6))
+    per_day, per_1000 = skip
     out = np.empty(len(models))
     for i, m in enumerate(models):
         base = config.tau_multiplier if m["residual"] else config.sr_threshold
         q = m["quantiles"][level] if (level is not None and m["quantiles"] and m["quantiles"][level] is not None) else 0.0
         exc = m.get("excursions")
-        if skip and budget == 0 and exc is not None and q > 0.0:
-            k = int(skip * exc["days"])
+        if (per_day or per_1000) and budget == 0 and exc is not None and q > 0.0:
+            n = points[i] if points is not None else exc.get("points", 0)
+            k = int(per_day * exc["days"] + per_1000 * n / 1000.0)
             left = ([exc["rest"]] if exc["rest"] is not None else []) + exc["peaks"][k : k + 1]
             q = max(left) if left else 0.0
         out[i] = max(scale * base, q)
     return out
 
 
+def history_points(res: dict, config: RouterConfig) -> list[int]:
+    """Rows in each model's history (the `history_days` before its anchor), as stream_detect fits it."""
+    idx = res["index"]
+    span = pd.Timedelta(hours=24.0 * config.history_days)
+    out = []
+    for m in res["models"]:
+        anchor = pd.Timestamp(m["anchor"])
+        out.append(int(idx.searchsorted(anchor, side="left") - idx.searchsorted(anchor - span, side="left")))
+    return out
+
+
 def deviations(res: dict, config: RouterConfig, scale: float, budget: float,
-               skip: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+               skip: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per point: deviates beyond its model's threshold; and the detectable size θσ of its model.
 
     The size (what `fallback` compares) is read under the whole history's budget; `skip`
-    (default: the config's `alarm_history_skip_per_day`) moves the threshold only.
+    (default: the config's `alarm_history_skip_per_day` and `alarm_history_skip_per_1000_points`)
+    moves the threshold only.
     """
-    skip = config.alarm_history_skip_per_day if skip is None else skip
-    thr = model_thresholds(res["models"], config, scale, budget, skip)
+    if skip is None:
+        skip = (config.alarm_history_skip_per_day, config.alarm_history_skip_per_1000_points)
+    thr = model_thresholds(res["models"], config, scale, budget, skip, history_points(res, config) if any(skip) else None)
     thr_whole = model_thresholds(res["models"], config, scale, budget)
     mid = res["model_id"]
     ok = mid >= 0
@@ -167,7 +183,7 @@ def deviations(res: dict, config: RouterConfig, scale: float, budget: float,
 
 
 def routed_flags(per: dict, rule: str, config: RouterConfig, scale: float, budget: float, merge: int,
-                 skip: float | None = None) -> np.ndarray:
+                 skip: tuple[float, float] | None = None) -> np.ndarray:
     """Alarms of the router variant `rule` for one file from the cached single-detector runs.
 
     features: the profile router's choice at each refit (the cached `auto` run);

@@ -33,7 +33,7 @@ from gpupool.tsio import read_series_csv
 CLEANING_ONLY = ("max_fault_run", "fault_drop_share")
 #: settings that move only the alarm threshold, which the bench reads again from what the
 #: cache keeps (scores, each model's history tails and largest excursions): not part of the key
-ALARM_ONLY = ("alarm_history_skip_per_day",)
+ALARM_ONLY = ("alarm_history_skip_per_day", "alarm_history_skip_per_1000_points")
 
 
 def dedupe_csv(path: Path, workdir: Path) -> tuple[Path, list[int]]:

@@ -320,7 +320,8 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     # the detector choice (`fallback`) compares alarm sizes under the whole history's budget
     model.extra["selection_threshold"] = max(least, _budget_threshold(history_norm, cfg.alarm_history_share))
     events, peaks = _excursions(history_norm, base, cfg.alarm_merge_points)
-    skip = int(cfg.alarm_history_skip_per_day * _span_days(history))
+    skip = int(cfg.alarm_history_skip_per_day * _span_days(history)
+               + cfg.alarm_history_skip_per_1000_points * len(history) / 1000.0)
     order = np.argsort(-peaks, kind="stable")
     budget_norm = np.where(np.isin(events, order[:skip]), np.nan, history_norm) if skip and peaks.size else history_norm
     model.alarm_threshold_ = max(least, _budget_threshold(budget_norm, cfg.alarm_history_share))
@@ -331,6 +332,10 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
         "peaks": [float(p) for p in peaks[order[:MAX_KEPT_PEAKS]]],
         "rest": float(rest.max()) if rest.size else None,
         "days": _span_days(history),
+        "points": int(len(history)),
+        # the same excursions as (peak, age in days at the history's end, points), for rules
+        # that weigh an excursion by its age or length
+        "events": _excursion_events(events, peaks, order[:MAX_KEPT_PEAKS], history),
     }
     if model.detector_name in RESIDUAL_DETECTORS:
         model.tau_ = model.threshold_ * model.residual_scale_
@@ -382,6 +387,23 @@ def _excursions(norm: np.ndarray, level: float, merge_points: int) -> tuple[np.n
     peaks = np.full(int(ids[-1]) + 1, -np.inf)
     np.maximum.at(peaks, ids, v[where])
     return events, peaks
+
+
+def _excursion_events(events: np.ndarray, peaks: np.ndarray, chosen: np.ndarray, history: pd.Series) -> list:
+    """(peak, age in days at the history's end, length in points) of the `chosen` excursions."""
+    if not peaks.size:
+        return []
+    idx = history.index
+    timed = isinstance(idx, pd.DatetimeIndex) and len(idx) == events.size and len(idx) > 0
+    out = []
+    for k in chosen:
+        rows = np.flatnonzero(events == k)
+        if timed:
+            age = float((idx[-1] - idx[rows[0]]) / pd.Timedelta(days=1))
+        else:
+            age = _span_days(history) * (1.0 - rows[0] / max(1, events.size - 1))
+        out.append([float(peaks[k]), age, int(rows[-1] - rows[0] + 1)])
+    return out
 
 
 def _budget_threshold(norm: np.ndarray, budget: float | None) -> float:

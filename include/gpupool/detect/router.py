@@ -23,7 +23,11 @@ That τ decides cleaning. An alarm needs more: `alarm_tau_scale` x τ, and a dev
 most `alarm_history_share` of the history reached (by default: none, a deviation larger
 than any of the last `history_days`): a false-alarm budget per series. The budget is read
 from the history less its largest excursions (`alarm_history_skip_per_day` of them per day
-of history), so an earlier anomaly does not raise the bar for the days it stays in the history.
+of history plus `alarm_history_skip_per_1000_points` per 1,000 history points), so an earlier
+anomaly does not raise the bar for the days it stays in the history. Anomalies come at a rate
+per point: a week of 1-minute history holds five times as many as a week of 5-minute history,
+so by default three excursions are left out of a week of 1-minute points and none out of a
+week of 5-minute points.
 
 After routing, `fallback` compares the routed SVR or Prophet with the rolling z-score on the
 series' own history: the one that alarms at the smaller deviation (in the series' units,
@@ -82,6 +86,15 @@ class RouterConfig(BaseModel):
         "beyond τ, joined as `alarm_merge_points` joins alarms), this many per day of history (rounded down): an "
         "earlier anomaly does not make the series blind to a smaller one while it stays in the history; a series "
         "whose history has more large excursions than that keeps a bar at its next largest (0: none skipped)",
+    )
+    alarm_history_skip_per_1000_points: float = Field(
+        0.3,
+        ge=0.0,
+        description="also leave this many of the history's largest excursions per 1,000 history points out of the "
+        "false-alarm budget (added to `alarm_history_skip_per_day`, the sum rounded down): anomalies come at a rate "
+        "per point, so a series sampled every minute has five times as many in a week's history as one sampled "
+        "every five minutes; at 0.3 a week of 1-minute points (10,080) skips 3, a week of 5-minute points (2,016) "
+        "none (0: none skipped)",
     )
     fallback: bool = Field(
         True,

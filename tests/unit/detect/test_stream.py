@@ -327,3 +327,46 @@ def test_excursions_join_points_as_alarms_do():
     assert peaks.tolist() == [9.0, 7.0]
     events, peaks = _excursions(norm, 10.0, merge_points=3)
     assert (events == -1).all() and peaks.size == 0
+
+
+def _minutes(days: float, seed: int = 4) -> pd.Series:
+    """A series around 10 at 1-minute steps."""
+    n = int(days * 1440)
+    rng = np.random.default_rng(seed)
+    idx = pd.date_range("2025-01-06", periods=n, freq="1min", tz="UTC")
+    return pd.Series(10 + rng.normal(0, 0.5, n), index=idx, name="gpu_allocated")
+
+
+def test_a_week_of_minute_points_leaves_three_excursions_out_of_the_budget_five_minute_points_none():
+    from gpupool.detect.clean import fit_series_model
+
+    cfg = RouterConfig()
+    least = cfg.alarm_tau_scale * cfg.tau_multiplier
+    minutes = _minutes(7)
+    five = level_series(n=288 * 7, seed=4)
+    for y in (minutes, five):
+        for k, at in enumerate((0.2, 0.45, 0.7)):
+            y.iloc[int(at * y.size)] += 20.0 - 2.0 * k  # three anomalies, 36-40 noise spreads
+    # 10,080 points x 0.3 per 1,000: the three are left out and the bar is the noise's again
+    fast = fit_series_model(minutes, cfg, detector="zscore")
+    assert fast.alarm_threshold_ < 2 * least
+    # 2,016 points x 0.3 per 1,000 rounds down to none: the bar stays at the largest
+    slow = fit_series_model(five, cfg, detector="zscore")
+    assert slow.alarm_threshold_ > 4 * least
+    # without the per-point skip the minute series keeps its raised bar too
+    whole = fit_series_model(minutes, cfg.model_copy(update={"alarm_history_skip_per_1000_points": 0.0}),
+                             detector="zscore")
+    assert whole.alarm_threshold_ > 4 * least
+    assert fast.extra["excursions"]["points"] == minutes.size
+
+
+def test_on_a_minute_series_an_earlier_anomaly_does_not_hide_a_smaller_later_one_by_default():
+    y = _minutes(9)
+    y.iloc[1440 * 3 + 100] += 20.0  # 40 noise spreads
+    y.iloc[1440 * 6 + 100] += 6.0  # 12 noise spreads: beyond the alarm τ (1.5 x 4)
+    out = stream_detect(y, detector="zscore")
+    assert out["is_anomaly"].iloc[1440 * 3 + 100]
+    assert out["is_anomaly"].iloc[1440 * 6 + 100], "the day-3 spike must not raise the bar for the week after it"
+    before = stream_detect(y, RouterConfig(alarm_history_skip_per_1000_points=0.0), detector="zscore")
+    assert not before["is_anomaly"].iloc[1440 * 6 + 100]
+    assert out["cleaned"].equals(before["cleaned"])
