@@ -38,7 +38,10 @@ budget, alarm merge: the settings that change alarms and nothing that is cleaned
 tuning half of (b), ranked by PA-F1 + event F1, among the settings whose NAB standard score
 (all 58 files, bench/detect_nab.py's scorer) stays at least 40 and above the rolling z-score's
 and SR's alone under the same settings (SVR and Prophet alone are not rerun here), and
-reports the choice on the held-out half.
+reports the choice on the held-out half; then, the other settings at their defaults, the
+excursions left out of the budget per 1,000 history points (`alarm_history_skip_per_1000_points`)
+and the run alarm (`alarm_run_points` x `alarm_run_share`: a run of deviations on one side
+beyond a share of the alarm τ), under the same NAB guard.
 
 Last, why the default router misses segments: an alarm merged into an event that began
 before the segment, a deviation beyond the alarm τ that the false-alarm budget (a deviation
@@ -88,7 +91,10 @@ TUNE_BUDGET = (None, 0.01, 0.005, 0.002, 0.001, 0.0005, 0.0)
 TUNE_MERGE = (0, 6, 12, 48)
 NAB_BAR = 40.0
 # excursions per 1,000 history points left out of the false-alarm budget, searched by --tune
-TUNE_SKIP_PER_1000 = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
+TUNE_SKIP_PER_1000 = (0.0, 0.2, 0.3, 0.4, 0.5, 1.0)
+# run alarms searched by --tune: (alarm_run_points, alarm_run_share); 0 points: off. The cache
+# keeps the history's run excursions for these (gpupool.detect.clean.RUN_KEPT)
+TUNE_RUNS = ((0, 0.5), (3, 0.5), (5, 0.35), (5, 0.5), (5, 0.75), (10, 0.5))
 
 
 # --- series -----------------------------------------------------------------------------
@@ -291,9 +297,12 @@ def tally(items: list[dict], alarms_of) -> dict:
 
 def method_rows(items: list[dict], config: RouterConfig, plain_t: float, tuned: tuple | None) -> dict[str, dict]:
     rows = {"router (auto, default)": tally(items, lambda it: router_alarms(it["per"], config))}
-    if config.alarm_history_skip_per_1000_points:
-        before = config.model_copy(update={"alarm_history_skip_per_1000_points": 0.0})
-        rows["router, no per-point skip (the earlier default)"] = tally(items, lambda it: router_alarms(it["per"], before))
+    if config.alarm_history_skip_per_1000_points or config.alarm_run_points:
+        before = config.model_copy(update={"alarm_history_skip_per_1000_points": 0.0, "alarm_run_points": 0})
+        rows["router, earlier default (no per-point skip, no run)"] = tally(
+            items, lambda it: router_alarms(it["per"], before))
+        zs_before = config.model_copy(update={"alarm_history_skip_per_1000_points": 0.0, "alarm_run_points": 0})
+        rows["--detector zscore, earlier default"] = tally(items, lambda it: single_alarms(it["per"]["zscore"], zs_before))
     if tuned is not None:
         rows[f"router, tuned {fmt_setting(tuned)}"] = tally(items, lambda it: router_alarms(it["per"], config, tuned))
     rows["--detector zscore"] = tally(items, lambda it: single_alarms(it["per"]["zscore"], config))
@@ -431,26 +440,29 @@ def main(argv: list[str] | None = None) -> int:
                        for t in results]
 
     if args.tune:
-        # the excursions left out of the budget per 1,000 history points, other settings the default's
+        # excursions left out of the budget per 1,000 history points, and the run alarm; other settings the default's
         print(f"--tune: excursions per 1,000 history points left out of the false-alarm budget "
-              f"(alarm_history_skip_per_1000_points), tuning half of (b); NAB standard (all {len(nab)} files) "
-              f"of the router, the z-score alone and SR alone:")
-        print(f"  {'per 1,000 points':<18} {'PA-F1':>6} {'evF1':>6} {'NAB':>6} {'zscore':>7} {'sr':>6}")
+              f"(alarm_history_skip_per_1000_points) x run alarm (alarm_run_points x alarm_run_share), tuning half "
+              f"of (b); NAB standard (all {len(nab)} files) of the router, the z-score alone and SR alone:")
+        print(f"  {'per 1,000 points':<17} {'run':<9} {'PA-F1':>6} {'evF1':>6} {'NAB':>6} {'zscore':>7} {'sr':>6}")
         found = []
-        for rate in TUNE_SKIP_PER_1000:
-            c = config.model_copy(update={"alarm_history_skip_per_1000_points": rate})
+        for rate, (points, share) in itertools.product(TUNE_SKIP_PER_1000, TUNE_RUNS):
+            c = config.model_copy(update={"alarm_history_skip_per_1000_points": rate, "alarm_run_points": points,
+                                          "alarm_run_share": share})
             r = tally(tune_b, lambda it: router_alarms(it["per"], c))
             std = nab_standard(nab, by_file, lambda per: router_alarms(per, c))
             z = nab_standard(nab, by_file, lambda per: single_alarms(per["zscore"], c))
             sr = nab_standard(nab, by_file, lambda per: single_alarms(per["sr"], c))
             ok = std >= NAB_BAR and std > max(z, sr)
-            found.append((rate, r, ok))
-            print(f"  {rate:<18g} {r['pa_f1']:>6.3f} {r['ev_f1']:>6.3f} {std:>6.1f} {z:>7.1f} {sr:>6.1f}"
+            found.append(((rate, points, share), r, std, z, sr, ok))
+            run = f"{points}x{share:g}" if points else "off"
+            print(f"  {rate:<17g} {run:<9} {r['pa_f1']:>6.3f} {r['ev_f1']:>6.3f} {std:>6.1f} {z:>7.1f} {sr:>6.1f}"
                   + ("  <- passes the NAB guard" if ok else ""))
-        best = max((t for t in found if t[2]), key=lambda t: t[1]["pa_f1"] + t[1]["ev_f1"], default=None)
-        print(f"chosen: {best[0] if best else 'none'} (default {config.alarm_history_skip_per_1000_points:g})")
-        out["tune_skip_per_1000"] = [{"rate": t[0], "pa_f1": t[1]["pa_f1"], "ev_f1": t[1]["ev_f1"], "nab_guard": t[2]}
-                                     for t in found]
+        best = max((t for t in found if t[5]), key=lambda t: t[1]["pa_f1"] + t[1]["ev_f1"], default=None)
+        default = (config.alarm_history_skip_per_1000_points, config.alarm_run_points, config.alarm_run_share)
+        print(f"chosen: {best[0] if best else 'none'} (per 1,000 points, run points, run share); default {default}")
+        out["tune_skip_runs"] = [{"setting": t[0], "pa_f1": t[1]["pa_f1"], "ev_f1": t[1]["ev_f1"], "nab": t[2],
+                                  "zscore": t[3], "sr": t[4], "nab_guard": t[5]} for t in found]
 
     print("why the default router misses segments (no alarm in a segment's first k points):")
     for name in ("(a) NAB real*, label..end", "(b) injected"):

@@ -177,9 +177,55 @@ def deviations(res: dict, config: RouterConfig, scale: float, budget: float,
         is_sr = ok & sr[np.where(ok, mid, 0)]
         resid = np.abs(res["value"] - res["expected"])
         dev &= ~is_sr | (resid > config.sr_min_residual * scale_r[np.where(ok, mid, 0)])
+    if config.alarm_run_points > 0:
+        dev |= run_alarms(res, config, scale, budget, skip)
     size = np.array([t * m["residual_scale"] if m["residual"] else np.inf for t, m in zip(thr_whole, res["models"])]
                     or [np.inf])
     return dev, size
+
+
+def run_thresholds(res: dict, config: RouterConfig, scale: float, budget: float | None,
+                   skip: tuple[float, float]) -> np.ndarray:
+    """Each model's run-alarm threshold (`alarm_run_points`, `alarm_run_share`) from the history's
+    run excursions the cache keeps (budget 0 or none; NaN: no run alarms for that model)."""
+    key = f"{config.alarm_run_points}:{config.alarm_run_share:g}"
+    points = history_points(res, config)
+    out = np.full(len(res["models"]), np.nan)
+    for i, m in enumerate(res["models"]):
+        kept = m.get("run_excursions")
+        if not m["residual"] or not kept or key not in kept or not np.isfinite(m.get("run_threshold", np.nan)):
+            continue
+        level = config.alarm_run_share * scale * config.tau_multiplier
+        peaks = [p for p in kept[key] if p > level]
+        exc = m.get("excursions") or {"days": 0.0}
+        k = int(skip[0] * exc["days"] + skip[1] * points[i] / 1000.0) if budget == 0 else 0
+        out[i] = level if budget is None else max([level] + peaks[k : k + 1])
+    return out
+
+
+def run_alarms(res: dict, config: RouterConfig, scale: float, budget: float | None,
+               skip: tuple[float, float]) -> np.ndarray:
+    """Per point: a run of `alarm_run_points` deviations on one side beyond its model's run threshold.
+
+    As stream_detect judges them: a run lies within one model's rows (a refitted model has no
+    expected value before its first point), in units of that model's residual spread.
+    """
+    from gpupool.detect.clean import run_scores
+
+    thr = run_thresholds(res, config, scale, budget, skip)
+    mid = res["model_id"]
+    out = np.zeros(mid.size, dtype=bool)
+    if not np.isfinite(thr).any():
+        return out
+    bounds = np.flatnonzero(np.diff(np.concatenate([[-2], mid, [-2]])) != 0)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        k = mid[a]
+        if k < 0 or not np.isfinite(thr[k]):
+            continue
+        m = res["models"][k]
+        signed = (res["value"][a:b] - res["expected"][a:b]) / m["residual_scale"]
+        out[a:b] = run_scores(signed, config.alarm_run_points) > thr[k]
+    return out
 
 
 def routed_flags(per: dict, rule: str, config: RouterConfig, scale: float, budget: float, merge: int,

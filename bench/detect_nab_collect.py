@@ -33,7 +33,7 @@ from gpupool.tsio import read_series_csv
 CLEANING_ONLY = ("max_fault_run", "fault_drop_share")
 #: settings that move only the alarm threshold, which the bench reads again from what the
 #: cache keeps (scores, each model's history tails and largest excursions): not part of the key
-ALARM_ONLY = ("alarm_history_skip_per_day", "alarm_history_skip_per_1000_points")
+ALARM_ONLY = ("alarm_history_skip_per_day", "alarm_history_skip_per_1000_points", "alarm_run_points", "alarm_run_share")
 
 
 def dedupe_csv(path: Path, workdir: Path) -> tuple[Path, list[int]]:
@@ -118,6 +118,8 @@ def collect(path: Path, rel: str, method: str, config: RouterConfig, cache: Path
                 "residual_scale": m.residual_scale_,
                 "quantiles": m.extra.get("history_quantiles"),
                 "excursions": m.extra.get("excursions"),
+                "run_excursions": m.extra.get("run_excursions"),
+                "run_threshold": m.run_threshold_,
             }
         )
     res = {

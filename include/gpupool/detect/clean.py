@@ -99,12 +99,15 @@ class FittedSeriesModel:
     #: share of the history's points in idle spells: runs of more than `max_anomaly_run` points at or
     #: below `fault_drop_share` x its median (NaN: not measured)
     idle_share_: float = float("nan")
+    #: the smallest deviation (in residual spreads) that all of a run of `alarm_run_points` points must
+    #: exceed, on one side, to raise an alarm (NaN: no run alarms)
+    run_threshold_: float = float("nan")
     extra: dict = field(default_factory=dict)
 
     PARAMS_FORMAT = 1
     _SCALARS = ("score_center_", "score_scale_", "residual_scale_", "threshold_", "tau_", "alarm_threshold_")
     #: scalars a model stored before they existed lacks: read back as NaN (the rule they feed is off)
-    _OPTIONAL_SCALARS = ("repeat_share_", "repeat_run_", "excursion_scale_", "idle_share_")
+    _OPTIONAL_SCALARS = ("repeat_share_", "repeat_run_", "excursion_scale_", "idle_share_", "run_threshold_")
 
     def to_params(self) -> dict:
         """The fitted model as a JSON-able dict (numbers, strings, lists; no NaN or inf)."""
@@ -338,9 +341,53 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
         "events": _excursion_events(events, peaks, order[:MAX_KEPT_PEAKS], history),
     }
     if model.detector_name in RESIDUAL_DETECTORS:
+        _calibrate_runs(model, resid / model.residual_scale_, least, skip)
+    if model.detector_name in RESIDUAL_DETECTORS:
         model.tau_ = model.threshold_ * model.residual_scale_
     else:
         model.tau_ = cfg.sr_min_residual * model.residual_scale_
+
+
+#: run lengths and shares of the alarm τ whose history excursions are kept with each model (for the bench)
+RUN_KEPT = ((3, 0.35), (3, 0.5), (5, 0.35), (5, 0.5), (5, 0.75), (10, 0.35), (10, 0.5))
+
+
+def run_scores(signed: np.ndarray, points: int) -> np.ndarray:
+    """Per point: the smallest |deviation| of the `points` points ending there when all lie on one
+    side (0 when they do not, or any is missing; 0 for the first `points` - 1 points)."""
+    e = np.asarray(signed, dtype="float64")
+    out = np.zeros(e.size)
+    if points < 1 or e.size < points:
+        return out
+    w = np.lib.stride_tricks.sliding_window_view(e, points)
+    with np.errstate(invalid="ignore"):
+        lo, hi = w.min(axis=1), w.max(axis=1)
+        run = np.where(lo > 0, lo, np.where(hi < 0, -hi, 0.0))
+    out[points - 1 :] = np.where(np.isfinite(run), run, 0.0)
+    return out
+
+
+def _run_threshold(run: np.ndarray, level: float, merge_points: int, skip: int, budget: float | None) -> tuple[float, np.ndarray]:
+    """The run alarm's threshold from the history's run scores: `level` at least, and beyond the
+    history's runs (`budget`) less its `skip` largest excursions; and the excursions' peaks, largest first."""
+    events, peaks = _excursions(run, level, merge_points)
+    order = np.argsort(-peaks, kind="stable")
+    kept = np.where(np.isin(events, order[:skip]), np.nan, run) if skip and peaks.size else run
+    return max(level, _budget_threshold(kept, budget)), peaks[order]
+
+
+def _calibrate_runs(model: "FittedSeriesModel", signed: np.ndarray, least: float, skip: int) -> None:
+    cfg = model.config
+    m = cfg.alarm_run_points
+    if m > 0:
+        model.run_threshold_, _ = _run_threshold(run_scores(signed, m), cfg.alarm_run_share * least,
+                                                 cfg.alarm_merge_points, skip, cfg.alarm_history_share)
+    # what the bench needs to read the run threshold for other run lengths and shares
+    kept = {}
+    for points, share in RUN_KEPT:
+        _, peaks = _run_threshold(run_scores(signed, points), share * least, cfg.alarm_merge_points, 0, None)
+        kept[f"{points}:{share}"] = [float(p) for p in peaks[:MAX_KEPT_PEAKS]]
+    model.extra["run_excursions"] = kept
 
 
 #: fewest history scores a false-alarm budget is read from
@@ -508,6 +555,10 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
             judged &= resid > model.tau_
         flag = judged & (norm > model.threshold_)
         alarm = judged & (norm > model.alarm_threshold_)
+    if cfg.alarm_run_points > 0 and np.isfinite(model.run_threshold_) and model.detector_name in RESIDUAL_DETECTORS:
+        # a level shift or burst under the one-point alarm: a run of deviations on one side
+        signed = np.where(judged, (raw - expected) / model.residual_scale_, np.nan)
+        alarm = alarm | (judged & (run_scores(signed, cfg.alarm_run_points) > model.run_threshold_))
     min_height = cfg.spike_height_factor * model.excursion_scale_ if np.isfinite(model.excursion_scale_) else 0.0
     transient = _transients(flag, raw, expected, model.tau_, cfg.max_anomaly_run, min_height, cfg.spike_max_shoulder)
     sustained = flag & ~transient

@@ -370,3 +370,35 @@ def test_on_a_minute_series_an_earlier_anomaly_does_not_hide_a_smaller_later_one
     before = stream_detect(y, RouterConfig(alarm_history_skip_per_1000_points=0.0), detector="zscore")
     assert not before["is_anomaly"].iloc[1440 * 6 + 100]
     assert out["cleaned"].equals(before["cleaned"])
+
+
+def test_a_small_level_shift_raises_one_alarm_from_its_run_of_deviations():
+    y = level_series(n=288 * 10, seed=1)
+    y.iloc[288 * 8 : 288 * 8 + 30] += 2.0  # 4 noise spreads: under the one-point alarm τ (6) at every point
+    out = stream_detect(y, RouterConfig(alarm_run_points=5), detector="zscore")
+    alarms = np.flatnonzero(out["is_anomaly"].to_numpy())
+    start = 288 * 8
+    assert alarms.size == 1 and start <= alarms[0] < start + 7, "one alarm, within the shift's first points"
+    off = stream_detect(y, detector="zscore")  # off by default
+    assert not off["is_anomaly"].iloc[start : start + 30].any()
+    # alarms only: cleaning is the same either way
+    assert out["cleaned"].equals(off["cleaned"])
+    np.testing.assert_array_equal(out["clean_value"].to_numpy(), off["clean_value"].to_numpy())
+
+
+def test_runs_the_history_has_every_day_raise_no_run_alarm():
+    from gpupool.detect.clean import fit_series_model
+
+    y = level_series(n=288 * 7, seed=1)
+    for day in range(7):
+        y.iloc[288 * day + 100 : 288 * day + 130] += 2.0  # the same small shift every day: ordinary
+    cfg = RouterConfig(alarm_run_points=5)
+    model = fit_series_model(y, cfg, detector="zscore")
+    level = cfg.alarm_run_share * cfg.alarm_tau_scale * cfg.tau_multiplier
+    assert model.run_threshold_ > level, "the history's own runs set the bar"
+    quiet = fit_series_model(level_series(n=288 * 7, seed=1), cfg, detector="zscore")
+    assert quiet.run_threshold_ == pytest.approx(level)
+    # SR's score is no residual: no run alarms
+    assert np.isnan(fit_series_model(y, cfg, detector="sr").run_threshold_)
+    # off by default
+    assert np.isnan(fit_series_model(y, detector="zscore").run_threshold_)
