@@ -165,7 +165,8 @@ def deviations(res: dict, config: RouterConfig, scale: float, budget: float,
     """
     if skip is None:
         skip = (config.alarm_history_skip_per_day, config.alarm_history_skip_per_1000_points)
-    thr = model_thresholds(res["models"], config, scale, budget, skip, history_points(res, config) if any(skip) else None)
+    points = history_points(res, config) if any(skip) else None
+    thr = model_thresholds(res["models"], config, scale, budget, skip, points)
     thr_whole = model_thresholds(res["models"], config, scale, budget)
     mid = res["model_id"]
     ok = mid >= 0

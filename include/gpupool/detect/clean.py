@@ -367,7 +367,9 @@ def run_scores(signed: np.ndarray, points: int) -> np.ndarray:
     return out
 
 
-def _run_threshold(run: np.ndarray, level: float, merge_points: int, skip: int, budget: float | None) -> tuple[float, np.ndarray]:
+def _run_threshold(
+    run: np.ndarray, level: float, merge_points: int, skip: int, budget: float | None
+) -> tuple[float, np.ndarray]:
     """The run alarm's threshold from the history's run scores: `level` at least, and beyond the
     history's runs (`budget`) less its `skip` largest excursions; and the excursions' peaks, largest first."""
     events, peaks = _excursions(run, level, merge_points)
