@@ -301,9 +301,8 @@ def method_rows(items: list[dict], config: RouterConfig, plain_t: float, tuned: 
         before = config.model_copy(update={"alarm_history_skip_per_1000_points": 0.0, "alarm_run_points": 0})
         rows["router, earlier default (no per-point skip, no run)"] = tally(
             items, lambda it: router_alarms(it["per"], before))
-        zs_before = config.model_copy(update={"alarm_history_skip_per_1000_points": 0.0, "alarm_run_points": 0})
         rows["--detector zscore, earlier default"] = tally(
-            items, lambda it: single_alarms(it["per"]["zscore"], zs_before))
+            items, lambda it: single_alarms(it["per"]["zscore"], before))
     if tuned is not None:
         rows[f"router, tuned {fmt_setting(tuned)}"] = tally(items, lambda it: router_alarms(it["per"], config, tuned))
     rows["--detector zscore"] = tally(items, lambda it: single_alarms(it["per"]["zscore"], config))
