@@ -195,7 +195,11 @@ class AutoForecaster:
         for name in names:
             try:
                 fit = self._fit_candidate(name, v, first)
-                means, ses = zip(*(self._candidate_forecast(name, fit, v[:o], o, H) for o in origins))
+                if name == "ets":  # one pass of the recursions for every origin
+                    states = _hw_filter_states(fit, v[: origins[-1]], origins)[1]
+                    means, ses = zip(*(_holt_winters_forecast(fit, None, H, state=st) for st in states))
+                else:
+                    means, ses = zip(*(self._candidate_forecast(name, fit, v[:o], o, H) for o in origins))
                 mean, se = np.stack(means), np.stack(ses)
                 if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(se))):
                     raise FloatingPointError("non-finite validation forecast")
@@ -436,11 +440,25 @@ def _fit_holt_winters(x: np.ndarray, m: int, init: str = "heuristic", brute: boo
 
 def _hw_filter(hw: _HoltWinters, x: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray]:
     """Run the smoothing recursions over ``x``: final level, trend, last season and one-step errors."""
+    return _hw_filter_states(hw, x)[0]
+
+
+def _hw_filter_states(hw: _HoltWinters, x: np.ndarray, stops: list[int] = ()) -> tuple[tuple, list[tuple]]:
+    """:func:`_hw_filter` over ``x``, and the state ``(level, trend, season)`` after each of the
+    first ``stops`` points (what ``_hw_filter(hw, x[:stop])`` ends in: one pass for every origin)."""
     a, b_, g, phi, m = hw.alpha, hw.beta, hw.gamma, hw.phi, hw.m
     level, trend = hw.l0, hw.b0
     seasonal = len(hw.s0) > 0
     season = list(hw.s0) if seasonal else [0.0]
     resid = np.empty(len(x))
+    wanted = {int(k) for k in stops}
+    states: dict[int, tuple] = {}
+
+    def state():
+        return level, trend, np.asarray(season[-m:] if seasonal else [])
+
+    if 0 in wanted:
+        states[0] = state()
     for t, value in enumerate(x.tolist()):
         s = season[-m] if seasonal else 0.0
         fitted = level + phi * trend + s
@@ -450,11 +468,15 @@ def _hw_filter(hw: _HoltWinters, x: np.ndarray) -> tuple[float, float, np.ndarra
         if seasonal:
             season.append(g * (value - fitted + s) + (1 - g) * s)
         level = new_level
-    return level, trend, np.asarray(season[-m:] if seasonal else []), resid
+        if t + 1 in wanted:
+            states[t + 1] = state()
+    return (*state(), resid), [states[int(o)] for o in stops]
 
 
-def _holt_winters_forecast(hw: _HoltWinters, hist: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
-    level, trend, season, _ = _hw_filter(hw, hist)
+def _holt_winters_forecast(hw: _HoltWinters, hist: np.ndarray | None, h: int,
+                           state: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard error of ``h`` steps after ``hist`` (or after the filtered ``state``)."""
+    level, trend, season = state if state is not None else _hw_filter(hw, hist)[:3]
     k = np.arange(1, h + 1)
     phi = hw.phi
     damp = np.cumsum(phi ** k)  # phi + phi^2 + ... + phi^k
