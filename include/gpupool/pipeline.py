@@ -580,10 +580,11 @@ def _jsonable(obj: Any) -> Any:
 # --- forecast --------------------------------------------------------------------------
 
 FORECAST_HISTORY = timedelta(days=28)
-#: the forecast stage searches ARIMA orders at most this often: a warm start whose orders were
-#: searched within it keeps them and only re-estimates their coefficients (the search runs
-#: again when they no longer fit or pass their residual check); see `ArimaForecaster`'s
-#: ``keep_orders_for``
+#: the forecast stage searches ARIMA orders (and estimates the Holt-Winters candidate's
+#: smoothing parameters) at most this often: a warm start whose orders were searched within it
+#: keeps them and only re-estimates their coefficients (the search runs again when they no
+#: longer fit or pass their residual check); see `AutoForecaster`'s ``keep_orders_for``.
+#: None: every run searches and estimates everything, as before.
 ORDER_SEARCH_EVERY = timedelta(days=1)
 
 
@@ -644,7 +645,8 @@ def demand_forecast(history: pd.Series, horizon: int, level: float = 90.0, warm:
     is the fitted model's (orders, fallback, ...), the next run's warm start. ``warm``: the
     summary of a forecast issued within the last day (see :func:`warm_start`); when its ARIMA
     orders were searched less than :data:`ORDER_SEARCH_EVERY` before the history's end they are
-    kept and only their coefficients re-estimated, so the order search runs about once a day.
+    kept and only their coefficients re-estimated (and the Holt-Winters candidate's smoothing
+    parameters kept), so the order search runs about once a day.
     Pure: the pipeline stores both; ``gpupool simulate`` keeps the summary for its next hour.
     """
     from gpupool.forecast.select import AutoForecaster
