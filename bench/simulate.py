@@ -2,21 +2,30 @@
 
     nice -n 10 .venv/bin/python bench/simulate.py [--scenario config/scenarios/helios-3platforms.yaml]
                                                   [--days 31] [--policies static,reactive,predictive,oracle]
+                                                  [--baseline]
 
 Prints the wall time per simulated day of each policy and the study's table: per platform and in
 total, demand, served, unmet and capacity GPU-hours, utilisation and moves, with unmet as a ratio
 to static. ``reactive`` and ``predictive`` run the whole decision chain every hour (telemetry ->
 detect/clean -> forecast -> plan); target: a month of it in under 5 minutes on 2 cores, i.e.
 under 9.6 s per simulated day. ``--no-clean`` skips cleaning.
+
+``--baseline`` also runs ``predictive`` as it ran before the forecast stage kept its ARIMA orders
+and Holt-Winters parameters within a day (``pipeline.ORDER_SEARCH_EVERY = None``: every hour
+searches and re-estimates them) and prints its wall time and unmet beside the default's, as a
+ratio measured in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import sys
 import time
 from pathlib import Path
+
+from gpupool import pipeline
 
 from gpupool.allocate.policy import POLICY_KINDS
 from gpupool.sim.scenario import load_scenario
@@ -33,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--days", type=float, default=None, help="simulate only the first DAYS days")
     ap.add_argument("--policies", default=",".join(POLICY_KINDS))
     ap.add_argument("--no-clean", action="store_true", help="forecast from raw telemetry (skip detect/clean)")
+    ap.add_argument("--baseline", action="store_true",
+                    help="also run predictive re-searching ARIMA orders every hour (ORDER_SEARCH_EVERY = None)")
     args = ap.parse_args(argv)
     scenario = load_scenario(args.scenario)
     probe = World(scenario)
@@ -42,12 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     results, timing = {}, {}
     end = probe.end if args.days is None else min(probe.end, probe.start + dt.timedelta(days=args.days))
     days = (end - probe.start).total_seconds() / 86400.0
-    for policy in policies:
-        t0 = time.perf_counter()
-        results[policy] = simulate(scenario, policy, progress=sys.stderr.isatty(), clean=not args.no_clean)
-        wall = time.perf_counter() - t0
-        timing[policy] = wall / days
-        print(f"{policy:>10}: {wall:7.1f} s wall, {timing[policy]:6.3f} s per simulated day", flush=True)
+    runs = [(p, p, None) for p in policies]
+    if args.baseline:
+        runs.append(("predictive, hourly search", "predictive", None))
+    for label, policy, _ in runs:
+        with hourly_search() if label.endswith("hourly search") else contextlib.nullcontext():
+            t0 = time.perf_counter()
+            results[label] = simulate(scenario, policy, progress=sys.stderr.isatty(), clean=not args.no_clean)
+            wall = time.perf_counter() - t0
+        timing[label] = wall / days
+        print(f"{label:>10}: {wall:7.1f} s wall, {timing[label]:6.3f} s per simulated day", flush=True)
     print()
     print(f"scenario {scenario.label()}, {days:g} days, step {scenario.step}, decisions every "
           f"{scenario.decision_every}, move {scenario.move_minutes:g} min, <= {scenario.max_moves_per_decision} "
@@ -61,7 +76,25 @@ def main(argv: list[str] | None = None) -> int:
         target = TARGET_S_PER_DAY.get(policy)
         met = "-" if target is None else ("yes" if s < target else "NO")
         print(f"| {policy} | {s:.3f} | {'-' if target is None else f'< {target:.3g}'} | {met} |")
+    base = "predictive, hourly search"
+    if base in timing and "predictive" in timing:
+        u, ub = results["predictive"]["total"]["unmet_gpu_hours"], results[base]["total"]["unmet_gpu_hours"]
+        print()
+        print(f"predictive / the same with an hourly order search (same run): wall {timing['predictive'] / timing[base]:.3f}, "
+              f"unmet {u:.0f} vs {ub:.0f} GPU-h, moves {results['predictive']['total']['moves']} vs "
+              f"{results[base]['total']['moves']}")
     return 0
+
+
+@contextlib.contextmanager
+def hourly_search():
+    """The forecast stage as it was: orders searched and parameters estimated every hour."""
+    saved = pipeline.ORDER_SEARCH_EVERY
+    pipeline.ORDER_SEARCH_EVERY = None
+    try:
+        yield
+    finally:
+        pipeline.ORDER_SEARCH_EVERY = saved
 
 
 def table(results: dict[str, dict]) -> str:

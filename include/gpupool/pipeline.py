@@ -580,6 +580,12 @@ def _jsonable(obj: Any) -> Any:
 # --- forecast --------------------------------------------------------------------------
 
 FORECAST_HISTORY = timedelta(days=28)
+#: the forecast stage searches ARIMA orders (and estimates the Holt-Winters candidate's
+#: smoothing parameters) at most this often: a warm start whose orders were searched within it
+#: keeps them and only re-estimates their coefficients (the search runs again when they no
+#: longer fit or pass their residual check); see `AutoForecaster`'s ``keep_orders_for``.
+#: None: every run searches and estimates everything, as before.
+ORDER_SEARCH_EVERY = timedelta(days=1)
 
 
 def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | None = None, level: float = 90.0) -> dict:
@@ -590,7 +596,8 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
     history = history[history.index < end]
     if history.notna().sum() == 0:
         raise ValueError(f"platform {platform}: no demand history before {end.isoformat()} to forecast from")
-    # orders chosen in the last day are reused (parameters are re-estimated, the search is not)
+    # orders searched in the last day are reused (coefficients are re-estimated, the search is
+    # not: ORDER_SEARCH_EVERY)
     warm = _recent_summary(ctx.engine, platform, window.end)
     # the model is chosen by validation inside the history; the choice and every candidate's
     # error go into the summary
@@ -636,15 +643,19 @@ def demand_forecast(history: pd.Series, horizon: int, level: float = 90.0, warm:
 
     ``frame`` has ``ts, yhat, yhat_lower, yhat_upper`` for the next ``horizon`` hours; ``summary``
     is the fitted model's (orders, fallback, ...), the next run's warm start. ``warm``: the
-    summary of a forecast issued within the last day (see :func:`warm_start`). Pure: the
-    pipeline stores both; ``gpupool simulate`` keeps the summary for its next hour.
+    summary of a forecast issued within the last day (see :func:`warm_start`); when its ARIMA
+    orders were searched less than :data:`ORDER_SEARCH_EVERY` before the history's end they are
+    kept and only their coefficients re-estimated (and the Holt-Winters candidate's smoothing
+    parameters kept), so the order search runs about once a day.
+    Pure: the pipeline stores both; ``gpupool simulate`` keeps the summary for its next hour.
     """
     from gpupool.forecast.select import AutoForecaster
 
     # demand includes pending work, so it is bounded below by zero but not above by the
     # platform's capacity: the interval is clipped at zero only. The model is chosen by
     # validation inside the history (forecast.select).
-    model = AutoForecaster(horizon=horizon, level=level, lower_bound=0.0, upper_bound=None, orders=warm)
+    model = AutoForecaster(horizon=horizon, level=level, lower_bound=0.0, upper_bound=None, orders=warm,
+                           keep_orders_for=ORDER_SEARCH_EVERY)
     model.fit(history)
     return model.predict(horizon), dict(model.summary_)
 

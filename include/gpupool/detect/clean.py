@@ -537,8 +537,14 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
 
     `is_anomaly` here is every deviating point; `alarms` collapses runs into events.
     """
-    cfg = model.config
     work = prepare(y)
+    ts_cols = _judge_timestamps(model, work, start)
+    return _to_rows(pd.DataFrame(ts_cols, index=work.index), y, model)
+
+
+def _judge_timestamps(model: FittedSeriesModel, work: pd.Series, start: pd.Timestamp | None) -> dict[str, np.ndarray]:
+    """`_judge`'s per-timestamp columns of a prepared series (`prepare`: sorted, one row per timestamp)."""
+    cfg = model.config
     raw = work.to_numpy(dtype="float64")
     if len(work) and (start is None or _aligned(start, work.index) <= work.index[-1]):
         det = model.detector.score(work, start=start)
@@ -603,29 +609,35 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
         fill_at = gaps & np.isfinite(fill_value)
         clean = np.where(fill_at, fill_value, clean)
         filled = fill_at
-    ts_frame = pd.DataFrame(
-        {
-            "expected": expected,
-            "score": norm,
-            "is_anomaly": alarm,
-            "cleaned": cleaned,
-            "clean_value": clean,
-            "filled": filled,
-            "sustained": sustained & flag,
-        },
-        index=work.index,
-    )
-    return _to_rows(ts_frame, y, model)
+    return {
+        "expected": expected,
+        "score": norm,
+        "is_anomaly": alarm,
+        "cleaned": cleaned,
+        "clean_value": clean,
+        "filled": filled,
+        "sustained": sustained & flag,
+    }
 
 
 def _to_rows(ts_frame: pd.DataFrame, y: pd.Series, model: FittedSeriesModel) -> pd.DataFrame:
     """Per-timestamp results mapped back onto the rows of `y` (its order and duplicates)."""
     pos = ts_frame.index.get_indexer(pd.DatetimeIndex(y.index))
     values = pd.to_numeric(pd.Series(y), errors="coerce").to_numpy(dtype="float64")
+    cols = _row_columns({c: ts_frame[c].to_numpy() for c in ts_frame.columns}, pos, values, model)
+    cols["detector"] = model.detector_name
+    out = pd.DataFrame(cols, index=y.index)
+    return out[OUTPUT_COLUMNS]
+
+
+def _row_columns(ts_cols: dict[str, np.ndarray], pos: np.ndarray, values: np.ndarray,
+                 model: FittedSeriesModel) -> dict[str, np.ndarray]:
+    """The output columns (but `detector`) of rows at timestamp positions `pos` (-1: none)
+    with raw `values`, from `_judge_timestamps`' per-timestamp columns."""
     ok = pos >= 0
 
     def take(col: str, default):
-        arr = ts_frame[col].to_numpy()
+        arr = ts_cols[col]
         if arr.size == 0:  # no usable timestamp at all
             return np.full(len(pos), default)
         return np.where(ok, arr[np.where(ok, pos, 0)], default)
@@ -638,21 +650,16 @@ def _to_rows(ts_frame: pd.DataFrame, y: pd.Series, model: FittedSeriesModel) -> 
         # x̂ and fills of a non-negative metric are clipped already; a raw negative value
         # (a broken counter) is left for the flag to judge, never invented by cleaning
         clean_rows = np.where(cleaned | filled_rows, np.maximum(clean_rows, 0.0), clean_rows)
-    out = pd.DataFrame(
-        {
-            "value": values,
-            "expected": take("expected", np.nan).astype("float64"),
-            "score": take("score", np.nan).astype("float64"),
-            "is_anomaly": take("is_anomaly", False).astype(bool),
-            "cleaned": cleaned,
-            "detector": model.detector_name,
-            "clean_value": clean_rows.astype("float64"),
-            "filled": filled_rows,
-            "sustained": take("sustained", False).astype(bool),
-        },
-        index=y.index,
-    )
-    return out[OUTPUT_COLUMNS]
+    return {
+        "value": values,
+        "expected": take("expected", np.nan).astype("float64"),
+        "score": take("score", np.nan).astype("float64"),
+        "is_anomaly": take("is_anomaly", False).astype(bool),
+        "cleaned": cleaned,
+        "clean_value": clean_rows.astype("float64"),
+        "filled": filled_rows,
+        "sustained": take("sustained", False).astype(bool),
+    }
 
 
 def alarms(frame: pd.DataFrame, merge_points: int) -> np.ndarray:
@@ -664,10 +671,13 @@ def alarms(frame: pd.DataFrame, merge_points: int) -> np.ndarray:
     boolean array aligned with the rows of `frame` (a duplicate timestamp shares its
     first row's alarm).
     """
-    dev = frame["is_anomaly"].to_numpy(dtype=bool)
+    return _alarm_flags(frame["is_anomaly"].to_numpy(dtype=bool), pd.DatetimeIndex(frame.index), merge_points)
+
+
+def _alarm_flags(dev: np.ndarray, idx: pd.DatetimeIndex, merge_points: int) -> np.ndarray:
+    """`alarms` of deviating flags `dev` on the rows of `idx`."""
     if merge_points <= 0 or not dev.any():
         return dev.copy()
-    idx = pd.DatetimeIndex(frame.index)
     order = np.argsort(idx.asi8, kind="stable")
     sorted_idx = idx[order]
     first_of_ts = np.ones(len(order), dtype=bool)
@@ -1181,10 +1191,12 @@ def stream_detect(
                 fits[anchor] = fit_series_model(history, cfg, detector=detector)
         return fits[anchor]
 
-    parts: list[pd.DataFrame] = []
+    # the segments' columns as arrays (pandas frames per hourly window cost more than the judging)
+    parts: list[dict[str, np.ndarray]] = []
     pos = first
     n = len(work)
     a_i8 = anchors.asi8
+    work_values = work.to_numpy(dtype="float64")
     # the cleaning decision's look at what follows: a spike's return, or a collapse's whole run
     ahead = max(cfg.max_anomaly_run, cfg.max_fault_run + 2)
     # clean values of a fault that runs on past its segment's last row, for the next segment's first rows
@@ -1195,65 +1207,71 @@ def stream_detect(
             stop += 1
         seg_start = work.index[pos]
         if pd.isna(anchors[pos]):
-            part = pd.DataFrame(
-                {
-                    "value": work.iloc[pos:stop].to_numpy(),
-                    "expected": np.nan,
-                    "score": np.nan,
-                    "is_anomaly": False,
-                    "cleaned": False,
-                    "detector": "",
-                    "clean_value": work.iloc[pos:stop].to_numpy(),
-                    "filled": False,
-                    "sustained": False,
-                },
-                index=work.index[pos:stop],
-            )
+            m = stop - pos
+            part = {
+                "value": work_values[pos:stop].copy(),
+                "expected": np.full(m, np.nan),
+                "score": np.full(m, np.nan),
+                "is_anomaly": np.zeros(m, dtype=bool),
+                "cleaned": np.zeros(m, dtype=bool),
+                "detector": np.full(m, "", dtype=object),
+                "clean_value": work_values[pos:stop].copy(),
+                "filled": np.zeros(m, dtype=bool),
+                "sustained": np.zeros(m, dtype=bool),
+            }
             carry = np.array([])
         else:
             model = fitted(anchors[pos])
             span = pd.Timedelta(hours=24.0 * cfg.history_days)
             lo = int(work.index.searchsorted(anchors[pos] - span, side="left"))
             hi = min(n, stop + ahead)
-            full = _judge(model, work.iloc[lo:hi], seg_start)
-            part = full.iloc[pos - lo : stop - lo].copy()
+            # `_judge` of the prepared slice: its rows are its timestamps
+            ts_cols = _judge_timestamps(model, work.iloc[lo:hi], seg_start)
+            full = _row_columns(ts_cols, np.arange(hi - lo), work_values[lo:hi], model)
+            part = {c: v[pos - lo : stop - lo].copy() for c, v in full.items()}
+            part["detector"] = np.full(stop - pos, model.detector_name, dtype=object)
             if carry.size:
                 # a fault that began before the refit is the earlier model's to judge: the new one
                 # has no x̂ from before its first point to see the fault start
-                k = min(carry.size, len(part))
-                at = part.columns.get_indexer(["cleaned", "clean_value", "sustained"])
-                part.iloc[:k, at[0]] = True
-                part.iloc[:k, at[1]] = carry[:k]
-                part.iloc[:k, at[2]] = False
+                k = min(carry.size, stop - pos)
+                part["cleaned"][:k] = True
+                part["clean_value"][:k] = carry[:k]
+                part["sustained"][:k] = False
             carry = np.array([])
-            rest = full.iloc[stop - lo :]
-            if len(part) and part["cleaned"].iloc[-1] and len(rest):
-                cleaned_ahead = rest["cleaned"].to_numpy(dtype=bool)
+            if stop > pos and part["cleaned"][-1] and hi > stop:
+                cleaned_ahead = full["cleaned"][stop - lo :].astype(bool)
                 k = len(cleaned_ahead) if cleaned_ahead.all() else int(np.argmin(cleaned_ahead))
-                carry = rest["clean_value"].to_numpy(dtype="float64")[:k]
-        parts.append(part[OUTPUT_COLUMNS])
+                carry = full["clean_value"][stop - lo :].astype("float64")[:k]
+        parts.append(part)
         pos = stop
-    judged = pd.concat(parts) if parts else pd.DataFrame(columns=OUTPUT_COLUMNS, index=work.index[:0])
-    if len(judged):
-        judged["is_anomaly"] = alarms(judged, cfg.alarm_merge_points)
-    judged = judged.astype({"is_anomaly": bool, "cleaned": bool, "filled": bool, "sustained": bool})
+    judged = {c: np.concatenate([pt[c] for pt in parts]) for c in OUTPUT_COLUMNS} if parts else {}
+    judged_index = work.index[first:n] if parts else work.index[:0]
+    if parts:
+        judged["is_anomaly"] = _alarm_flags(judged["is_anomaly"].astype(bool), judged_index, cfg.alarm_merge_points)
     # back onto the caller's rows (order and duplicate timestamps), like _judge does
     sel = y[select]
-    pos_rows = judged.index.get_indexer(pd.DatetimeIndex(sel.index)) if len(judged) else np.full(len(sel), -1)
+    pos_rows = judged_index.get_indexer(pd.DatetimeIndex(sel.index)) if parts else np.full(len(sel), -1)
     values = pd.to_numeric(pd.Series(sel), errors="coerce").to_numpy(dtype="float64")
     ok = pos_rows >= 0
-    out = pd.DataFrame(index=sel.index)
+    defaults = {"is_anomaly": False, "cleaned": False, "filled": False, "sustained": False, "detector": ""}
+    cols = {}
     for col in OUTPUT_COLUMNS:
-        arr = judged[col].to_numpy()
-        default = {"is_anomaly": False, "cleaned": False, "filled": False, "sustained": False, "detector": ""}.get(col, np.nan)
-        out[col] = np.where(ok, arr[np.where(ok, pos_rows, 0)], default) if arr.size else default
+        default = defaults.get(col, np.nan)
+        if parts:
+            cols[col] = np.where(ok, judged[col][np.where(ok, pos_rows, 0)], default)
+        else:
+            cols[col] = np.full(len(sel), default, dtype=object if col == "detector" else None)
     # a duplicate timestamp's other rows keep their own value unless cleaned or filled
-    keep_own = ~(out["cleaned"].to_numpy(dtype=bool) | out["filled"].to_numpy(dtype=bool))
-    out["value"] = values
-    out["clean_value"] = np.where(keep_own, values, out["clean_value"].to_numpy(dtype="float64"))
-    out["filled"] = out["filled"].to_numpy(dtype=bool) & ~np.isfinite(values)
-    out = out.astype({"is_anomaly": bool, "cleaned": bool, "filled": bool, "sustained": bool,
-                      "expected": "float64", "score": "float64", "clean_value": "float64", "value": "float64"})
+    cleaned = cols["cleaned"].astype(bool)
+    filled = cols["filled"].astype(bool)
+    cols["value"] = values
+    cols["clean_value"] = np.where(~(cleaned | filled), values, cols["clean_value"].astype("float64"))
+    cols["filled"] = filled & ~np.isfinite(values)
+    for col in ("is_anomaly", "cleaned", "sustained"):
+        cols[col] = cols[col].astype(bool)
+    for col in ("expected", "score"):
+        cols[col] = cols[col].astype("float64")
+    out = pd.DataFrame(cols, index=sel.index)
     newest = fits[max(fits)] if fits else None
     out.attrs["models"] = {str(a): (m.detector_name, m.reason) for a, m in sorted(fits.items())}
     out.attrs["reason"] = newest.reason if newest else "history too short to judge any point"

@@ -79,10 +79,15 @@ def pacf_to_poly(x: np.ndarray) -> np.ndarray:
 
     Returns ``phi_1..phi_p`` of ``1 - phi_1 B - ... - phi_p B^p``, all roots outside the unit circle.
     """
-    phi = np.zeros(0)
-    for r in _PACF_BOUND * np.tanh(np.asarray(x, dtype=float)):
-        phi = np.concatenate([phi - r * phi[::-1], [r]])
-    return phi
+    x = np.asarray(x, dtype=float)
+    if not x.size:
+        return np.zeros(0)
+    # Durbin-Levinson on Python floats: the optimiser calls this for every residual evaluation,
+    # and at these lengths (p <= 5) array operations cost more than the arithmetic
+    phi: list[float] = []
+    for r in (_PACF_BOUND * np.tanh(x)).tolist():
+        phi = [a - r * b for a, b in zip(phi, reversed(phi))] + [r]
+    return np.array(phi)
 
 
 def poly_to_pacf(phi: np.ndarray) -> np.ndarray:

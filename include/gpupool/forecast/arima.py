@@ -11,7 +11,10 @@
 4. Ljung-Box on the differenced series: white noise means no ARMA terms (the mean or the last
    level is the forecast).
 5. Otherwise ``p`` and ``q`` by AIC/BIC with a stepwise search (Hyndman-Khandakar style),
-   warm-started from last run's orders when given.
+   warm-started from last run's orders when given. With ``keep_orders_for``, a warm start whose
+   orders were searched less than that long before the end of the history skips the search:
+   its orders are kept and only their coefficients re-estimated (the search runs when they no
+   longer fit or no longer pass the residual check they passed when searched).
 6. Ljung-Box on the residuals; when they are not white noise the search is widened once and the
    failed check is recorded.
 
@@ -105,6 +108,13 @@ class ArimaForecaster:
         Bounds of the first order search; the widened search adds 2 to ``max_p`` and ``max_q``.
     maxiter:
         Optimiser iterations per candidate model (CSS, Levenberg-Marquardt).
+    keep_orders_for:
+        With a warm start whose orders were searched (``orders_searched_through`` of its
+        summary: the end of the history the search saw) less than this before the end of the
+        history, the orders, differencing and Fourier terms are kept and only the coefficients
+        re-estimated: no order search, no stationarity tests. The search (warm-started) runs
+        instead when the kept orders cannot be fitted, do not converge, or fail the residual
+        Ljung-Box check they passed when searched. ``None`` (default): every fit searches.
     """
 
     def __init__(
@@ -121,6 +131,7 @@ class ArimaForecaster:
         max_q: int = 3,
         max_d: int = 2,
         maxiter: int = 50,
+        keep_orders_for: str | pd.Timedelta | None = None,
     ):
         if criterion not in ("aic", "aicc", "bic"):
             raise ValueError("criterion must be 'aic', 'aicc' or 'bic'")
@@ -138,6 +149,7 @@ class ArimaForecaster:
         self.max_q = max_q
         self.max_d = max_d
         self.maxiter = maxiter
+        self.keep_orders_for = None if keep_orders_for is None else pd.Timedelta(keep_orders_for)
 
     # ------------------------------------------------------------------ public interface
 
@@ -252,6 +264,10 @@ class ArimaForecaster:
         summary["D"] = D
         fourier_periods = [p for p in usable if not (D and p == primary)]
         season = primary if D else 0
+        summary["orders_searched_through"] = self._end().isoformat()
+        summary["orders_kept"] = False
+        if warm is not None and self._orders_fresh(warm) and self._keep_orders(y, warm, D, season, fourier_periods):
+            return
 
         # Stationarity of the deseasonalised series: ADF first, KPSS as second opinion.
         base = _arma.difference(y, ArmaSpec(D=D, season=season)) if D else y
@@ -322,6 +338,11 @@ class ArimaForecaster:
             resid_p = ljung_box_pvalue(resid, lb_lags, dof=n_arma)
         summary["residual_ljungbox_pvalue"] = resid_p
         summary["residual_check_passed"] = bool(resid_p > _ALPHA)
+        self._record(best)
+
+    def _record(self, best: ArmaFit) -> None:
+        """Keep ``best`` as the fitted model and record its orders, criterion and coefficients."""
+        summary = self.summary_
         self.fit_ = best
         spec = best.spec
         summary.update(
@@ -338,6 +359,57 @@ class ArimaForecaster:
                 "mean_of_differenced": best.mu, "fourier": best.beta.tolist(),
             },
         )
+
+    def _end(self) -> pd.Timestamp:
+        """The end of the history: the step after its last point."""
+        return self.series_.start + self.series_.step * len(self.series_.values)
+
+    def _orders_fresh(self, warm: dict[str, Any]) -> bool:
+        """Whether the warm start's orders were searched less than ``keep_orders_for`` before the end."""
+        if self.keep_orders_for is None or not warm.get("searched_through"):
+            return False
+        try:
+            age = self._end() - pd.Timestamp(warm["searched_through"])
+        except (TypeError, ValueError):  # unreadable, or one of them tz-aware and the other not
+            return False
+        return pd.Timedelta(0) <= age < self.keep_orders_for
+
+    def _keep_orders(self, y: np.ndarray, warm: dict[str, Any], D: int, season: int,
+                     fourier_periods: list[int]) -> bool:
+        """Fit the warm start's orders as they are (coefficients only) and keep them when they
+        fit, converge and pass the residual check they passed when searched; False: search."""
+        summary = self.summary_
+        d = warm["d"]
+        allow_const = d + D <= 1
+        # the search's white-noise shortcut sums over every point; a searched model over the
+        # residuals after its widest search's max p: the same conditioning, the same fit
+        white = warm["white"] and not D
+        self._condition = 0 if white else max(self.max_p + 2, warm["p"])
+        self._trace, self._fits, self._n_fitted = {}, {}, 0
+        self.terms_ = [(p, k) for p, k in warm["fourier"] if p in fourier_periods]
+        exog = self._exog(0, len(y))
+        spec = ArmaSpec(0, 0, d, D, 0, season, allow_const) if white else ArmaSpec(
+            warm["p"], warm["q"], d, D, warm["Q"] if D else 0, season, warm["constant"] and allow_const)
+        fit = self._evaluate(spec, y, exog)
+        if fit is None or not fit.converged or not math.isfinite(self._trace[_key(spec)]):
+            return False
+        resid = _arma.innovations(fit, y, exog)[spec.p :]
+        lb_lags = int(min(max(10, 2 * (season or 0)), max(len(resid) // 5, 1)))
+        resid_p = ljung_box_pvalue(resid, lb_lags, dof=spec.p + spec.q + spec.Q)
+        if resid_p <= _ALPHA and warm["residual_check_passed"]:
+            return False
+        summary["d"] = d
+        # the tests that chose them were the search's: carried from its record
+        for key in ("adf_pvalues", "kpss_pvalues", "adf_pvalue", "kpss_pvalue", "ljungbox_pvalue", "white_noise",
+                    "search", "residual_ljungbox_pvalue_first", "widened"):
+            summary[key] = self.orders.get(key)
+        summary["orders_searched_through"] = warm["searched_through"]
+        summary["orders_kept"] = True
+        summary["fourier"] = [{"period": p, "terms": k} for p, k in self.terms_]
+        summary["residual_ljungbox_pvalue"] = resid_p
+        summary["residual_check_passed"] = bool(resid_p > _ALPHA)
+        self._record(fit)
+        return True
 
     def _choose_d(self, x: np.ndarray) -> tuple[int, list[float], list[float]]:
         adf_p, kpss_p = [], []
@@ -525,4 +597,8 @@ def _warm_orders(orders: dict[str, Any] | None) -> dict[str, Any] | None:
         "Q": int(orders.get("Q", 0)),
         "constant": bool(orders.get("constant", True)),
         "fourier": pairs,
+        # when and how the orders were searched (absent from a hand-written warm start)
+        "searched_through": orders.get("orders_searched_through"),
+        "white": bool(orders.get("white_noise")) and str(orders.get("search", "")).startswith("white noise"),
+        "residual_check_passed": bool(orders.get("residual_check_passed", True)),
     }

@@ -105,6 +105,12 @@ class AutoForecaster:
     ets_init, ets_brute:
         statsmodels' ``initialization_method`` of the Holt-Winters candidate, and whether its fit
         starts from a brute-force grid of smoothing parameters (``use_brute``).
+    keep_orders_for:
+        Re-estimate at most this often: a warm start (``orders``) whose ARIMA orders were searched
+        less than this before the end of the history keeps them (see :class:`ArimaForecaster`),
+        and one whose Holt-Winters smoothing parameters were estimated less than this before
+        keeps those (its initial states still come from the history at hand). ``None``
+        (default): everything is re-estimated on every fit.
     calibrate:
         ``"widen"`` (default): widen the chosen model's intervals when they would have covered
         less than ``level`` on validation; ``"both"``: also narrow them; ``"off"``: keep them.
@@ -129,6 +135,7 @@ class AutoForecaster:
         ets_init: str = "heuristic",
         ets_brute: bool = False,
         arima_window: int | str | None = "4w",
+        keep_orders_for: str | pd.Timedelta | None = None,
         **arima_params: Any,
     ):
         if int(horizon) < 1:
@@ -155,6 +162,7 @@ class AutoForecaster:
         if arima_window not in (None, "4w") and not (isinstance(arima_window, int) and arima_window > 0):
             raise ValueError("arima_window must be a positive number of points, '4w' or None")
         self.arima_window = arima_window
+        self.keep_orders_for = None if keep_orders_for is None else pd.Timedelta(keep_orders_for)
         self.arima_params = arima_params
 
     # ------------------------------------------------------------------ public interface
@@ -195,7 +203,11 @@ class AutoForecaster:
         for name in names:
             try:
                 fit = self._fit_candidate(name, v, first)
-                means, ses = zip(*(self._candidate_forecast(name, fit, v[:o], o, H) for o in origins))
+                if name == "ets":  # one pass of the recursions for every origin
+                    states = _hw_filter_states(fit, v[: origins[-1]], origins)[1]
+                    means, ses = zip(*(_holt_winters_forecast(fit, None, H, state=st) for st in states))
+                else:
+                    means, ses = zip(*(self._candidate_forecast(name, fit, v[:o], o, H) for o in origins))
                 mean, se = np.stack(means), np.stack(ses)
                 if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(se))):
                     raise FloatingPointError("non-finite validation forecast")
@@ -269,7 +281,8 @@ class AutoForecaster:
 
     def _arima(self, orders: dict[str, Any] | None) -> ArimaForecaster:
         return ArimaForecaster(level=self.level, season=self.season, lower_bound=self.lower_bound,
-                               upper_bound=self.upper_bound, orders=orders, **self.arima_params)
+                               upper_bound=self.upper_bound, orders=orders, keep_orders_for=self.keep_orders_for,
+                               **self.arima_params)
 
     def _fit_candidate(self, name: str, v: np.ndarray, end: int) -> Any:
         """Estimate ``name`` on ``v[:end]``; what :meth:`_candidate_forecast` needs to filter on."""
@@ -284,7 +297,12 @@ class AutoForecaster:
             model.offset_ = lo
             return model
         if name == "ets":
-            return _fit_holt_winters(v[:end], self.m_, self.ets_init, self.ets_brute)
+            through = self.series_.index[end] if end < len(v) else self.series_.future_index(1)[0]
+            kept = self._fresh_ets(through)
+            hw = _fit_holt_winters(v[:end], self.m_, self.ets_init, self.ets_brute,
+                                   params=kept["params"] if kept else None)
+            hw.estimated_through = kept["estimated_through"] if hw.kept else through.isoformat()
+            return hw
         return None  # the baselines have nothing to estimate
 
     def _candidate_forecast(self, name: str, fit: Any, hist: np.ndarray, n: int, h: int) -> tuple[np.ndarray, np.ndarray]:
@@ -304,6 +322,22 @@ class AutoForecaster:
         if name == "ets":
             return _holt_winters_forecast(fit, hist, h)
         raise ValueError(f"unknown candidate {name}")
+
+    def _fresh_ets(self, through: pd.Timestamp) -> dict | None:
+        """The warm start's Holt-Winters record when its parameters were estimated less than
+        ``keep_orders_for`` before ``through`` (the end of the points it is fitted on), else None."""
+        warm = (self.orders or {}).get("ets") if isinstance(self.orders, dict) else None
+        if self.keep_orders_for is None or not isinstance(warm, dict) or not warm.get("estimated_through"):
+            return None
+        try:
+            age = through - pd.Timestamp(warm["estimated_through"])
+            params = {k: float(warm[k]) for k in ("alpha", "beta", "gamma", "phi")}
+        except (KeyError, TypeError, ValueError):  # unreadable, or tz-aware against naive
+            return None
+        if not (pd.Timedelta(0) <= age < self.keep_orders_for):
+            return None
+        return {"params": {**params, "seasonal": bool(warm.get("seasonal"))},
+                "estimated_through": warm["estimated_through"]}
 
     # ------------------------------------------------------------------ choice and record
 
@@ -336,8 +370,13 @@ class AutoForecaster:
         self.scale_ = scale
         inside = float(np.mean(err <= z * se * scale + 1e-12))
         model_name = chosen[0] if len(chosen) == 1 else "combination"
+        ets = fits.get("ets")
+        ets_summary = {"ets": {"alpha": ets.alpha, "beta": ets.beta, "gamma": ets.gamma, "phi": ets.phi,
+                               "seasonal": ets.m > 1, "estimated_through": ets.estimated_through,
+                               "kept": ets.kept}} if ets is not None else {}
         self.summary_ = jsonable({
             **arima_summary,
+            **ets_summary,
             "model": model_name,
             "selection": {
                 "chosen": chosen,
@@ -407,15 +446,21 @@ def _baseline(hist: np.ndarray, h: int, m: int | None, mean: bool = False) -> tu
 
 
 class _HoltWinters:
-    __slots__ = ("alpha", "beta", "gamma", "phi", "m", "l0", "b0", "s0", "sigma")
+    __slots__ = ("alpha", "beta", "gamma", "phi", "m", "l0", "b0", "s0", "sigma", "estimated_through", "kept")
 
     def __init__(self, alpha, beta, gamma, phi, m, l0, b0, s0, sigma):
         self.alpha, self.beta, self.gamma, self.phi = alpha, beta, gamma, phi
         self.m, self.l0, self.b0, self.s0, self.sigma = m, l0, b0, s0, sigma
+        self.estimated_through, self.kept = None, False
 
 
-def _fit_holt_winters(x: np.ndarray, m: int, init: str = "heuristic", brute: bool = False) -> _HoltWinters:
-    """Additive Holt-Winters with a damped trend (seasonal when ``m > 1``), estimated by statsmodels."""
+def _fit_holt_winters(x: np.ndarray, m: int, init: str = "heuristic", brute: bool = False,
+                      params: dict | None = None) -> _HoltWinters:
+    """Additive Holt-Winters with a damped trend (seasonal when ``m > 1``), estimated by statsmodels.
+
+    ``params`` (``alpha``, ``beta``, ``gamma``, ``phi``, ``seasonal``): smoothing parameters kept
+    from an earlier estimate (only the initial states are computed); ignored when the model's
+    seasonality is not the same as theirs."""
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
     seasonal = "add" if m > 1 and len(x) >= 2 * m + 10 else None
@@ -423,7 +468,16 @@ def _fit_holt_winters(x: np.ndarray, m: int, init: str = "heuristic", brute: boo
         warnings.simplefilter("ignore")
         model = ExponentialSmoothing(x, trend="add", damped_trend=True, seasonal=seasonal,
                                      seasonal_periods=m if seasonal else None, initialization_method=init)
-        res = model.fit(use_brute=brute)
+        if params is not None and bool(params.get("seasonal")) == bool(seasonal):
+            fixed = {"smoothing_level": params["alpha"], "smoothing_trend": params["beta"],
+                     "damping_trend": params["phi"]}
+            if seasonal:
+                fixed["smoothing_seasonal"] = params["gamma"]
+            res = model.fit(optimized=False, **fixed)
+            kept = True
+        else:
+            res = model.fit(use_brute=brute)
+            kept = False
     p = res.params
     s0 = np.asarray(p["initial_seasons"], float) if seasonal else np.zeros(0)
     hw = _HoltWinters(float(p["smoothing_level"]), float(p["smoothing_trend"]),
@@ -431,16 +485,31 @@ def _fit_holt_winters(x: np.ndarray, m: int, init: str = "heuristic", brute: boo
                       m if seasonal else 1, float(p["initial_level"]), float(p["initial_trend"]), s0, 0.0)
     _, _, _, resid = _hw_filter(hw, x)
     hw.sigma = float(np.sqrt(np.mean(resid**2))) if len(resid) else 0.0
+    hw.kept = kept
     return hw
 
 
 def _hw_filter(hw: _HoltWinters, x: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray]:
     """Run the smoothing recursions over ``x``: final level, trend, last season and one-step errors."""
+    return _hw_filter_states(hw, x)[0]
+
+
+def _hw_filter_states(hw: _HoltWinters, x: np.ndarray, stops: list[int] = ()) -> tuple[tuple, list[tuple]]:
+    """:func:`_hw_filter` over ``x``, and the state ``(level, trend, season)`` after each of the
+    first ``stops`` points (what ``_hw_filter(hw, x[:stop])`` ends in: one pass for every origin)."""
     a, b_, g, phi, m = hw.alpha, hw.beta, hw.gamma, hw.phi, hw.m
     level, trend = hw.l0, hw.b0
     seasonal = len(hw.s0) > 0
     season = list(hw.s0) if seasonal else [0.0]
     resid = np.empty(len(x))
+    wanted = {int(k) for k in stops}
+    states: dict[int, tuple] = {}
+
+    def state():
+        return level, trend, np.asarray(season[-m:] if seasonal else [])
+
+    if 0 in wanted:
+        states[0] = state()
     for t, value in enumerate(x.tolist()):
         s = season[-m] if seasonal else 0.0
         fitted = level + phi * trend + s
@@ -450,11 +519,15 @@ def _hw_filter(hw: _HoltWinters, x: np.ndarray) -> tuple[float, float, np.ndarra
         if seasonal:
             season.append(g * (value - fitted + s) + (1 - g) * s)
         level = new_level
-    return level, trend, np.asarray(season[-m:] if seasonal else []), resid
+        if t + 1 in wanted:
+            states[t + 1] = state()
+    return (*state(), resid), [states[int(o)] for o in stops]
 
 
-def _holt_winters_forecast(hw: _HoltWinters, hist: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
-    level, trend, season, _ = _hw_filter(hw, hist)
+def _holt_winters_forecast(hw: _HoltWinters, hist: np.ndarray | None, h: int,
+                           state: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard error of ``h`` steps after ``hist`` (or after the filtered ``state``)."""
+    level, trend, season = state if state is not None else _hw_filter(hw, hist)[:3]
     k = np.arange(1, h + 1)
     phi = hw.phi
     damp = np.cumsum(phi ** k)  # phi + phi^2 + ... + phi^k

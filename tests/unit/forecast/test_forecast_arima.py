@@ -362,3 +362,49 @@ def test_warm_start_from_hand_written_orders_outside_the_first_search_bounds():
     model = ArimaForecaster(season=1, orders=orders).fit(hourly(y))
     assert model.summary_["fallback"] is None
     assert_no_nan(model.predict(5))
+
+
+def test_warm_start_searched_within_keep_orders_for_keeps_the_orders_without_a_search():
+    rng = np.random.default_rng(20)
+    y = hourly(daily_cycle(24 * 21, rng))
+    cold = ArimaForecaster().fit(y.iloc[:-1])
+    assert cold.summary_["orders_kept"] is False
+    assert cold.summary_["orders_searched_through"] == y.index[-1].isoformat()
+    warm = ArimaForecaster(orders=cold.summary_, keep_orders_for="1D").fit(y)
+    s = warm.summary_
+    assert s["orders_kept"] is True and s["models_fitted"] == 1  # the kept orders, nothing else
+    for key in ("p", "q", "d", "D", "Q", "constant", "fourier", "orders_searched_through", "adf_pvalues"):
+        assert s[key] == cold.summary_[key], key
+    # only the coefficients are re-estimated, on the history at hand
+    assert s["n_obs"] == cold.summary_["n_obs"] + 1 and s["coefficients"] != cold.summary_["coefficients"]
+    assert_no_nan(warm.predict(24))
+    # without keep_orders_for the warm start only seeds the search, as before
+    seeded = ArimaForecaster(orders=cold.summary_).fit(y)
+    assert seeded.summary_["orders_kept"] is False and seeded.summary_["models_fitted"] > 1
+
+
+def test_a_warm_start_searched_longer_ago_than_keep_orders_for_searches_again():
+    rng = np.random.default_rng(19)
+    y = hourly(daily_cycle(24 * 21, rng))
+    old = ArimaForecaster().fit(y.iloc[:-24])  # searched a day before the end
+    model = ArimaForecaster(orders=old.summary_, keep_orders_for="1D").fit(y)
+    assert model.summary_["orders_kept"] is False and model.summary_["models_fitted"] > 1
+    assert model.summary_["orders_searched_through"] == (y.index[-1] + pd.Timedelta(hours=1)).isoformat()
+    # a kept model hands its search's time on: the next hour keeps, a day after the search does not
+    kept = ArimaForecaster(orders=model.summary_, keep_orders_for="1D").fit(y.iloc[1:])
+    assert kept.summary_["orders_kept"] is True
+    later = hourly(daily_cycle(24 * 22, np.random.default_rng(19)))
+    again = ArimaForecaster(orders=kept.summary_, keep_orders_for="1D").fit(later)
+    assert again.summary_["orders_kept"] is False
+
+
+def test_kept_orders_that_fail_the_residual_check_they_passed_fall_back_to_the_search():
+    rng = np.random.default_rng(21)
+    y = hourly(ar1(300, 0.8, rng, mean=10.0))
+    end = (y.index[-1] + pd.Timedelta(hours=1)).isoformat()
+    # orders said to be searched an hour ago that leave an AR(1) in the residuals
+    orders = {"p": 0, "q": 0, "d": 0, "D": 0, "Q": 0, "constant": True, "fourier": [], "search": "stepwise",
+              "residual_check_passed": True, "orders_searched_through": end}
+    model = ArimaForecaster(season=1, orders=orders, keep_orders_for="1D").fit(y)
+    assert model.summary_["orders_kept"] is False and model.summary_["p"] + model.summary_["q"] >= 1
+    assert model.summary_["residual_check_passed"] is True

@@ -234,3 +234,45 @@ def test_arima_candidate_is_estimated_on_the_last_four_weeks_and_forecasts_from_
         assert val["arima"] < val["seasonal_naive"]
     with pytest.raises(ValueError):
         AutoForecaster(arima_window=0)
+
+
+def test_holt_winters_states_at_every_origin_in_one_pass_equal_separate_filters():
+    x = seasonal_ar(24 * 15, 12)
+    hw = select._fit_holt_winters(x, 24, "heuristic")
+    stops = [0, 5, 24 * 7, 24 * 12, 24 * 15]
+    last, states = select._hw_filter_states(hw, x, stops)
+    for stop, (level, trend, season) in zip(stops, states):
+        ref = select._hw_filter(hw, x[:stop])
+        assert (level, trend) == (ref[0], ref[1]) and np.array_equal(season, ref[2])
+    assert np.array_equal(last[3], select._hw_filter(hw, x)[3])
+
+
+def test_keep_orders_for_keeps_the_arima_orders_and_the_holt_winters_parameters_within_the_span():
+    y = hourly(seasonal_ar(24 * 21, 13))
+    cold = AutoForecaster(horizon=24).fit(y.iloc[:-1])
+    assert cold.summary_["ets"]["kept"] is False and cold.summary_["orders_kept"] is False
+    warm = AutoForecaster(horizon=24, orders=cold.summary_, keep_orders_for="1D").fit(y)
+    ets, ets0 = warm.summary_["ets"], cold.summary_["ets"]
+    assert ets["kept"] is True and warm.summary_["orders_kept"] is True
+    assert [ets[k] for k in ("alpha", "beta", "gamma", "phi", "estimated_through")] == \
+        [ets0[k] for k in ("alpha", "beta", "gamma", "phi", "estimated_through")]
+    assert "ets" in warm.validation_["mae"]
+    # a day later both are estimated again; without keep_orders_for they always are
+    stale = AutoForecaster(horizon=24, orders=cold.summary_, keep_orders_for="1D").fit(
+        hourly(seasonal_ar(24 * 22, 13)).iloc[:-1])
+    assert stale.summary_["ets"]["kept"] is False and stale.summary_["orders_kept"] is False
+    again = AutoForecaster(horizon=24, orders=cold.summary_).fit(y)
+    assert again.summary_["ets"]["kept"] is False and again.summary_["orders_kept"] is False
+
+
+def test_the_forecast_stage_searches_orders_about_once_a_day():
+    from gpupool import pipeline
+
+    y = hourly(seasonal_ar(24 * 21, 14))
+    _, first = pipeline.demand_forecast(y.iloc[:-2], 24)
+    _, next_hour = pipeline.demand_forecast(y.iloc[:-1], 24, warm=pipeline.warm_start(first))
+    assert first["orders_kept"] is False and next_hour["orders_kept"] is True
+    assert next_hour["orders_searched_through"] == first["orders_searched_through"]
+    _, next_day = pipeline.demand_forecast(hourly(seasonal_ar(24 * 22, 14)).iloc[:-1], 24,
+                                           warm=pipeline.warm_start(next_hour))
+    assert next_day["orders_kept"] is False
