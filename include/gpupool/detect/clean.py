@@ -293,7 +293,14 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     # A zero-inflated count (GPUs pending: mostly 0, now and then a few) is the exception:
     # its rare steps are its ordinary life, and without the floor a zero next to an x̂ of
     # 0.1 would be "cleaned".
-    diffs = np.abs(np.diff(finite))
+    # the history's own exporter faults (falls to zero, towering one-point spikes) are no part of
+    # its resolution or of its ordinary excursions: at faults on a few % of the steps of a flat
+    # count, the typical step and the 0.99 quantile of peak heights would otherwise be the
+    # faults' own sizes, and τ and the spike bar would let the next ones pass
+    typical = np.where(_fault_shaped(values, cfg.fault_drop_share, cfg.max_anomaly_run, cfg.spike_height_factor),
+                       np.nan, values)
+    kept = typical[np.isfinite(typical)]
+    diffs = np.abs(np.diff(kept))
     steps = diffs[diffs > 0]
     if diffs.size and steps.size and (steps.size >= MIN_STEP_SHARE * diffs.size or zero_inflated):
         floor = max(floor, cfg.resolution_floor * float(np.median(steps)))
@@ -313,7 +320,7 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
         base = cfg.sr_threshold
     model.extra["history_quantiles"] = _tail_quantiles(history_norm)
     model.repeat_share_, model.repeat_run_ = _repeats(values)
-    model.excursion_scale_ = _peak_height(values, cfg.spike_height_quantile)
+    model.excursion_scale_ = _peak_height(typical, cfg.spike_height_quantile)
     model.idle_share_ = _idle_share(values, cfg.fault_drop_share, cfg.max_anomaly_run)
     model.threshold_ = base
     least = cfg.alarm_tau_scale * base
@@ -705,6 +712,39 @@ def _peak_height(values: np.ndarray, q: float) -> float:
     if height.size < max(MIN_REPEAT_STEPS, MIN_TAIL_POINTS / max(1.0 - q, 0.01)):
         return float("nan")
     return float(np.quantile(height, q))
+
+
+def _fault_shaped(values: np.ndarray, drop_share: float, max_run: int, spike_factor: float) -> np.ndarray:
+    """Points of a history shaped like an exporter's faults, whatever the detector made of them:
+    runs of at most `max_run` points at or below `drop_share` x the (positive) values on both sides
+    (a drop, a counter reset's fall), and single points more than `spike_factor` x the (positive)
+    values on both sides (a spike). A series idling at zero, or rising from it, has no such points:
+    its neighbours are not positive.
+
+    Used only to read a history's typical step and peak height (`_calibrate`), never to clean.
+    """
+    v = np.asarray(values, dtype="float64")
+    n = v.size
+    out = np.zeros(n, dtype=bool)
+    if n < 3:
+        return out
+    finite = np.isfinite(v)
+    with np.errstate(invalid="ignore"):
+        if spike_factor > 0:
+            left, mid, right = v[:-2], v[1:-1], v[2:]
+            out[1:-1] |= (left > 0) & (right > 0) & (mid > spike_factor * np.maximum(left, right))
+        if max_run > 0 and drop_share > 0:
+            for k in range(1, max_run + 1):
+                if n < k + 2:
+                    break
+                before, after = v[: n - k - 1], v[k + 1 :]
+                low = np.ones(n - k - 1, dtype=bool)
+                for i in range(k):
+                    low &= finite[1 + i : n - k + i] & (v[1 + i : n - k + i] <= drop_share * np.minimum(before, after))
+                low &= (before > 0) & (after > 0)
+                for s in np.flatnonzero(low):
+                    out[s + 1 : s + 1 + k] = True
+    return out
 
 
 def _collapses(
