@@ -102,12 +102,16 @@ class FittedSeriesModel:
     #: the smallest deviation (in residual spreads) that all of a run of `alarm_run_points` points must
     #: exceed, on one side, to raise an alarm (NaN: no run alarms)
     run_threshold_: float = float("nan")
+    #: `spike_height_quantile` of the history's one-step changes |x_t - x_t-1|, faults' shapes left
+    #: out (NaN: not measured): how far the series ordinarily moves in one step
+    step_scale_: float = float("nan")
     extra: dict = field(default_factory=dict)
 
     PARAMS_FORMAT = 1
     _SCALARS = ("score_center_", "score_scale_", "residual_scale_", "threshold_", "tau_", "alarm_threshold_")
     #: scalars a model stored before they existed lacks: read back as NaN (the rule they feed is off)
-    _OPTIONAL_SCALARS = ("repeat_share_", "repeat_run_", "excursion_scale_", "idle_share_", "run_threshold_")
+    _OPTIONAL_SCALARS = ("repeat_share_", "repeat_run_", "excursion_scale_", "idle_share_", "run_threshold_",
+                         "step_scale_")
 
     def to_params(self) -> dict:
         """The fitted model as a JSON-able dict (numbers, strings, lists; no NaN or inf)."""
@@ -296,7 +300,16 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     # A zero-inflated count (GPUs pending: mostly 0, now and then a few) is the exception:
     # its rare steps are its ordinary life, and without the floor a zero next to an x̂ of
     # 0.1 would be "cleaned".
-    diffs = np.abs(np.diff(finite))
+    # with `scales_without_fault_shapes`, the history's own exporter faults (falls to zero, towering
+    # one-point spikes) are no part of its resolution or of its ordinary excursions: at faults on a
+    # few % of the steps of a flat count, the typical step and the 0.99 quantile of peak heights
+    # would otherwise be the faults' own sizes, and τ and the spike bar would let the next ones pass
+    typical = values
+    if cfg.scales_without_fault_shapes:
+        shaped = _fault_shaped(values, cfg.fault_drop_share, cfg.max_anomaly_run, cfg.spike_height_factor)
+        typical = np.where(shaped, np.nan, values)
+    kept = typical[np.isfinite(typical)]
+    diffs = np.abs(np.diff(kept))
     steps = diffs[diffs > 0]
     if diffs.size and steps.size and (steps.size >= MIN_STEP_SHARE * diffs.size or zero_inflated):
         floor = max(floor, cfg.resolution_floor * float(np.median(steps)))
@@ -316,7 +329,8 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
         base = cfg.sr_threshold
     model.extra["history_quantiles"] = _tail_quantiles(history_norm)
     model.repeat_share_, model.repeat_run_ = _repeats(values)
-    model.excursion_scale_ = _peak_height(values, cfg.spike_height_quantile)
+    model.excursion_scale_ = _peak_height(typical, cfg.spike_height_quantile)
+    model.step_scale_ = _step_height(typical, cfg.spike_height_quantile)
     model.idle_share_ = _idle_share(values, cfg.fault_drop_share, cfg.max_anomaly_run)
     model.threshold_ = base
     least = cfg.alarm_tau_scale * base
@@ -568,7 +582,11 @@ def _judge_timestamps(model: FittedSeriesModel, work: pd.Series, start: pd.Times
         signed = np.where(judged, (raw - expected) / model.residual_scale_, np.nan)
         alarm = alarm | (judged & (run_scores(signed, cfg.alarm_run_points) > model.run_threshold_))
     min_height = cfg.spike_height_factor * model.excursion_scale_ if np.isfinite(model.excursion_scale_) else 0.0
-    transient = _transients(flag, raw, expected, model.tau_, cfg.max_anomaly_run, min_height, cfg.spike_max_shoulder)
+    # a move still open at the end of the data cannot be told from a step of the demand yet
+    min_open = cfg.open_move_factor * model.step_scale_ if np.isfinite(model.step_scale_) else 0.0
+    transient = _transients(
+        flag, raw, expected, model.tau_, cfg.max_anomaly_run, min_height, cfg.spike_max_shoulder, min_open
+    )
     sustained = flag & ~transient
     fault, fault_value = _collapses(
         flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share, _longest_drop(model)
@@ -703,6 +721,7 @@ def _transients(
     max_run: int,
     min_height: float,
     max_shoulder: float = 1.0,
+    min_open: float = 0.0,
 ) -> np.ndarray:
     """Points inside a short excursion (a spike or a dip of the exporter) that a flag starts.
 
@@ -725,6 +744,11 @@ def _transients(
     - it rises from the level and falls back to it at once: the values on both sides of it
       carry at most `max_shoulder` of its deviation from x̂_t0 (a surge of real demand
       climbs and ebbs over a few points; an exporter's glitch jumps).
+
+    A run still open at the end of the data may as well be the start of a new level: it is
+    cleaned only when it also moved more than `min_open` from the point before it (the
+    history's ordinary one-step change times `open_move_factor`: the demand does not move
+    like that, an exporter's spike does; 0: no such test).
 
     The decision waits for at most `max_run` later points; judging each point stays causal.
     `max_run` 0: every flagged point is cleaned. Returns the mask of the excursions' points
@@ -761,6 +785,10 @@ def _transients(
             deviation = level - float(run.max())
         if not height > max(tau, min_height, (1.0 - max_shoulder) * deviation):
             continue
+        if j >= n and min_open > 0:
+            moved = float(run.min()) - before if raw[t0] > level else before - float(run.max())
+            if not moved > min_open:
+                continue
         out[t0:j] = True
     return out
 
@@ -790,6 +818,53 @@ def _peak_height(values: np.ndarray, q: float) -> float:
     if height.size < max(MIN_REPEAT_STEPS, MIN_TAIL_POINTS / max(1.0 - q, 0.01)):
         return float("nan")
     return float(np.quantile(height, q))
+
+
+def _fault_shaped(values: np.ndarray, drop_share: float, max_run: int, spike_factor: float) -> np.ndarray:
+    """Points of a history shaped like an exporter's faults, whatever the detector made of them:
+    runs of at most `max_run` points at or below `drop_share` x the (positive) values on both sides
+    (a drop, a counter reset's fall), and single points more than `spike_factor` x the (positive)
+    values on both sides (a spike). A series idling at zero, or rising from it, has no such points:
+    its neighbours are not positive.
+
+    Used only to read a history's typical step and peak height (`_calibrate`), never to clean.
+    """
+    v = np.asarray(values, dtype="float64")
+    n = v.size
+    out = np.zeros(n, dtype=bool)
+    if n < 3:
+        return out
+    finite = np.isfinite(v)
+    with np.errstate(invalid="ignore"):
+        if spike_factor > 0:
+            left, mid, right = v[:-2], v[1:-1], v[2:]
+            out[1:-1] |= (left > 0) & (right > 0) & (mid > spike_factor * np.maximum(left, right))
+        if max_run > 0 and drop_share > 0:
+            for k in range(1, max_run + 1):
+                if n < k + 2:
+                    break
+                before, after = v[: n - k - 1], v[k + 1 :]
+                low = np.ones(n - k - 1, dtype=bool)
+                for i in range(k):
+                    low &= finite[1 + i : n - k + i] & (v[1 + i : n - k + i] <= drop_share * np.minimum(before, after))
+                low &= (before > 0) & (after > 0)
+                for s in np.flatnonzero(low):
+                    out[s + 1 : s + 1 + k] = True
+    return out
+
+
+def _step_height(values: np.ndarray, q: float) -> float:
+    """The `q` quantile of the one-step changes |x_t - x_t-1| of `values` (a history, faults' shapes
+    NaN: a change into or out of them is none of the demand's); NaN when the history is too short to
+    tell (as `_peak_height`)."""
+    v = np.asarray(values, dtype="float64")
+    if v.size < 2:
+        return float("nan")
+    diffs = np.abs(np.diff(v))
+    diffs = diffs[np.isfinite(diffs)]
+    if diffs.size < max(MIN_REPEAT_STEPS, MIN_TAIL_POINTS / max(1.0 - q, 0.01)):
+        return float("nan")
+    return float(np.quantile(diffs, q))
 
 
 def _collapses(
