@@ -350,9 +350,6 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
         "rest": float(rest.max()) if rest.size else None,
         "days": _span_days(history),
         "points": int(len(history)),
-        # the same excursions as (peak, age in days at the history's end, points), for rules
-        # that weigh an excursion by its age or length
-        "events": _excursion_events(events, peaks, order[:MAX_KEPT_PEAKS], history),
     }
     if model.detector_name in RESIDUAL_DETECTORS:
         _calibrate_runs(model, resid / model.residual_scale_, least, skip)
@@ -450,23 +447,6 @@ def _excursions(norm: np.ndarray, level: float, merge_points: int) -> tuple[np.n
     peaks = np.full(int(ids[-1]) + 1, -np.inf)
     np.maximum.at(peaks, ids, v[where])
     return events, peaks
-
-
-def _excursion_events(events: np.ndarray, peaks: np.ndarray, chosen: np.ndarray, history: pd.Series) -> list:
-    """(peak, age in days at the history's end, length in points) of the `chosen` excursions."""
-    if not peaks.size:
-        return []
-    idx = history.index
-    timed = isinstance(idx, pd.DatetimeIndex) and len(idx) == events.size and len(idx) > 0
-    out = []
-    for k in chosen:
-        rows = np.flatnonzero(events == k)
-        if timed:
-            age = float((idx[-1] - idx[rows[0]]) / pd.Timedelta(days=1))
-        else:
-            age = _span_days(history) * (1.0 - rows[0] / max(1, events.size - 1))
-        out.append([float(peaks[k]), age, int(rows[-1] - rows[0] + 1)])
-    return out
 
 
 def _budget_threshold(norm: np.ndarray, budget: float | None) -> float:

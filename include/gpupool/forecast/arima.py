@@ -366,13 +366,7 @@ class ArimaForecaster:
 
     def _orders_fresh(self, warm: dict[str, Any]) -> bool:
         """Whether the warm start's orders were searched less than ``keep_orders_for`` before the end."""
-        if self.keep_orders_for is None or not warm.get("searched_through"):
-            return False
-        try:
-            age = self._end() - pd.Timestamp(warm["searched_through"])
-        except (TypeError, ValueError):  # unreadable, or one of them tz-aware and the other not
-            return False
-        return pd.Timedelta(0) <= age < self.keep_orders_for
+        return estimated_within(warm.get("searched_through"), self._end(), self.keep_orders_for)
 
     def _keep_orders(self, y: np.ndarray, warm: dict[str, Any], D: int, season: int,
                      fourier_periods: list[int]) -> bool:
@@ -550,6 +544,18 @@ class ArimaForecaster:
     def _check_fitted(self) -> None:
         if not hasattr(self, "series_"):
             raise RuntimeError("ArimaForecaster is not fitted")
+
+
+def estimated_within(stamp: Any, end: pd.Timestamp, span: pd.Timedelta | None) -> bool:
+    """Whether an estimate made on the history up to ``stamp`` is less than ``span`` before ``end``
+    (False without a span or a stamp, or when the stamp cannot be read against ``end``)."""
+    if span is None or not stamp:
+        return False
+    try:
+        age = end - pd.Timestamp(stamp)
+    except (TypeError, ValueError):  # unreadable, or one of them tz-aware and the other not
+        return False
+    return pd.Timedelta(0) <= age < span
 
 
 def jsonable(value: Any) -> Any:

@@ -42,7 +42,7 @@ import pandas as pd
 
 from gpupool.forecast import _arma
 from gpupool.forecast._series import candidate_periods, forecast_frame, regularize, z_value
-from gpupool.forecast.arima import ArimaForecaster, jsonable
+from gpupool.forecast.arima import ArimaForecaster, estimated_within, jsonable
 
 CANDIDATES = ("arima", "seasonal_naive", "naive", "ets")
 
@@ -327,14 +327,12 @@ class AutoForecaster:
         """The warm start's Holt-Winters record when its parameters were estimated less than
         ``keep_orders_for`` before ``through`` (the end of the points it is fitted on), else None."""
         warm = (self.orders or {}).get("ets") if isinstance(self.orders, dict) else None
-        if self.keep_orders_for is None or not isinstance(warm, dict) or not warm.get("estimated_through"):
+        if not isinstance(warm, dict) or not estimated_within(warm.get("estimated_through"), through,
+                                                               self.keep_orders_for):
             return None
         try:
-            age = through - pd.Timestamp(warm["estimated_through"])
             params = {k: float(warm[k]) for k in ("alpha", "beta", "gamma", "phi")}
-        except (KeyError, TypeError, ValueError):  # unreadable, or tz-aware against naive
-            return None
-        if not (pd.Timedelta(0) <= age < self.keep_orders_for):
+        except (KeyError, TypeError, ValueError):  # a record without readable parameters
             return None
         return {"params": {**params, "seasonal": bool(warm.get("seasonal"))},
                 "estimated_through": warm["estimated_through"]}
