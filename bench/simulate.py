@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     results, timing = {}, {}
     end = probe.end if args.days is None else min(probe.end, probe.start + dt.timedelta(days=args.days))
     days = (end - probe.start).total_seconds() / 86400.0
-    runs = [(p, p, None) for p in policies]
+    runs = [(p, p) for p in policies]
     if args.baseline:
-        runs.append(("predictive, hourly search", "predictive", None))
-    for label, policy, _ in runs:
+        runs.append(("predictive, hourly search", "predictive"))
+    for label, policy in runs:
         with hourly_search() if label.endswith("hourly search") else contextlib.nullcontext():
             t0 = time.perf_counter()
             results[label] = simulate(scenario, policy, progress=sys.stderr.isatty(), clean=not args.no_clean)
