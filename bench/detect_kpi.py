@@ -36,9 +36,10 @@ source (NAB group, Helios step), so each half holds every group; a NAB file is i
 half in (a) and (b). `--tune` searches the router's alarm settings (τ scale, false-alarm
 budget, alarm merge: the settings that change alarms and nothing that is cleaned) on the
 tuning half of (b), ranked by PA-F1 + event F1, among the settings whose NAB standard score
-(all 58 files, bench/detect_nab.py's scorer) stays at least 40 and above the rolling z-score's
-and SR's alone under the same settings (SVR and Prophet alone are not rerun here), and
-reports the choice on the held-out half; then, the other settings at their defaults, the
+(all 58 files, bench/detect_nab.py's scorer) stays at least 40 and above SR's alone under the
+same settings (the issue's bar; SVR and Prophet alone are not rerun here, bench/detect_nab.py
+measures them; the rolling z-score alone is printed beside, no guard: it scores higher on NAB
+with some settings and far lower on this proxy), and reports the choice on the held-out half; then, the other settings at their defaults, the
 excursions left out of the budget per 1,000 history points (`alarm_history_skip_per_1000_points`)
 and the run alarm (`alarm_run_points` x `alarm_run_share`: a run of deviations on one side
 beyond a share of the alarm τ), under the same NAB guard.
@@ -297,6 +298,10 @@ def tally(items: list[dict], alarms_of) -> dict:
 
 def method_rows(items: list[dict], config: RouterConfig, plain_t: float, tuned: tuple | None) -> dict[str, dict]:
     rows = {"router (auto, default)": tally(items, lambda it: router_alarms(it["per"], config))}
+    if config.alarm_run_points:
+        no_run = config.model_copy(update={"alarm_run_points": 0})
+        rows["router, run alarm off"] = tally(items, lambda it: router_alarms(it["per"], no_run))
+        rows["--detector zscore, run alarm off"] = tally(items, lambda it: single_alarms(it["per"]["zscore"], no_run))
     if config.alarm_history_skip_per_1000_points or config.alarm_run_points:
         before = config.model_copy(update={"alarm_history_skip_per_1000_points": 0.0, "alarm_run_points": 0})
         rows["router, earlier default (no per-point skip, no run)"] = tally(
@@ -417,27 +422,28 @@ def main(argv: list[str] | None = None) -> int:
             r = tally(tune_b, lambda it: router_alarms(it["per"], config, s))
             std = nab_standard(nab, by_file, lambda per: router_alarms(per, config, s))
             # the detectors alone get the same alarm settings (they are RouterConfig's)
-            alone = max(nab_standard(nab, by_file, lambda per: single_alarms(per[m], config, s)) for m in ("zscore", "sr"))
-            results.append((s, r, std, alone))
+            z = nab_standard(nab, by_file, lambda per: single_alarms(per["zscore"], config, s))
+            alone = nab_standard(nab, by_file, lambda per: single_alarms(per["sr"], config, s))
+            results.append((s, r, std, alone, z))
         print(f"--tune: the router's alarm settings on the tuning half of (b); NAB standard (all {len(nab)} files) "
-              f"of the router and of the best of the z-score and SR alone under the same settings:")
-        print(f"  {'setting':<48} {'PA-F1':>6} {'evF1':>6} {'NAB':>6} {'alone':>6}")
+              f"of the router, of SR alone (the guard) and of the z-score alone under the same settings:")
+        print(f"  {'setting':<48} {'PA-F1':>6} {'evF1':>6} {'NAB':>6} {'sr':>6} {'zscore':>7}")
         ranked = sorted(results, key=lambda t: -(t[1]["pa_f1"] + t[1]["ev_f1"]))
         ok = [t for t in ranked if t[2] >= NAB_BAR and t[2] > t[3]]
-        for s, r, std, alone in ranked[:10] + [t for t in ok if t not in ranked[:10]][:5]:
-            mark = "  <- passes the NAB guard" if (s, r, std, alone) in ok else ""
-            print(f"  {fmt_setting(s):<48} {r['pa_f1']:>6.3f} {r['ev_f1']:>6.3f} {std:>6.1f} {alone:>6.1f}{mark}")
-        s, r, std, alone = ok[0] if ok else (None, None, None, None)
+        for s, r, std, alone, z in ranked[:10] + [t for t in ok if t not in ranked[:10]][:5]:
+            mark = "  <- passes the NAB guard" if (s, r, std, alone, z) in ok else ""
+            print(f"  {fmt_setting(s):<48} {r['pa_f1']:>6.3f} {r['ev_f1']:>6.3f} {std:>6.1f} {alone:>6.1f} {z:>7.1f}{mark}")
+        s, r, std, alone, _ = ok[0] if ok else (None, None, None, None, None)
         default = (config.alarm_tau_scale, config.alarm_history_share, config.alarm_merge_points)
         if s is None or s == default:
             print(f"chosen: the default {fmt_setting(default)}; no other setting in the grid keeps NAB >= {NAB_BAR:g} "
-                  f"and above the detectors alone" + ("" if s is None else " with a better tuning-half score"))
+                  f"and above SR alone" + ("" if s is None else " with a better tuning-half score"))
         else:
             tuned = s
             print(f"chosen: {fmt_setting(s)}: tuning-half PA-F1 {r['pa_f1']:.3f}, event F1 {r['ev_f1']:.3f}; "
-                  f"NAB standard {std:.1f} (default {nab_default:.1f}; alone {alone:.1f})")
-        out["tune"] = [{"setting": t[0], "pa_f1": t[1]["pa_f1"], "ev_f1": t[1]["ev_f1"], "nab": t[2], "alone": t[3]}
-                       for t in results]
+                  f"NAB standard {std:.1f} (default {nab_default:.1f}; SR alone {alone:.1f})")
+        out["tune"] = [{"setting": t[0], "pa_f1": t[1]["pa_f1"], "ev_f1": t[1]["ev_f1"], "nab": t[2], "sr": t[3],
+                        "zscore": t[4]} for t in results]
 
     if args.tune:
         # excursions left out of the budget per 1,000 history points, and the run alarm; other settings the default's
@@ -453,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             std = nab_standard(nab, by_file, lambda per: router_alarms(per, c))
             z = nab_standard(nab, by_file, lambda per: single_alarms(per["zscore"], c))
             sr = nab_standard(nab, by_file, lambda per: single_alarms(per["sr"], c))
-            ok = std >= NAB_BAR and std > max(z, sr)
+            ok = std >= NAB_BAR and std > sr  # the z-score alone is printed, not a guard
             found.append(((rate, points, share), r, std, z, sr, ok))
             run = f"{points}x{share:g}" if points else "off"
             print(f"  {rate:<17g} {run:<9} {r['pa_f1']:>6.3f} {r['ev_f1']:>6.3f} {std:>6.1f} {z:>7.1f} {sr:>6.1f}"

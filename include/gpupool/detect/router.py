@@ -28,9 +28,9 @@ anomaly does not raise the bar for the days it stays in the history. Anomalies c
 per point: a week of 1-minute history holds five times as many as a week of 5-minute history,
 so by default three excursions are left out of a week of 1-minute points and none out of a
 week of 5-minute points. A level shift or burst can stay under the one-point alarm τ at every
-point; with `alarm_run_points` set (off by default), that many consecutive points beyond
+point: `alarm_run_points` consecutive points (5 by default; 0 turns it off) beyond
 `alarm_run_share` of it, all on one side, raise an alarm too when no such run of the history
-(under the same budget) went as far.
+(under the same budget) went as far. Alarms only: what is cleaned does not depend on it.
 
 After routing, `fallback` compares the routed SVR or Prophet with the rolling z-score on the
 series' own history: the one that alarms at the smaller deviation (in the series' units,
@@ -100,7 +100,7 @@ class RouterConfig(BaseModel):
         "none (0: none skipped)",
     )
     alarm_run_points: int = Field(
-        0,
+        5,
         ge=0,
         description="a level shift or burst too small for a one-point alarm: an alarm also where the last this many "
         "points all deviate on the same side by more than `alarm_run_share` x the alarm τ, and the run's smallest "
