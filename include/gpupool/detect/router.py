@@ -105,8 +105,8 @@ class RouterConfig(BaseModel):
         description="a level shift or burst too small for a one-point alarm: an alarm also where the last this many "
         "points all deviate on the same side by more than `alarm_run_share` x the alarm τ, and the run's smallest "
         "deviation is beyond every such run of the history (the same false-alarm budget, the same excursions left "
-        "out); SVR, Prophet and the rolling z-score only (0: off, the default: on NAB it lifts the rolling z-score "
-        "alone above the router; 5 with `alarm_run_share` 0.5 is the setting measured, see the KPI proxy)",
+        "out); SVR, Prophet and the rolling z-score only; alarms only, nothing cleaned changes (0: off; 5 with "
+        "`alarm_run_share` 0.5 lifts the router on NAB and on the KPI proxy, see the README's benchmarks)",
     )
     alarm_run_share: float = Field(
         0.5, gt=0.0, le=1.0, description="each point of such a run deviates by more than this x the alarm τ"
