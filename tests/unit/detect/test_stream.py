@@ -372,34 +372,22 @@ def test_on_a_minute_series_an_earlier_anomaly_does_not_hide_a_smaller_later_one
     assert out["cleaned"].equals(before["cleaned"])
 
 
-def test_a_small_level_shift_raises_one_alarm_from_its_run_of_deviations():
-    y = level_series(n=288 * 10, seed=1)
-    y.iloc[288 * 8 : 288 * 8 + 30] += 2.0  # 4 noise spreads: under the one-point alarm τ (6) at every point
-    out = stream_detect(y, RouterConfig(alarm_run_points=5), detector="zscore")
-    alarms = np.flatnonzero(out["is_anomaly"].to_numpy())
-    start = 288 * 8
-    assert alarms.size == 1 and start <= alarms[0] < start + 7, "one alarm, within the shift's first points"
-    off = stream_detect(y, RouterConfig(alarm_run_points=0), detector="zscore")
-    assert not off["is_anomaly"].iloc[start : start + 30].any()
-    # alarms only: cleaning is the same either way
-    assert out["cleaned"].equals(off["cleaned"])
-    np.testing.assert_array_equal(out["clean_value"].to_numpy(), off["clean_value"].to_numpy())
-
-
-def test_by_default_a_small_level_shift_raises_one_alarm_and_changes_no_cleaning():
+@pytest.mark.parametrize("detector", [None, "zscore"], ids=["defaults-router", "zscore"])
+def test_a_small_level_shift_raises_one_alarm_from_its_run_of_deviations_by_default(detector):
     y = level_series(n=288 * 10, seed=1)
     start = 288 * 8
     y.iloc[start : start + 30] += 2.0  # 4 noise spreads: under the one-point alarm τ (6) at every point
-    out = stream_detect(y)  # `gpupool detect`'s defaults: the router, the run alarm on
+    kw = {"detector": detector} if detector else {}
+    out = stream_detect(y, **kw)  # `gpupool detect`'s defaults: the run alarm on
     alarms = np.flatnonzero(out["is_anomaly"].to_numpy())
     assert alarms.size == 1 and start <= alarms[0] < start + 7, "one alarm, within the shift's first points"
     # the run alarm is the only thing that sees it
-    one_point = stream_detect(y, RouterConfig(alarm_run_points=0))
-    assert not one_point["is_anomaly"].iloc[start : start + 30].any()
+    off = stream_detect(y, RouterConfig(alarm_run_points=0), **kw)
+    assert not off["is_anomaly"].iloc[start : start + 30].any()
     # alarms only: what is cleaned, and the values, are the same
-    assert out["cleaned"].equals(one_point["cleaned"])
-    np.testing.assert_array_equal(out["clean_value"].to_numpy(), one_point["clean_value"].to_numpy())
-    assert (out["is_anomaly"] != one_point["is_anomaly"]).sum() == 1
+    assert out["cleaned"].equals(off["cleaned"])
+    np.testing.assert_array_equal(out["clean_value"].to_numpy(), off["clean_value"].to_numpy())
+    assert (out["is_anomaly"] != off["is_anomaly"]).sum() == 1
 
 
 def test_runs_the_history_has_every_day_raise_no_run_alarm():
