@@ -35,6 +35,7 @@ from gpupool.allocate.planner import (
     DEFAULT_SPREAD,
     GPU_UNIT,
     SKILL_HOURS,
+    SKILL_MARGIN,
     SPREAD_HISTORY_HOURS,
     NodeRecord,
     demand_from_forecast,
@@ -167,8 +168,9 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
             demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT}
             source[p] = (f"forecast issued {end.isoformat()} (level {level:g}, spread within the hour {within:.1f})"
                          if skill.forecast_wins else
-                         f"last hour: over {skill.hours} h demand as it stood forecast better than the model issued "
-                         f"{end.isoformat()} (RMSE {skill.rmse_naive:.1f} vs {skill.rmse_forecast:.1f})")
+                         f"last hour: over {skill.hours} h the model issued {end.isoformat()} did not forecast "
+                         f"{SKILL_MARGIN:.0%} better than demand as it stood (RMSE {skill.rmse_forecast:.1f} "
+                         f"vs {skill.rmse_naive:.1f})")
     for p in platforms:
         if p in demand:
             continue

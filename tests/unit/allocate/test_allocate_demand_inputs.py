@@ -127,6 +127,24 @@ def test_a_forecast_the_last_hour_beat_on_the_platforms_own_hours_is_not_planned
     assert d.mean == (30.0, 32.0)
 
 
+def test_a_forecast_only_level_with_the_last_hour_is_not_planned_on():
+    from gpupool.allocate.planner import SKILL_MARGIN, forecast_skill
+
+    hourly = _hours([10, 12, 14, 16, 18, 20, 22, 24, 26, 28])  # a ramp: the last hour is 2 off
+    target = hourly.iloc[1:]
+    # off by a little less than the last hour (1.9 and 1.7 against 2): level with reacting, and
+    # clearly better than it
+    for off, planned in ((2.0 * (1 - SKILL_MARGIN / 2), False), (2.0 * (1 - 1.5 * SKILL_MARGIN), True)):
+        skill = forecast_skill(target - off, hourly)
+        assert skill.hours == 9 and skill.rmse_forecast == pytest.approx(off) and skill.rmse_naive == pytest.approx(2.0)
+        assert skill.forecast_wins is planned
+        d = demand_from_forecast([31.0, 33.0], [32.0, 34.0], 90, 0.0, 0.9, skill=skill, hourly=hourly)
+        assert d.mean == ((31.0, 33.0) if planned else (28.0, 28.0))
+    # a record that is perfect on a flat series (both forecasts exact) keeps the model
+    flat = _hours([5.0] * 10)
+    assert forecast_skill(flat.iloc[1:], flat).forecast_wins
+
+
 def test_without_a_track_record_the_forecast_is_planned_on():
     from gpupool.allocate.planner import MIN_SKILL_HOURS, forecast_skill
 

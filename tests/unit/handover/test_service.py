@@ -204,7 +204,7 @@ def test_plan_from_staging_scores_the_forecast_against_demand_as_it_stood(ctx):
         conn.execute(forecast.insert(), fc)
     out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")
     per = out["summary"]["platforms"]["kubernetes"]
-    assert per["demand_from"].startswith("last hour: over 9 h demand as it stood forecast better")
+    assert per["demand_from"].startswith("last hour: over 9 h the model issued")
     reactive = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "reactive")
     assert per["demand_mean"] == reactive["summary"]["platforms"]["kubernetes"]["demand_mean"] == [20.0, 20.0]
     assert per["demand_upper"] == reactive["summary"]["platforms"]["kubernetes"]["demand_upper"]
