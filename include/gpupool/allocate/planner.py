@@ -352,10 +352,10 @@ def demand_from_forecast(
     hour that the hourly model has not yet seen is not forgotten.
 
     With ``skill`` (the forecast's own track record, :func:`forecast_skill`) and the ``hourly``
-    demand seen: where the last hour has forecast this platform better than the model over its
-    recent hours, the plan uses the last hour (:func:`demand_from_last_hour`, with ``latest`` and
-    ``spread``) — the method notices on the series' own history that the simple baseline wins,
-    and falls back to it.
+    demand seen: unless the model has forecast this platform clearly better than the last hour
+    over its recent hours (``ForecastSkill.forecast_wins``, by ``SKILL_MARGIN``), the plan uses
+    the last hour (:func:`demand_from_last_hour`, with ``latest`` and ``spread``) — the method
+    notices on the series' own history that the simple baseline is as good, and falls back to it.
     """
     if skill is not None and hourly is not None and not skill.forecast_wins:
         return demand_from_last_hour(hourly, within_hour_sd, len(tuple(yhat)), headroom_quantile,
