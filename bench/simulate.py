@@ -39,7 +39,8 @@ TARGET_S_PER_DAY = {"static": 1.0, "reactive": 300.0 / 31, "predictive": 300.0 /
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default=str(ROOT / "config/scenarios/helios-3platforms.yaml"))
-    ap.add_argument("--days", type=float, default=None, help="simulate only the first DAYS days")
+    ap.add_argument("--days", type=float, default=None,
+                    help="simulate the first DAYS days (a synthetic scenario is generated that far)")
     ap.add_argument("--policies", default=",".join(POLICY_KINDS))
     ap.add_argument("--no-clean", action="store_true", help="forecast from raw telemetry (skip detect/clean)")
     ap.add_argument("--baseline", action="store_true",
@@ -51,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         scenario = scenario.model_copy(update={"end": (probe.start + dt.timedelta(days=args.days)).to_pydatetime()})
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     results, timing = {}, {}
-    end = probe.end if args.days is None else min(probe.end, probe.start + dt.timedelta(days=args.days))
+    # a synthetic world is generated to any end; a traced one stops where its traces do
+    end = probe.end if args.days is None else World(scenario).end
     days = (end - probe.start).total_seconds() / 86400.0
     runs = [(p, p) for p in policies]
     if args.baseline:

@@ -329,6 +329,102 @@ def forecast_skill(issued: pd.Series, hourly: pd.Series, hours: int = SKILL_HOUR
     return ForecastSkill(len(both), float(np.sqrt(np.mean(err_fc**2))), float(np.sqrt(np.mean(err_naive**2))))
 
 
+#: days of the same hour's changes the daily shape is averaged over (a week: each weekday once)
+DAILY_DAYS = 7
+#: fewest of those days with data before a daily change is computed
+MIN_DAILY_DAYS = 3
+#: scored (origin, hour ahead) pairs before the daily shape's record may be believed: a day of
+#: origins at a two-hour horizon
+MIN_DAILY_SCORED = 48
+#: hourly demand and levels a caller reads for :func:`daily_record` (its record's origins, each
+#: with ``DAILY_DAYS`` days behind it, and the hours they forecast)
+DAILY_HISTORY_HOURS = SKILL_HOURS + 24 * DAILY_DAYS + 2
+
+
+@dataclass(frozen=True)
+class DailyRecord:
+    """The daily shape of a platform's demand, as a change from demand as it stands.
+
+    ``change[h - 1]`` is the median, over the last :data:`DAILY_DAYS` days, of how far the mean
+    of the hour ``h - 1`` hours after this time of day lay from the level at this time of day. A
+    platform whose demand rises every morning and falls every evening has a positive change
+    before its peak and a negative one after it; one without a daily shape has changes near zero.
+    The median, not the mean: one day's burst at this hour is not planned on for a week.
+    ``rmse_daily`` / ``rmse_naive``: how the level plus the change (each origin's own change,
+    from the days before it) and the level alone forecast the hours ahead of each of the last
+    :data:`SKILL_HOURS` origins, over ``scored`` (origin, hour ahead) pairs.
+    """
+
+    change: tuple[float, ...] | None
+    scored: int
+    rmse_daily: float
+    rmse_naive: float
+
+    @property
+    def wins(self) -> bool:
+        """Whether the plan adds the change: only on a record of ``MIN_DAILY_SCORED`` pairs where
+        it forecast ``SKILL_MARGIN`` better than the level alone (as a forecast must)."""
+        return (self.change is not None and self.scored >= MIN_DAILY_SCORED
+                and self.rmse_daily <= (1.0 - SKILL_MARGIN) * self.rmse_naive)
+
+
+def daily_record(hourly: pd.Series, levels: pd.Series, at: pd.Timestamp, horizon: int,
+                 hours: int = SKILL_HOURS, days: int = DAILY_DAYS) -> DailyRecord:
+    """The daily change ahead of ``at`` (:class:`DailyRecord`) from ``hourly`` (each hour's mean
+    demand, indexed by the hour's start) and ``levels`` (demand as it stood at each hour's start,
+    :func:`gpupool.canonical.hourly_levels`), with its record over the last ``hours`` origins."""
+    at = pd.Timestamp(at)
+    hour = pd.Timedelta("1h")
+    none = DailyRecord(None, 0, math.inf, math.inf)
+    if horizon < 1 or hourly.dropna().empty or levels.dropna().empty:
+        return none
+    first = at - (hours + 24 * days) * hour
+    grid = pd.date_range(first, at, freq=hour)  # the origins: every whole hour up to `at`
+    hourly = hourly[~hourly.index.duplicated(keep="last")]
+    levels = levels[~levels.index.duplicated(keep="last")]
+    lev = levels.reindex(grid).to_numpy(float)
+    change, sq_daily, sq_naive, scored = [], 0.0, 0.0, 0
+    scored_from = len(grid) - 1 - hours  # the origins of the record: the last `hours` before `at`
+    for h in range(1, horizon + 1):
+        # how far the mean of the hour h - 1 hours after each origin lay from the origin's level
+        ahead = np.array(hourly.reindex(grid + (h - 1) * hour), dtype=float)
+        ahead[grid + (h - 1) * hour >= at] = np.nan  # not seen yet at `at`
+        dev = ahead - lev
+        # each origin's change: the median of the same deviation on the `days` days before it
+        past = np.full((days, len(grid)), np.nan)
+        for d in range(1, days + 1):
+            past[d - 1, 24 * d:] = dev[: len(grid) - 24 * d]
+        count = np.sum(np.isfinite(past), axis=0)
+        mu = np.full(len(grid), np.nan)
+        enough = count >= MIN_DAILY_DAYS
+        mu[enough] = np.nanmedian(past[:, enough], axis=0)
+        if not math.isfinite(mu[-1]):
+            return none
+        change.append(float(mu[-1]))
+        ok = np.isfinite(dev) & np.isfinite(mu)
+        ok[: max(scored_from, 0)] = False
+        sq_daily += float(np.sum((dev[ok] - mu[ok]) ** 2))
+        sq_naive += float(np.sum(dev[ok] ** 2))
+        scored += int(ok.sum())
+    if scored == 0:
+        return DailyRecord(tuple(change), 0, math.inf, math.inf)
+    return DailyRecord(tuple(change), scored, math.sqrt(sq_daily / scored), math.sqrt(sq_naive / scored))
+
+
+def with_daily_change(demand: PlatformDemand, daily: DailyRecord | None) -> PlatformDemand:
+    """``demand`` (planned on the level, :func:`demand_from_last_hour`) moved by the daily change
+    when its record wins (:attr:`DailyRecord.wins`); else ``demand`` as it is."""
+    if daily is None or not daily.wins:
+        return demand
+    change = np.asarray(daily.change[: len(demand.mean)], dtype=float)
+    if len(change) < len(demand.mean):
+        change = np.r_[change, np.full(len(demand.mean) - len(change), change[-1] if len(change) else 0.0)]
+    mean = np.clip(np.asarray(demand.mean) + change, 0.0, None)
+    upper = np.clip(np.asarray(demand.upper) + change, 0.0, None)
+    return PlatformDemand(mean=tuple(round(float(v), 6) for v in mean),
+                          upper=tuple(round(float(v), 6) for v in upper), unit=demand.unit)
+
+
 def demand_from_forecast(
     yhat: Sequence[float],
     yhat_upper: Sequence[float],
@@ -339,6 +435,7 @@ def demand_from_forecast(
     hourly: pd.Series | None = None,
     latest: float | None = None,
     spread: str | None = None,
+    daily: DailyRecord | None = None,
 ) -> PlatformDemand:
     """The planner's demand from an hourly forecast: its mean, and an upper bound at the policy's quantile.
 
@@ -357,7 +454,17 @@ def demand_from_forecast(
     over its recent hours (``ForecastSkill.forecast_wins``, by ``SKILL_MARGIN``), the plan uses
     the last hour (:func:`demand_from_last_hour`, with ``latest`` and ``spread``) — the method
     notices on the series' own history that the simple baseline is as good, and falls back to it.
+
+    ``daily`` (:func:`daily_record`): where the platform's daily shape has clearly beaten the
+    level alone on its own record (:attr:`DailyRecord.wins`), the plan is the last hour moved by
+    that shape (:func:`with_daily_change`), whatever the model's record: it is the simpler of the
+    two forecasts, and on demand with a daily rhythm and persistent noise it is the better one —
+    the hourly model seldom beats demand as it stands one hour ahead there (the level already
+    holds the noise), while the level moved along the usual change at this time of day does.
     """
+    if hourly is not None and daily is not None and daily.wins:
+        return with_daily_change(demand_from_last_hour(hourly, within_hour_sd, len(tuple(yhat)), headroom_quantile,
+                                                       spread=spread, latest=latest), daily)
     if skill is not None and hourly is not None and not skill.forecast_wins:
         return demand_from_last_hour(hourly, within_hour_sd, len(tuple(yhat)), headroom_quantile,
                                      spread=spread, latest=latest)

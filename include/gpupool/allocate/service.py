@@ -32,12 +32,14 @@ from gpupool import mig
 from gpupool.allocate import handover as ho
 from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason
 from gpupool.allocate.planner import (
+    DAILY_HISTORY_HOURS,
     DEFAULT_SPREAD,
     GPU_UNIT,
     SKILL_HOURS,
     SKILL_MARGIN,
     SPREAD_HISTORY_HOURS,
     NodeRecord,
+    daily_record,
     demand_from_forecast,
     demand_from_last_hour,
     forecast_skill,
@@ -149,7 +151,7 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
     if kind == "predictive":
         fc = reads.read_forecasts(engine, end.to_pydatetime(), platforms)
         runs = reads.forecast_runs(engine, end.to_pydatetime(), platforms)
-        since = end - pd.Timedelta(hours=max(SKILL_HOURS, SPREAD_HISTORY_HOURS) + 1)
+        since = end - pd.Timedelta(hours=max(SKILL_HOURS, SPREAD_HISTORY_HOURS, DAILY_HISTORY_HOURS) + 1)
         issued = reads.forecasts_issued_between(engine, since.to_pydatetime(), end.to_pydatetime(), step=1)
         for p in platforms:
             rows = fc[fc["platform"] == p].sort_values("step").head(horizon)
@@ -159,18 +161,25 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
             within = float((summary or {}).get("within_hour_sd") or 0.0)
             hourly, info = reads.hourly_demand(engine, p, since.to_pydatetime(), end.to_pydatetime())
             hourly = hourly[hourly.index < end]
-            levels = reads.demand_levels(engine, p, (end - pd.Timedelta(hours=SKILL_HOURS + 2)).to_pydatetime(),
+            levels = reads.demand_levels(engine, p, (end - pd.Timedelta(hours=DAILY_HISTORY_HOURS)).to_pydatetime(),
                                          end.to_pydatetime())
             skill = forecast_skill(_first_hour_forecasts(issued, p), hourly, levels=levels)
+            daily = daily_record(hourly, levels, end, len(rows))
             d = demand_from_forecast(rows["yhat"].to_numpy(float), rows["yhat_upper"].to_numpy(float), level,
                                      within, headroom_quantile, skill=skill, hourly=hourly,
-                                     latest=info.get("level"), spread=spread)
+                                     latest=info.get("level"), spread=spread, daily=daily)
             demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT}
-            source[p] = (f"forecast issued {end.isoformat()} (level {level:g}, spread within the hour {within:.1f})"
-                         if skill.forecast_wins else
-                         f"last hour: over {skill.hours} h the model issued {end.isoformat()} did not forecast "
-                         f"{SKILL_MARGIN:.0%} better than demand as it stood (RMSE {skill.rmse_forecast:.1f} "
-                         f"vs {skill.rmse_naive:.1f})")
+            if daily.wins:
+                source[p] = (f"last hour moved by the daily change at this hour "
+                             f"({', '.join(f'{c:+.1f}' for c in daily.change)} GPUs): over {daily.scored} hours ahead "
+                             f"it forecast {SKILL_MARGIN:.0%} better than demand as it stood (RMSE "
+                             f"{daily.rmse_daily:.1f} vs {daily.rmse_naive:.1f})")
+            elif skill.forecast_wins:
+                source[p] = f"forecast issued {end.isoformat()} (level {level:g}, spread within the hour {within:.1f})"
+            else:
+                source[p] = (f"last hour: over {skill.hours} h the model issued {end.isoformat()} did not forecast "
+                             f"{SKILL_MARGIN:.0%} better than demand as it stood (RMSE {skill.rmse_forecast:.1f} "
+                             f"vs {skill.rmse_naive:.1f})")
     for p in platforms:
         if p in demand:
             continue

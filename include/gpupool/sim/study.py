@@ -35,10 +35,11 @@ from tqdm.auto import tqdm
 
 from gpupool import pipeline
 from gpupool.allocate.planner import (
-    SKILL_HOURS,
+    DAILY_HISTORY_HOURS,
     SPREAD_HISTORY_HOURS,
     NodeRecord,
     PlatformDemand,
+    daily_record,
     demand_from_forecast,
     demand_from_last_hour,
     forecast_skill,
@@ -264,7 +265,9 @@ class ReactiveDemand(ChainDemand):
 class PredictiveDemand(ChainDemand):
     """The plan stage's ``predictive`` input: the forecast stage's model on cleaned telemetry,
     weighed on its own track record (the one-hour-ahead forecasts it issued) against what the
-    reactive plan would have planned on (demand as it stood at each hour's start)."""
+    reactive plan would have planned on (demand as it stood at each hour's start); where the
+    platform's daily shape has the better record (``planner.daily_record``), demand as it stands
+    moved along that shape."""
 
     def __init__(self, policy: Policy, world: World, clean: bool = True):
         super().__init__(policy, world, clean=clean)
@@ -283,17 +286,19 @@ class PredictiveDemand(ChainDemand):
                                                    FORECAST_LEVEL, warm)
             self.summaries[p] = (t, summary)
             past = self.issued.setdefault(p, {})
-            levels = hourly_levels(self._wide(p, i1, pd.Timedelta(hours=SKILL_HOURS + 2)))
+            levels = hourly_levels(self._wide(p, i1, pd.Timedelta(hours=DAILY_HISTORY_HOURS)))
             skill = forecast_skill(pd.Series(past, dtype=float), history, levels=levels)
             past[pd.Timestamp(fc["ts"].iloc[0])] = float(fc["yhat"].iloc[0])
             ahead = fc.head(self.policy.horizon_hours)
+            daily = daily_record(history, levels, t, len(ahead))
             out[p] = demand_from_forecast(ahead["yhat"].to_numpy(float), ahead["yhat_upper"].to_numpy(float),
                                           FORECAST_LEVEL, info["within_hour_sd"], self.policy.headroom_quantile,
                                           skill=skill, hourly=history, latest=info["level"],
-                                          spread=self.policy.demand_spread)
+                                          spread=self.policy.demand_spread, daily=daily)
             self.notes[p] = {"within_hour_sd": info["within_hour_sd"], "model": summary.get("model"),
                              "fallback": summary.get("fallback"), "forecast_wins": skill.forecast_wins,
-                             "rmse_forecast": skill.rmse_forecast, "rmse_naive": skill.rmse_naive}
+                             "rmse_forecast": skill.rmse_forecast, "rmse_naive": skill.rmse_naive,
+                             "daily_wins": daily.wins}
         return out
 
 

@@ -276,3 +276,92 @@ def test_the_wider_rule_is_the_larger_of_the_two_bounds():
     emp = demand_from_last_hour(hourly, 0.0, 2, 0.95, spread="empirical")
     rw = demand_from_last_hour(hourly, 0.0, 2, 0.95, spread="random_walk")
     assert wider.upper == pytest.approx(tuple(max(a, b) for a, b in zip(emp.upper, rw.upper)))
+
+
+def _daily_world(days=10, amplitude=20.0, noise=2.5, seed=0):
+    """Hourly means and hour-start levels of demand with a daily rhythm (peak at 15:00) and
+    persistent noise (an AR(1) that the level already holds)."""
+    n = 24 * days
+    rng = np.random.default_rng(seed)
+    ar = np.zeros(n)
+    for i in range(1, n):
+        ar[i] = 0.8 * ar[i - 1] + rng.normal(0.0, noise)
+    hour = np.arange(n) % 24
+    hourly = _hours(100.0 + amplitude * np.cos(2 * np.pi * (hour - 15) / 24.0) + ar)
+    # the level at each hour's start: the end of the hour before (its mean moved half an hour on)
+    levels = pd.Series(hourly.to_numpy(), index=hourly.index + pd.Timedelta("1h"))
+    return hourly, levels
+
+
+def test_a_platform_with_a_daily_rhythm_is_planned_along_its_usual_change_at_this_hour():
+    from gpupool.allocate.planner import daily_record, with_daily_change
+
+    hourly, levels = _daily_world()
+    at = pd.Timestamp("2024-01-10 09:00", tz="UTC")  # a rising morning: the peak is at 15:00
+    seen = hourly[hourly.index < at]
+    rec = daily_record(seen, levels[levels.index <= at], at, horizon=2)
+    assert rec.wins and rec.rmse_daily < 0.9 * rec.rmse_naive
+    # the usual rise at 09:00-11:00 of 20 * cos: about +5 and +10 GPUs above the level
+    rise = [20.0 * (np.cos(2 * np.pi * (h - 15) / 24.0) - np.cos(2 * np.pi * (8 - 15) / 24.0)) for h in (9, 10)]
+    assert rec.change == pytest.approx(rise, abs=3.0)
+    base = demand_from_last_hour(seen, 0.0, 2, 0.9, latest=float(levels[at]))
+    moved = with_daily_change(base, rec)
+    assert np.allclose(np.subtract(moved.mean, base.mean), rec.change)
+    assert np.allclose(np.subtract(moved.upper, base.upper), rec.change)
+    # in the evening the same platform is planned below its level
+    evening = pd.Timestamp("2024-01-10 19:00", tz="UTC")
+    rec = daily_record(hourly[hourly.index < evening], levels[levels.index <= evening], evening, horizon=2)
+    assert rec.wins and all(c < 0 for c in rec.change)
+
+
+def test_a_platform_without_a_daily_rhythm_is_planned_on_its_level():
+    from gpupool.allocate.planner import daily_record, with_daily_change
+
+    hourly, levels = _daily_world(amplitude=0.0)
+    at = pd.Timestamp("2024-01-10 09:00", tz="UTC")
+    seen = hourly[hourly.index < at]
+    rec = daily_record(seen, levels[levels.index <= at], at, horizon=2)
+    assert rec.change is not None and rec.scored >= 48 and not rec.wins
+    base = demand_from_last_hour(seen, 0.0, 2, 0.9, latest=float(levels[at]))
+    assert with_daily_change(base, rec) == base
+
+
+def test_the_daily_change_needs_days_of_history_and_a_days_record():
+    from gpupool.allocate.planner import MIN_DAILY_DAYS, daily_record
+
+    hourly, levels = _daily_world(days=MIN_DAILY_DAYS)
+    at = hourly.index[-1] + pd.Timedelta("1h")
+    short = daily_record(hourly, levels, at, horizon=2)
+    assert short.change is None and not short.wins  # fewer than MIN_DAILY_DAYS days before each origin
+    hourly, levels = _daily_world(days=MIN_DAILY_DAYS + 1)
+    at = hourly.index[-1] + pd.Timedelta("1h")
+    young = daily_record(hourly, levels, at, horizon=2)
+    # a change at `at`, but a record of under a day of origins: not believed yet
+    assert young.change is not None and young.scored < 48 and not young.wins
+    assert not daily_record(pd.Series(dtype=float), pd.Series(dtype=float), at, 2).wins
+
+
+def test_a_winning_daily_change_is_planned_on_before_the_model_and_a_losing_one_is_not():
+    from gpupool.allocate.planner import ForecastSkill, daily_record
+
+    hourly, levels = _daily_world()
+    at = pd.Timestamp("2024-01-10 09:00", tz="UTC")
+    seen = hourly[hourly.index < at]
+    rec = daily_record(seen, levels[levels.index <= at], at, horizon=2)
+    latest = float(levels[at])
+    base = demand_from_last_hour(seen, 0.0, 2, 0.9, latest=latest)
+    moved = tuple(np.add(base.mean, rec.change))
+    for skill in (ForecastSkill(48, 10.0, 5.0), ForecastSkill(48, 1.0, 5.0)):  # the model lost, won
+        d = demand_from_forecast([150.0, 150.0], [160.0, 160.0], 90, 0.0, 0.9, skill=skill, hourly=seen,
+                                 latest=latest, daily=rec)
+        assert d.mean == pytest.approx(moved)
+    # a daily shape whose record lost: the model where it won, the last hour where it lost
+    flat_hourly, flat_levels = _daily_world(amplitude=0.0)
+    lost = daily_record(flat_hourly[flat_hourly.index < at], flat_levels[flat_levels.index <= at], at, 2)
+    assert not lost.wins
+    d = demand_from_forecast([150.0, 150.0], [160.0, 160.0], 90, 0.0, 0.9, skill=ForecastSkill(48, 1.0, 5.0),
+                             hourly=seen, latest=latest, daily=lost)
+    assert d.mean[0] == pytest.approx(150.0 + latest - seen.iloc[-1])  # the forecast, anchored
+    d = demand_from_forecast([150.0, 150.0], [160.0, 160.0], 90, 0.0, 0.9, skill=ForecastSkill(48, 10.0, 5.0),
+                             hourly=seen, latest=latest, daily=lost)
+    assert d == base
