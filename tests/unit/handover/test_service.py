@@ -240,3 +240,30 @@ def test_plan_from_staging_plans_the_plan_horizon_not_the_forecast_horizon(sqlit
         out = service.plan_from_staging(c, WINDOW, ["slurm", "kubernetes"], kind)
         assert out["summary"]["horizon_hours"] == 1
         assert all(len(p["demand_mean"]) == 1 for p in out["summary"]["platforms"].values())
+
+
+def test_the_plan_task_moves_a_platform_with_a_daily_rhythm_along_it(ctx):
+    # kubernetes' demand has followed the same day for ten days, rising from 20 GPUs at 03:00 to
+    # 60 at 15:00: at noon (END) the level alone would miss the next two hours' rise; the plan
+    # task's daily record sees that, as gpupool simulate's does, and plans the rise
+    import math
+
+    def demand(ts):
+        return 40.0 + 20.0 * math.cos(2 * math.pi * (ts.hour + ts.minute / 60 - 15) / 24)
+
+    steps = [END - timedelta(minutes=5 * i) for i in range(1, 10 * 24 * 12 + 1)]  # ten days up to END
+    rows = [dict(platform="kubernetes", cluster="", entity_kind="platform", entity_id="", metric="gpu_allocated",
+                 ts=ts, value=demand(ts), expected=demand(ts), score=0.0, is_anomaly=False, filled=False,
+                 detector="sr", clean_value=demand(ts)) for ts in steps]
+    with ctx.engine.begin() as conn:
+        conn.execute(clean_sample.delete().where(clean_sample.c.platform == "kubernetes"))
+        conn.execute(clean_sample.insert(), rows)
+    out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")
+    per = out["summary"]["platforms"]["kubernetes"]
+    assert per["demand_from"].startswith("last hour moved by the daily change at this hour")
+    reactive = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "reactive")["summary"]["platforms"]
+    level = reactive["kubernetes"]["demand_mean"]
+    # the next two hours' means lie above the level by the usual rise (12:00-13:00 and 13:00-14:00)
+    rise = [sum(demand(END + timedelta(hours=h, minutes=m)) for m in range(0, 60, 5)) / 12 - level[0] for h in (0, 1)]
+    assert per["demand_mean"] == pytest.approx([level[0] + r for r in rise], abs=0.5)
+    assert rise[1] > rise[0] > 2.0
