@@ -406,9 +406,8 @@ def daily_record(hourly: pd.Series, levels: pd.Series, at: pd.Timestamp, horizon
         sq_daily += float(np.sum((dev[ok] - mu[ok]) ** 2))
         sq_naive += float(np.sum(dev[ok] ** 2))
         scored += int(ok.sum())
-    if scored == 0:
-        return DailyRecord(tuple(change), 0, math.inf, math.inf)
-    return DailyRecord(tuple(change), scored, math.sqrt(sq_daily / scored), math.sqrt(sq_naive / scored))
+    n = max(scored, 1)  # no pair scored: both 0, and `wins` asks for MIN_DAILY_SCORED pairs anyway
+    return DailyRecord(tuple(change), scored, math.sqrt(sq_daily / n), math.sqrt(sq_naive / n))
 
 
 def with_daily_change(demand: PlatformDemand, daily: DailyRecord | None) -> PlatformDemand:
@@ -416,9 +415,7 @@ def with_daily_change(demand: PlatformDemand, daily: DailyRecord | None) -> Plat
     when its record wins (:attr:`DailyRecord.wins`); else ``demand`` as it is."""
     if daily is None or not daily.wins:
         return demand
-    change = np.asarray(daily.change[: len(demand.mean)], dtype=float)
-    if len(change) < len(demand.mean):
-        change = np.r_[change, np.full(len(demand.mean) - len(change), change[-1] if len(change) else 0.0)]
+    change = np.asarray(daily.change, dtype=float)  # one per hour ahead, as the demand's
     mean = np.clip(np.asarray(demand.mean) + change, 0.0, None)
     upper = np.clip(np.asarray(demand.upper) + change, 0.0, None)
     return PlatformDemand(mean=tuple(round(float(v), 6) for v in mean),
