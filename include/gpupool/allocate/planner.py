@@ -12,7 +12,9 @@ Inputs
 Model
 -----
 Demand of platform ``p`` in hour ``h`` is taken as Normal with the given mean and the spread
-implied by the upper quantile. The expected unmet demand ``E[(D - c)+]`` is convex in the capacity
+implied by the upper quantile; for ``reactive`` and ``predictive`` that upper is at least
+``1 + Policy.min_headroom`` times the mean, since a spread read from a week in which demand sat
+still says it cannot rise, and such a platform then gives away every idle node. The expected unmet demand ``E[(D - c)+]`` is convex in the capacity
 ``c``; the program represents it exactly at a set of tangent points (a convex piecewise-linear
 lower envelope), so "expected unmet" stays linear. The planner minimises
 
@@ -138,6 +140,9 @@ class PlatformDemand:
     mean: tuple[float, ...]
     upper: tuple[float, ...]
     unit: str = GPU_UNIT
+    #: the highest hourly demand of the platform's last week (None: not known); where the pool has
+    #: nodes to spare, the plan parks them up to it (``Policy.peak_weight``)
+    peak: float | None = None
 
     @classmethod
     def coerce(cls, platform: str, value: Any) -> "PlatformDemand":
@@ -149,7 +154,10 @@ class PlatformDemand:
                 raise PlanningError(f"demand of {platform!r}: needs 'mean'")
             mean = _floats(platform, "mean", value["mean"])
             upper = _floats(platform, "upper", value["upper"]) if value.get("upper") is not None else mean
-            out = cls(mean=mean, upper=upper, unit=str(value.get("unit", GPU_UNIT)))
+            peak = value.get("peak")
+            if peak is not None:
+                peak = _floats(platform, "peak", [peak])[0]
+            out = cls(mean=mean, upper=upper, unit=str(value.get("unit", GPU_UNIT)), peak=peak)
         else:
             mean = _floats(platform, "mean", value)
             out = cls(mean=mean, upper=mean)
@@ -419,7 +427,7 @@ def with_daily_change(demand: PlatformDemand, daily: DailyRecord | None) -> Plat
     mean = np.clip(np.asarray(demand.mean) + change, 0.0, None)
     upper = np.clip(np.asarray(demand.upper) + change, 0.0, None)
     return PlatformDemand(mean=tuple(round(float(v), 6) for v in mean),
-                          upper=tuple(round(float(v), 6) for v in upper), unit=demand.unit)
+                          upper=tuple(round(float(v), 6) for v in upper), unit=demand.unit, peak=demand.peak)
 
 
 def demand_from_forecast(
@@ -478,7 +486,7 @@ def demand_from_forecast(
         # the model's interval, but never narrower than the errors it really made
         sigma_fc = np.maximum(sigma_fc, skill.rmse_forecast * np.sqrt(np.arange(1, len(mean) + 1)))
     sigma = np.sqrt(sigma_fc**2 + float(within_hour_sd) ** 2)
-    return _normal_demand(mean, sigma, headroom_quantile)
+    return _normal_demand(mean, sigma, headroom_quantile, _week_peak(hourly))
 
 
 def demand_from_last_hour(
@@ -526,7 +534,16 @@ def demand_from_last_hour(
     up = _change_bound(y, horizon, last, headroom_quantile, lookback, spread)
     sigma_change = up / float(ndtri(headroom_quantile))
     sigma = np.sqrt(sigma_change**2 + float(within_hour_sd) ** 2)
-    return _normal_demand(np.full(horizon, last), sigma, headroom_quantile)
+    return _normal_demand(np.full(horizon, last), sigma, headroom_quantile, _week_peak(hourly))
+
+
+def _week_peak(hourly: pd.Series | None) -> float | None:
+    """The highest hourly demand of the last ``CHANGE_HOURS`` hours seen, or None."""
+    if hourly is None:
+        return None
+    y = _hour_grid(hourly)[-CHANGE_HOURS:]
+    y = y[np.isfinite(y)]
+    return float(y.max()) if len(y) else None
 
 
 def _hour_grid(hourly: pd.Series) -> np.ndarray:
@@ -621,11 +638,12 @@ def _changes_quantile(y: np.ndarray, horizon: int, level: float, quantile: float
     return np.maximum.accumulate(out)
 
 
-def _normal_demand(mean: np.ndarray, sigma: np.ndarray, headroom_quantile: float) -> PlatformDemand:
+def _normal_demand(mean: np.ndarray, sigma: np.ndarray, headroom_quantile: float,
+                   peak: float | None = None) -> PlatformDemand:
     z = float(ndtri(headroom_quantile))
     upper = mean + z * sigma
     return PlatformDemand(mean=tuple(round(float(v), 6) for v in mean),
-                          upper=tuple(round(float(v), 6) for v in upper))
+                          upper=tuple(round(float(v), 6) for v in upper), peak=peak)
 
 
 # --------------------------------------------------------------------------------------------
@@ -763,6 +781,8 @@ def plan(
         if demands[p] is None:
             demands[p] = PlatformDemand(mean=(0.0,) * hours, upper=(0.0,) * hours)
             reasons.append(f"{p}: no demand given, planned as zero")
+    if policy.min_headroom > 0 and policy.kind in ("reactive", "predictive"):
+        demands = {p: _with_min_headroom(d, policy.min_headroom) for p, d in demands.items()}
     infeasible = _infeasible_bounds(policy, platforms, len(records))
     if infeasible:
         reasons.append(infeasible)
@@ -808,6 +828,14 @@ def plan(
     )
 
 
+def _with_min_headroom(demand: PlatformDemand, share: float) -> PlatformDemand:
+    """``demand`` with every hour's ``upper`` at least ``(1 + share)`` times its mean."""
+    mean = np.asarray(demand.mean, dtype=float)
+    upper = np.maximum(np.asarray(demand.upper, dtype=float), mean * (1.0 + share))
+    return PlatformDemand(mean=demand.mean, upper=tuple(round(float(v), 6) for v in upper), unit=demand.unit,
+                          peak=demand.peak)
+
+
 class _SolverFailed(RuntimeError):
     pass
 
@@ -839,6 +867,9 @@ class _Model:
         self.far_mean = self.mean[:, -1].copy()
         self.far_sigma = self.sigma[:, -1] * _FAR_SPREAD
         self.far_now = expected_unmet(self.capacity(self.counts_keep())[1], self.far_mean, self.far_sigma)
+        # the park term: what each platform holds below its last week's peak demand (0 where unknown)
+        self.peak = np.array([demands[p].peak if demands[p].peak is not None else 0.0 for p in platforms], dtype=float)
+        self.park = policy.peak_weight > 0 and policy.kind in ("reactive", "predictive") and bool((self.peak > 0).any())
 
     # ---- construction
     def _avail(self, minutes: float) -> tuple[float, ...]:
@@ -951,6 +982,8 @@ class _Model:
         if self.policy.source_risk > 0:
             given_up = np.clip(expected_unmet(held, self.far_mean, self.far_sigma) - self.far_now, 0.0, None)
             obj += self.policy.source_risk * float((self.weight * self.gpu_per_unit * given_up).sum())
+        if self.park:
+            obj += self.policy.peak_weight * float((self.gpu_per_unit * np.clip(self.peak - held, 0.0, None)).sum())
         return obj, {p: float(unmet[i].sum()) for p, i in self.pidx.items()}
 
     def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
@@ -988,8 +1021,10 @@ class _Model:
         ny = len(var_index)
         nu = P * H
         far = self.policy.source_risk > 0
-        n = ny + nu + 2 * P + (P if far else 0)  # y, U[p,h], under[p], over[p], (source risk V[p])
-        u0, s0, v0 = ny, ny + nu, ny + nu + 2 * P
+        n_far = P if far else 0
+        # y, U[p,h], under[p], over[p], (source risk V[p]), (park Z[p])
+        n = ny + nu + 2 * P + n_far + (P if self.park else 0)
+        u0, s0, v0, z0 = ny, ny + nu, ny + nu + 2 * P, ny + nu + 2 * P + n_far
         c = np.zeros(n)
         g = self.gpu_per_unit
         idle_w = self.policy.idle_weight
@@ -1002,7 +1037,9 @@ class _Model:
                 c[u0 + i * H + h] = (self.weight[i] + idle_w) * g[i] * self.slot_len[h]
         c[s0:v0] = _BOUND_PENALTY
         if far:
-            c[v0:] = self.policy.source_risk * self.weight * g
+            c[v0:z0] = self.policy.source_risk * self.weight * g
+        if self.park:
+            c[z0:] = self.policy.peak_weight * g
         rows, lbs, ubs = [], [], []
 
         def add(coefs: dict[int, float], lb: float, ub: float) -> None:
@@ -1037,6 +1074,13 @@ class _Model:
                     if opt.target == p:
                         coefs[j] = coefs.get(j, 0.0) + b * opt.capacity
                 add(coefs, a - b * fixed_held - now, np.inf)
+        for i, p in enumerate(self.platforms) if self.park else ():  # Z[p] >= peak - held, >= 0
+            coefs = {z0 + i: 1.0}
+            for j, (k, o) in enumerate(var_index):
+                opt = self.classes[k].options[o]
+                if opt.target == p:
+                    coefs[j] = coefs.get(j, 0.0) + opt.capacity
+            add(coefs, float(self.peak[i] - self.fixed_held[i]), np.inf)
         move_vars = {j: 1.0 for j, (k, o) in enumerate(var_index) if self.classes[k].options[o].kind == "move"}
         if move_vars:
             add(move_vars, -np.inf, self.policy.max_moves_per_decision)
@@ -1111,6 +1155,7 @@ class _Model:
     # ---- from counts to named nodes
     def realise(self, counts, reasons: list[str]):
         total_obj, _ = self.evaluate(counts)
+        held_now = self.capacity(self.counts_keep())[1]
         moves: list[Move] = []
         changes: list[LayoutChange] = []
         targets: dict[str, str] = {r.name: r.owner for r in self.records}
@@ -1134,6 +1179,9 @@ class _Model:
                     if opt.kind == "move":
                         why = (f"{opt.target}: expected unmet over {self.hours}h falls by {gain:.2f} GPU-h "
                                f"net of costs; {cls.owner} has {self.idle_gpus[self.pidx[cls.owner]]:.0f} idle GPUs")
+                        if self.park and held_now[i] < self.peak[i]:
+                            why += (f"; {opt.target} held {held_now[i]:.0f} against its last week's peak of "
+                                    f"{self.peak[i]:.0f}")
                         moves.append(Move(node.name, cls.owner, opt.target, node.gpus, gain, opt.layout, why))
                     else:
                         why = (f"{opt.target} asks for {self.units[opt.target]}; re-layout adds "

@@ -168,7 +168,7 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
             d = demand_from_forecast(rows["yhat"].to_numpy(float), rows["yhat_upper"].to_numpy(float), level,
                                      within, headroom_quantile, skill=skill, hourly=hourly,
                                      latest=info.get("level"), spread=spread, daily=daily)
-            demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT}
+            demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT, "peak": d.peak}
             if daily.wins:
                 source[p] = (f"last hour moved by the daily change at this hour "
                              f"({', '.join(f'{c:+.1f}' for c in daily.change)} GPUs): over {daily.scored} hours ahead "
@@ -188,7 +188,7 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
         hist = hist[hist.index < end]
         d = demand_from_last_hour(hist, float(info.get("within_hour_sd") or 0.0), horizon, headroom_quantile,
                                   spread=spread, latest=info.get("level"))
-        demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT}
+        demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT, "peak": d.peak}
         source[p] = "last hour" + ("" if hist.notna().any() else " (no demand data: zero)")
         if kind == "predictive":
             source[p] += "; no forecast issued at the window's end"
@@ -227,6 +227,7 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
             "nodes_after": len(after),
             "demand_mean": [round(v, 1) for v in demand[p]["mean"]],
             "demand_upper": [round(v, 1) for v in demand[p]["upper"]],
+            "demand_peak_week": None if demand[p].get("peak") is None else round(demand[p]["peak"], 1),
             "demand_from": source[p],
             "expected_unmet_before": round(result.expected_unmet_before.get(p, 0.0), 2),
             "expected_unmet_after": round(result.expected_unmet_after.get(p, 0.0), 2),

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import gpupool.allocate.planner as planner_mod
 from gpupool.allocate.planner import (
+    PlatformDemand,
     NodeRecord,
     PlanningError,
     expected_unmet,
@@ -307,3 +308,59 @@ def test_source_risk_does_not_override_a_real_gain():
     }
     result = plan(nodes, demand, Policy(kind="reactive"), at=AT)
     assert [(m.source, m.target) for m in result.moves] == [("openstack", "kubernetes")]
+
+
+def test_a_flat_source_keeps_the_least_headroom():
+    # slurm sat at 74 GPUs all week, so its own spread says it cannot rise; openstack wants four more
+    # nodes on its bound. Without a floor slurm gives all four (80 GPUs left); with the default
+    # floor (10 % above the mean) it keeps 88 and gives three
+    nodes = [NodeRecord(name=f"sl{k:02d}", owner="slurm", gpus=8) for k in range(14)]
+    nodes = [NodeRecord(name=n.name, owner=n.owner, gpus=8, busy_gpus=8.0 if k < 9 else 0.0)
+             for k, n in enumerate(nodes)]
+    nodes += [NodeRecord(name=f"os{k:02d}", owner="openstack", gpus=8, busy_gpus=8.0) for k in range(20)]
+    demand = {
+        "slurm": {"mean": [74.0, 74.0], "upper": [74.1, 74.1]},
+        "openstack": {"mean": [154.0, 154.0], "upper": [190.0, 190.0]},
+    }
+
+    def left(policy):
+        moved = plan(nodes, demand, policy, at=AT).moves
+        assert all((m.source, m.target) == ("slurm", "openstack") for m in moved)
+        return 8 * (14 - len(moved))
+
+    assert left(Policy(kind="reactive", min_headroom=0.0)) == 80
+    assert left(Policy(kind="reactive")) == 88
+    assert left(Policy(kind="predictive")) == 88
+    # the oracle's demand is known: no floor
+    assert left(Policy(kind="oracle")) == 80
+
+
+def _park_pool(openstack_nodes):
+    # slurm holds 6 nodes against 40 GPUs now, but reached 70 in the last week; openstack holds
+    # `openstack_nodes` idle-rich nodes against 40 GPUs (its week's peak 50)
+    nodes = [NodeRecord(name=f"sl{k}", owner="slurm", gpus=8, busy_gpus=8.0 if k < 5 else 0.0) for k in range(6)]
+    nodes += [NodeRecord(name=f"os{k:02d}", owner="openstack", gpus=8, busy_gpus=8.0 if k < 5 else 0.0)
+              for k in range(openstack_nodes)]
+    demand = {
+        "slurm": PlatformDemand(mean=(40.0, 40.0), upper=(42.0, 42.0), peak=70.0),
+        "openstack": PlatformDemand(mean=(40.0, 40.0), upper=(42.0, 42.0), peak=50.0),
+    }
+    return nodes, demand
+
+
+def test_spare_nodes_are_parked_where_demand_has_been():
+    # the pool can spare: openstack's 15 nodes are 70 GPUs above its week's peak; slurm holds 48
+    # against a peak of 70, so three nodes park there (72 GPUs; a fourth would be above its peak)
+    nodes, demand = _park_pool(15)
+    moved = plan(nodes, demand, Policy(kind="reactive", peak_weight=0.25), at=AT).moves
+    assert [(m.source, m.target) for m in moved] == [("openstack", "slurm")] * 3
+    assert "slurm held 48 against its last week's peak of 70" in moved[0].reason
+    # off, the spread alone sees no reason to move
+    assert plan(nodes, demand, Policy(kind="reactive", peak_weight=0.0), at=AT).moves == ()
+
+
+def test_parking_is_no_reason_to_move_when_every_platform_is_below_its_peak():
+    # openstack holds 48 GPUs against its own peak of 50: a node parked on slurm would leave
+    # openstack as far below its peak as it brings slurm nearer, and the move costs
+    nodes, demand = _park_pool(6)
+    assert plan(nodes, demand, Policy(kind="reactive", peak_weight=0.25), at=AT).moves == ()

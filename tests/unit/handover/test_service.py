@@ -267,3 +267,9 @@ def test_the_plan_task_moves_a_platform_with_a_daily_rhythm_along_it(ctx):
     rise = [sum(demand(END + timedelta(hours=h, minutes=m)) for m in range(0, 60, 5)) / 12 - level[0] for h in (0, 1)]
     assert per["demand_mean"] == pytest.approx([level[0] + r for r in rise], abs=0.5)
     assert rise[1] > rise[0] > 2.0
+    # both plans carry the week's peak hourly demand (the 14:00 hour, near 60 GPUs) to the planner,
+    # which parks spare nodes up to it as gpupool simulate's does
+    peak = max(sum(demand(END - timedelta(days=d, hours=h, minutes=-m)) for m in range(0, 60, 5)) / 12
+               for d in range(7) for h in range(1, 25))
+    assert per["demand_peak_week"] == reactive["kubernetes"]["demand_peak_week"] == pytest.approx(peak, abs=0.1)
+    assert peak > 59.0
