@@ -22,6 +22,7 @@ lower envelope), so "expected unmet" stays linear. The planner minimises
   + idle_weight * sum_{p,h} g_p * (held[p] - mean[p,h] + U[p,h])   (expected idle held capacity)
   + move_cost * moves + layout_change_cost * re-layouts
   + source_risk * sum_p w_p * g_p * (F_p(held_after[p]) - F_p(held_now[p]))+   (what a source gives up later)
+  + peak_weight * sum_p g_p * (peak[p] - held_after[p])+   (reactive, predictive: spare nodes park where demand has been)
 
 where ``F_p(c) = E[(D_p - c)+]`` one horizon further out: demand as in the last horizon hour with
 its spread grown as a random walk's (``sqrt 2`` for twice the lead time). Within the horizon two
@@ -30,7 +31,12 @@ with the most headroom left after giving (the platform with the largest surplus 
 units), and, being small, it does not outweigh a real difference in expected unmet within the
 horizon.
 
-where ``g_p`` converts the platform's unit to GPUs. A node that moves serves nobody for
+and ``peak[p]`` is the platform's highest hourly demand over the last week
+(:attr:`PlatformDemand.peak`). The last term is small: where the pool is short every platform
+is below its peak and it only trades one shortfall for another; where the pool has nodes to
+spare it parks them with platforms that held more demand lately than they hold nodes now.
+
+``g_p`` converts the platform's unit to GPUs. A node that moves serves nobody for
 ``move_minutes``; a node leaves its source at once. Each hour is cut into slots where some node
 starts serving (a move's arrival, a re-layout's end, a handover in flight), ``U[p,h]`` is the
 slot-length-weighted sum of each slot's expected unmet, and a node counts fully in the slots
