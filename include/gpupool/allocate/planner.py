@@ -875,7 +875,11 @@ class _Model:
         self.far_now = expected_unmet(self.capacity(self.counts_keep())[1], self.far_mean, self.far_sigma)
         # the park term: what each platform holds below its last week's peak demand (0 where unknown)
         self.peak = np.array([demands[p].peak if demands[p].peak is not None else 0.0 for p in platforms], dtype=float)
-        self.park = policy.peak_weight > 0 and policy.kind in ("reactive", "predictive") and bool((self.peak > 0).any())
+        # only where the pool could hold every platform's peak at once: where it cannot, parking one
+        # platform up to its peak is a guess at which peak returns first
+        held_gpus = float((self.capacity(self.counts_keep())[1] * self.gpu_per_unit).sum())
+        self.park = (policy.peak_weight > 0 and policy.kind in ("reactive", "predictive") and bool((self.peak > 0).any())
+                     and float((self.peak * self.gpu_per_unit).sum()) <= held_gpus)
 
     # ---- construction
     def _avail(self, minutes: float) -> tuple[float, ...]:

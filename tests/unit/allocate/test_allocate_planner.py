@@ -364,3 +364,11 @@ def test_parking_is_no_reason_to_move_when_every_platform_is_below_its_peak():
     # openstack as far below its peak as it brings slurm nearer, and the move costs
     nodes, demand = _park_pool(6)
     assert plan(nodes, demand, Policy(kind="reactive", peak_weight=0.25), at=AT).moves == ()
+
+
+def test_no_parking_where_the_pool_could_not_hold_every_peak():
+    # slurm's week reached 130 GPUs: with openstack's 50 that is more than the pool's 168, so the
+    # pool is not one that can spare, and which peak comes back first is a guess: nothing parks
+    nodes, demand = _park_pool(15)
+    demand["slurm"] = PlatformDemand(mean=(40.0, 40.0), upper=(42.0, 42.0), peak=130.0)
+    assert plan(nodes, demand, Policy(kind="reactive", peak_weight=0.25), at=AT).moves == ()
