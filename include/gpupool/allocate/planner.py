@@ -13,8 +13,9 @@ Model
 -----
 Demand of platform ``p`` in hour ``h`` is taken as Normal with the given mean and the spread
 implied by the upper quantile; for ``reactive`` and ``predictive`` that upper is at least
-``1 + Policy.min_headroom`` times the mean, since a spread read from a week in which demand sat
-still says it cannot rise, and such a platform then gives away every idle node. The expected unmet demand ``E[(D - c)+]`` is convex in the capacity
+``1 + Policy.min_headroom`` times the mean where the pool could give every platform that much at
+once, since a spread read from a week in which demand sat still says it cannot rise, and such a
+platform then gives away every idle node. The expected unmet demand ``E[(D - c)+]`` is convex in the capacity
 ``c``; the program represents it exactly at a set of tangent points (a convex piecewise-linear
 lower envelope), so "expected unmet" stays linear. The planner minimises
 
@@ -32,9 +33,9 @@ units), and, being small, it does not outweigh a real difference in expected unm
 horizon.
 
 and ``peak[p]`` is the platform's highest hourly demand over the last week
-(:attr:`PlatformDemand.peak`). The last term is small: where the pool is short every platform
-is below its peak and it only trades one shortfall for another; where the pool has nodes to
-spare it parks them with platforms that held more demand lately than they hold nodes now.
+(:attr:`PlatformDemand.peak`). The last term is small, and on only where the pool could hold
+every platform's peak at once: it parks the nodes the pool can spare with platforms that held
+more demand lately than they hold nodes now.
 
 ``g_p`` converts the platform's unit to GPUs. A node that moves serves nobody for
 ``move_minutes``; a node leaves its source at once. Each hour is cut into slots where some node
@@ -788,7 +789,11 @@ def plan(
             demands[p] = PlatformDemand(mean=(0.0,) * hours, upper=(0.0,) * hours)
             reasons.append(f"{p}: no demand given, planned as zero")
     if policy.min_headroom > 0 and policy.kind in ("reactive", "predictive"):
-        demands = {p: _with_min_headroom(d, policy.min_headroom) for p, d in demands.items()}
+        # only where the pool could give every platform that much above its mean at once: in a
+        # short pool a floor on one platform's spread only reorders who goes short
+        need = sum((1.0 + policy.min_headroom) * max(d.mean) / units_per_gpu(d.unit) for d in demands.values())
+        if need <= sum(r.gpus for r in records):
+            demands = {p: _with_min_headroom(d, policy.min_headroom) for p, d in demands.items()}
     infeasible = _infeasible_bounds(policy, platforms, len(records))
     if infeasible:
         reasons.append(infeasible)

@@ -80,15 +80,18 @@ class Policy(BaseModel):
     # 6,005 / 5,879 / 6,651, 100 % 14,150 / - / 14,182 / -; regimes at or below the greedy rule
     # 37 / 44 of 48 at 0 / 0.1. At 0 a platform that sat flat for a week (empirical spread ~0)
     # gave all its idle nodes and was short the next day (G2, days 18-24, 125 %: static 1.2,
-    # greedy 1.9, reactive 12.0 -> 7.0 GPU-h)
+    # greedy 1.9, reactive 12.0 -> 7.0 GPU-h). On only where the pool could give every platform
+    # that much above its mean at once (allocate.planner.plan): over the month, whose pools are
+    # short for days, the floor everywhere cost predictive 3 % at 115 %
     min_headroom: float = Field(
         0.1, ge=0, description="the least headroom reactive and predictive plan above demand's mean, as a share "
         "of it: demand that sat flat for a week can still rise, and a spread read from that week says it cannot")
     # 0.25 chosen with min_headroom 0.1 on the same 48 regimes (unmet GPU-h, 100 / 115 / 125 %):
     # 0 14,182 / 5,879 / 1,973; 0.1 14,149 / 5,965 / 1,929; 0.25 14,122 / 5,970 / 1,875 (regimes at
-    # or below greedy 44 and 42 of 48 at 0 and 0.25). Alone (min_headroom 0): 0.1 14,201 / 6,079 / 2,012. Where
-    # the pool is short every platform is below its peak and the term only trades one shortfall
-    # for another, so it moves nothing; where it can spare, a platform that gave its nodes away
+    # or below greedy 44 and 42 of 48 at 0 and 0.25). Alone (min_headroom 0): 0.1 14,201 / 6,079 /
+    # 2,012. On only where the pool could hold every platform's peak at once (where it cannot,
+    # which peak returns first is a guess: unconditional, days 24-30 at 115 % went 4,475 -> 4,557
+    # and the month at 115 % 5-9 % up); where it can spare, a platform that gave its nodes away
     # in a quiet week gets some back before its demand returns (G1, days 6-12, 125 %: slurm sat
     # at 71 GPUs holding 80 and rose to 118 and 136 over the next two hours; its week's peak was 92)
     peak_weight: float = Field(
