@@ -877,12 +877,13 @@ class _Model:
         # the source-risk term: demand one horizon further out, and each platform's risk there now
         self.far_mean = self.mean[:, -1].copy()
         self.far_sigma = self.sigma[:, -1] * _FAR_SPREAD
-        self.far_now = expected_unmet(self.capacity(self.counts_keep())[1], self.far_mean, self.far_sigma)
+        self.held_now = self.capacity(self.counts_keep())[1]  # what each platform holds if nothing changes
+        self.far_now = expected_unmet(self.held_now, self.far_mean, self.far_sigma)
         # the park term: what each platform holds below its last week's peak demand (0 where unknown)
         self.peak = np.array([demands[p].peak if demands[p].peak is not None else 0.0 for p in platforms], dtype=float)
         # only where the pool could hold every platform's peak at once: where it cannot, parking one
         # platform up to its peak is a guess at which peak returns first
-        held_gpus = float((self.capacity(self.counts_keep())[1] * self.gpu_per_unit).sum())
+        held_gpus = float((self.held_now * self.gpu_per_unit).sum())
         self.park = (policy.peak_weight > 0 and policy.kind in ("reactive", "predictive") and bool((self.peak > 0).any())
                      and float((self.peak * self.gpu_per_unit).sum()) <= held_gpus)
 
@@ -1081,7 +1082,7 @@ class _Model:
             fixed_held = float(self.fixed_held[i])
             lines = _tangents(float(self.far_mean[i]), float(self.far_sigma[i]), _FAR_TANGENT_Z)
             # the envelope's own value now, so that keeping everything costs exactly 0
-            now = max(0.0, max(a - b * float(self.capacity(self.counts_keep())[1][i]) for a, b in lines))
+            now = max(0.0, max(a - b * float(self.held_now[i]) for a, b in lines))
             for a, b in lines:
                 coefs = {v0 + i: 1.0}
                 for j, (k, o) in enumerate(var_index):
@@ -1170,7 +1171,6 @@ class _Model:
     # ---- from counts to named nodes
     def realise(self, counts, reasons: list[str]):
         total_obj, _ = self.evaluate(counts)
-        held_now = self.capacity(self.counts_keep())[1]
         moves: list[Move] = []
         changes: list[LayoutChange] = []
         targets: dict[str, str] = {r.name: r.owner for r in self.records}
@@ -1194,8 +1194,8 @@ class _Model:
                     if opt.kind == "move":
                         why = (f"{opt.target}: expected unmet over {self.hours}h falls by {gain:.2f} GPU-h "
                                f"net of costs; {cls.owner} has {self.idle_gpus[self.pidx[cls.owner]]:.0f} idle GPUs")
-                        if self.park and held_now[i] < self.peak[i]:
-                            why += (f"; {opt.target} held {held_now[i]:.0f} against its last week's peak of "
+                        if self.park and self.held_now[i] < self.peak[i]:
+                            why += (f"; {opt.target} held {self.held_now[i]:.0f} against its last week's peak of "
                                     f"{self.peak[i]:.0f}")
                         moves.append(Move(node.name, cls.owner, opt.target, node.gpus, gain, opt.layout, why))
                     else:
