@@ -2,6 +2,7 @@
 
     nice -n 10 .venv/bin/python bench/allocate_helios.py [--days 31] [--jobs 2]
         [--tune G1,G2] [--report G3,G4,G5] [--pools 100,115,130] [--no-faults] [--fault-seeds 3]
+        [--fault-pools 100]
 
 The six traces (demand = running_gpu_num + pending_gpu_num) are grouped into three platforms of
 two traces each. The groupings are the five rounds of a 1-factorization (round-robin pairing):
@@ -19,7 +20,7 @@ the largest deficit, up to 4 an hour, no cool-down; a source keeps at least its 
 The shipped policy defaults were chosen on the ``--tune`` groupings (``bench/allocate_tune.py``);
 the tables report on the ``--report`` groupings only, and say which is which. With faults (the
 default rates below, at ``--fault-seeds`` placements) predictive runs with and without cleaning on
-the 100 % pools; the fault bar is read on the mean over the placements, since at one placement a
+the ``--fault-pools`` pools (100 % by default); the fault bar is read on the mean over the placements, since at one placement a
 few events decide the figure (G2: +55 %, -4 %, +2 % at seeds 11, 12, 13).
 Bars (report groupings): predictive mean unmet <= 0.85 x reactive; predictive moves <= 2 x
 reactive; reactive <= greedy; predictive <= reactive in every regime; with faults, predictive with
@@ -181,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-faults", action="store_true", help="skip the runs with telemetry faults")
     ap.add_argument("--fault-seeds", type=int, default=3,
                     help="fault placements per grouping (seeds 11, 12, ...): one seed's few events decide too much")
+    ap.add_argument("--fault-pools", default="100",
+                    help="pool sizes (among --pools) whose predictive runs are repeated with faults")
     ap.add_argument("--spread", help="run reactive and predictive with this Policy.demand_spread "
                     "(the policy's default when not given)")
     ap.add_argument("--from-log", help="render the tables from the per-run lines an earlier run wrote to stderr")
@@ -195,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown groupings {unknown}; there are {sorted(rounds)}")
     pools = [int(p) for p in args.pools.split(",")]
+    fault_pools = [int(p) for p in args.fault_pools.split(",") if p.strip()]
+    if set(fault_pools) - set(pools):
+        ap.error(f"--fault-pools {sorted(set(fault_pools) - set(pools))} not among --pools {pools}")
     jobs, scen = [], {}
     for pct in pools:  # pool by pool, so an interrupted run has whole regimes
         for g in report:
@@ -204,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             scen[(g, pct)] = sc
             for pol in POLICIES:
                 jobs.append(((g, pct, pol, "clean"), sc, pol, True))
-            if not args.no_faults and pct == 100:
+            if not args.no_faults and pct in fault_pools:
                 for seed in fault_seeds(args.fault_seeds):
                     spec = {**FAULTS, "seed": seed}
                     faulty = sc.model_copy(update={"faults": scenario(rounds[g], nodes, args.days, data, "f",
@@ -264,23 +270,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"- predictive <= reactive in every regime: "
           + ("MET" if not every else "NOT MET in " + ", ".join(f"{g} {p}%" for g, p, *_ in every)))
     seeds = fault_seeds(args.fault_seeds)
-    faulted = [g for g in report if (g, 100) in scen
-               and all((g, 100, "predictive", f"faults, no clean s{s}") in res for s in seeds)]
+    faulted = [(g, pct) for pct in fault_pools for g in report if (g, pct) in scen
+               and all((g, pct, "predictive", f"faults, no clean s{s}") in res for s in seeds)]
     if not args.no_faults and faulted:
         print()
         print(f"telemetry faults (rates per series per day: {FAULTS}, seeds {', '.join(map(str, seeds))}), "
-              "100% pools, predictive; mean over the seeds (each seed's figure in brackets):")
-        print("| grouping | fault-free | faults + cleaning | faults, no cleaning | cleaning vs fault-free |")
-        print("|---|---:|---:|---:|---:|")
+              "predictive; mean over the seeds (each seed's figure in brackets):")
+        print("| grouping | pool | fault-free | faults + cleaning | faults, no cleaning | cleaning vs fault-free |")
+        print("|---|---:|---:|---:|---:|---:|")
         worst = 0.0
-        for g in faulted:
-            base = res[(g, 100, "predictive", "clean")][0]["unmet_gpu_hours"]
-            fc = [res[(g, 100, "predictive", f"faults+clean s{s}")][0]["unmet_gpu_hours"] for s in seeds]
-            fn = [res[(g, 100, "predictive", f"faults, no clean s{s}")][0]["unmet_gpu_hours"] for s in seeds]
+        for g, pct in faulted:
+            base = res[(g, pct, "predictive", "clean")][0]["unmet_gpu_hours"]
+            fc = [res[(g, pct, "predictive", f"faults+clean s{s}")][0]["unmet_gpu_hours"] for s in seeds]
+            fn = [res[(g, pct, "predictive", f"faults, no clean s{s}")][0]["unmet_gpu_hours"] for s in seeds]
             mc, mn = sum(fc) / len(fc), sum(fn) / len(fn)
             rel = mc / base - 1 if base > 0 else 0.0
             worst = max(worst, rel)
-            print(f"| {g} | {base:.0f} | {mc:.0f} ({'/'.join(f'{v:.0f}' for v in fc)}) | "
+            print(f"| {g} | {pct}% | {base:.0f} | {mc:.0f} ({'/'.join(f'{v:.0f}' for v in fc)}) | "
                   f"{mn:.0f} ({'/'.join(f'{v:.0f}' for v in fn)}) | {rel:+.1%} |")
         print(f"- predictive with cleaning within 5% of fault-free (mean over seeds): worst {worst:+.1%} "
               f"{'MET' if worst <= 0.05 else 'NOT MET'}")
