@@ -884,8 +884,14 @@ class _Model:
         # only where the pool could hold every platform's peak at once: where it cannot, parking one
         # platform up to its peak is a guess at which peak returns first
         held_gpus = float((self.held_now * self.gpu_per_unit).sum())
+        fits = float((self.peak * self.gpu_per_unit).sum()) <= held_gpus
+        if not fits and policy.park_when_short:
+            # (Policy.park_when_short) the same term with each target at most what the platform
+            # holds now: a platform below its peak pays for what it gives, nobody gains by pulling
+            self.peak = np.minimum(self.peak, self.held_now)
+            fits = True
         self.park = (policy.peak_weight > 0 and policy.kind in ("reactive", "predictive") and bool((self.peak > 0).any())
-                     and float((self.peak * self.gpu_per_unit).sum()) <= held_gpus)
+                     and fits)
 
     # ---- construction
     def _avail(self, minutes: float) -> tuple[float, ...]:
