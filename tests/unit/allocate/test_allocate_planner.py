@@ -372,6 +372,8 @@ def test_no_parking_where_the_pool_could_not_hold_every_peak():
     nodes, demand = _park_pool(15)
     demand["slurm"] = PlatformDemand(mean=(40.0, 40.0), upper=(42.0, 42.0), peak=130.0)
     assert plan(nodes, demand, Policy(kind="reactive", peak_weight=0.25), at=AT).moves == ()
+
+
 def _short_pool(slurm_mean):
     # 6 busy slurm nodes; openstack 12 nodes, 7 idle, at 40 GPUs against a week's peak of 130:
     # with slurm's peak of 50 the peaks (180) are more than the pool's 144 GPUs
@@ -388,7 +390,8 @@ def test_park_when_short_charges_only_the_giver():
     nodes, demand = _short_pool(46.0)
     assert [(m.source, m.target) for m in plan(nodes, demand, Policy(kind="reactive"), at=AT).moves] == [
         ("openstack", "slurm")]
-    # with the knob openstack, 90 GPUs below its week's peak, pays 0.25 per GPU given: it keeps them
+    # with the knob openstack, holding 96 GPUs against its week's peak of 130, pays 0.25 per GPU it
+    # gives: it keeps them
     assert plan(nodes, demand, Policy(kind="reactive", park_when_short=True), at=AT).moves == ()
     # a real shortfall still moves nodes (slurm at 56 holding 48)
     nodes, demand = _short_pool(56.0)
@@ -397,5 +400,3 @@ def test_park_when_short_charges_only_the_giver():
     # and nobody is paid to pull toward a peak: slurm below its peak of 50 at a flat 40 gets nothing
     nodes, demand = _short_pool(40.0)
     assert plan(nodes, demand, Policy(kind="reactive", park_when_short=True), at=AT).moves == ()
-
-
