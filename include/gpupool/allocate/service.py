@@ -35,6 +35,7 @@ from gpupool.allocate.planner import (
     DAILY_HISTORY_HOURS,
     DEFAULT_SPREAD,
     GPU_UNIT,
+    MIN_SKILL_HOURS,
     SKILL_HOURS,
     SKILL_MARGIN,
     SPREAD_HISTORY_HOURS,
@@ -176,6 +177,9 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
                              f"{daily.rmse_daily:.1f} vs {daily.rmse_naive:.1f})")
             elif skill.forecast_wins:
                 source[p] = f"forecast issued {end.isoformat()} (level {level:g}, spread within the hour {within:.1f})"
+            elif skill.hours < MIN_SKILL_HOURS:
+                source[p] = (f"last hour: the model's record covers {skill.hours} h, fewer than the "
+                             f"{MIN_SKILL_HOURS} it must beat demand as it stood over before it is planned on")
             else:
                 source[p] = (f"last hour: over {skill.hours} h the model issued {end.isoformat()} did not forecast "
                              f"{SKILL_MARGIN:.0%} better than demand as it stood (RMSE {skill.rmse_forecast:.1f} "

@@ -145,13 +145,16 @@ def test_a_forecast_only_level_with_the_last_hour_is_not_planned_on():
     assert forecast_skill(flat.iloc[1:], flat).forecast_wins
 
 
-def test_without_a_track_record_the_forecast_is_planned_on():
+def test_without_a_track_record_the_plan_is_reactives():
     from gpupool.allocate.planner import MIN_SKILL_HOURS, forecast_skill
 
     hourly = _hours([10, 12, 14])
-    skill = forecast_skill(_hours([0.0, 0.0], start="2024-01-01 01:00"), hourly)
-    assert skill.hours == 2 < MIN_SKILL_HOURS and skill.forecast_wins
-    assert forecast_skill(pd.Series(dtype=float), hourly).forecast_wins
+    # two hours of a perfect record are not yet a record
+    skill = forecast_skill(_hours([12.0, 14.0], start="2024-01-01 01:00"), hourly)
+    assert skill.hours == 2 < MIN_SKILL_HOURS and skill.rmse_forecast == 0.0 and not skill.forecast_wins
+    assert not forecast_skill(pd.Series(dtype=float), hourly).forecast_wins
+    d = demand_from_forecast([30.0, 40.0], [32.0, 42.0], 90, 0.0, 0.9, skill=skill, hourly=hourly)
+    assert d.mean == (14.0, 14.0)
 
 
 def test_one_missed_spike_does_not_widen_a_days_plans():
