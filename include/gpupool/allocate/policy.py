@@ -99,15 +99,14 @@ class Policy(BaseModel):
     peak_weight: float = Field(
         0.25, ge=0, description="reactive and predictive: weight per GPU a platform holds below its last week's "
         "peak hourly demand; parks nodes the pool can spare where demand has been (0 = off)")
-    # on the 40 six-day regimes of peak_weight's note, 5,878 / 1,902 GPU-h at 115 / 125 % against
-    # 5,893 / 1,931 without it, 22 % fewer moves, -1.4 % on the held-out groupings (G3-G5), +0.7 %
-    # on the tuning ones (G1-G2); level at 100 % on G1-G2 (14,141.0 vs 14,141.1) with 28 % fewer
-    # moves: with each move counted at move_cost it wins there. The README's tables were rerun with
-    # it (the 6-day tables' 100 % pools: reactive 73 -> 68, predictive 70 -> 69, 13 % fewer moves)
+    # off by default: on the 40 six-day regimes of peak_weight's note, 5,878 / 1,902 GPU-h at 115 /
+    # 125 % against 5,893 / 1,931, 22 % fewer moves, -1.4 % on the held-out groupings (G3-G5) but
+    # +0.7 % on the tuning ones (G1-G2); level at 100 % on G1-G2 (14,141.0 vs 14,141.1) with 28 %
+    # fewer moves. The defaults are chosen on the tuning groupings; see the README's variants table
     park_when_short: bool = Field(
-        True, description="reactive and predictive, where the pool could not hold every platform's last week's "
-        "peak at once (there peak_weight does not park toward the peaks): still charge a platform peak_weight "
-        "per GPU it gives below that peak, without paying anyone to pull nodes toward theirs")
+        False, description="reactive and predictive, where the pool could not hold every platform's last week's "
+        "peak at once (so peak_weight's parking is off): still charge a platform peak_weight per GPU it gives "
+        "below that peak, without paying anyone to pull nodes toward theirs")
     horizon_hours: int = Field(PLAN_HORIZON_HOURS, ge=1, description="hours of demand the planner looks ahead")
     solver_time_limit_s: float = Field(10.0, gt=0)
 

@@ -386,17 +386,17 @@ def _short_pool(slurm_mean):
 
 
 def test_park_when_short_charges_only_the_giver():
-    # slurm at 46 of its 48 GPUs gains a little from a node; without the rule openstack gives one
+    # slurm at 46 of its 48 GPUs gains a little from a node; by default openstack gives one
     nodes, demand = _short_pool(46.0)
-    assert [(m.source, m.target) for m in plan(nodes, demand, Policy(kind="reactive", park_when_short=False),
-                                               at=AT).moves] == [("openstack", "slurm")]
-    # by default openstack, holding 96 GPUs against its week's peak of 130, pays 0.25 per GPU it
+    assert [(m.source, m.target) for m in plan(nodes, demand, Policy(kind="reactive"), at=AT).moves] == [
+        ("openstack", "slurm")]
+    # with the knob openstack, holding 96 GPUs against its week's peak of 130, pays 0.25 per GPU it
     # gives: it keeps them
-    assert plan(nodes, demand, Policy(kind="reactive"), at=AT).moves == ()
+    assert plan(nodes, demand, Policy(kind="reactive", park_when_short=True), at=AT).moves == ()
     # a real shortfall still moves nodes (slurm at 56 holding 48)
     nodes, demand = _short_pool(56.0)
-    moved = plan(nodes, demand, Policy(kind="reactive"), at=AT).moves
+    moved = plan(nodes, demand, Policy(kind="reactive", park_when_short=True), at=AT).moves
     assert [(m.source, m.target) for m in moved] == [("openstack", "slurm")]
     # and nobody is paid to pull toward a peak: slurm below its peak of 50 at a flat 40 gets nothing
     nodes, demand = _short_pool(40.0)
-    assert plan(nodes, demand, Policy(kind="reactive"), at=AT).moves == ()
+    assert plan(nodes, demand, Policy(kind="reactive", park_when_short=True), at=AT).moves == ()
