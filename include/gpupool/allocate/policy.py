@@ -102,7 +102,10 @@ class Policy(BaseModel):
     # off by default: on the 40 six-day regimes of peak_weight's note, 5,878 / 1,902 GPU-h at 115 /
     # 125 % against 5,893 / 1,931, 22 % fewer moves, -1.4 % on the held-out groupings (G3-G5) but
     # +0.7 % on the tuning ones (G1-G2); level at 100 % on G1-G2 (14,141.0 vs 14,141.1) with 28 %
-    # fewer moves. The defaults are chosen on the tuning groupings; see the README's variants table
+    # fewer moves. The defaults are chosen on the tuning groupings; see the README's variants table.
+    # Made the default with every table rerun: Helios level (six days -7 %, month +1.1 % with a
+    # third fewer moves), but the synthetic world, which has a daily rhythm, 12 % worse over 14 days
+    # (reactive 575 -> 645 GPU-h): so it stays off, for pools whose demand bursts rather than cycles
     park_when_short: bool = Field(
         False, description="reactive and predictive, where the pool could not hold every platform's last week's "
         "peak at once (so peak_weight's parking is off): still charge a platform peak_weight per GPU it gives "
