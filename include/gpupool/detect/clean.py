@@ -20,8 +20,8 @@ comparable across series: the point is flagged when score > the model's `thresho
 Cleaning replaces only what looks like an exporter fault (`_transients`, `_collapses`,
 `_stuck`): a spike that comes back within `max_anomaly_run` points and towers over the
 series' own excursions (`spike_height_factor` x the history's peak height) and over the
-values on both sides of it (`spike_max_shoulder`); a fall to zero as short as a spike (or,
-opt-in, up to `max_fault_run` on a series whose history hardly idles: an outage); a counter
+values on both sides of it (`spike_max_shoulder`); a fall to zero as short as a spike (or
+up to `max_fault_run` on a series whose history hardly idles: an outage); a counter
 reset's ramp back (scaled back to the demand; told by its shape where no flag caught its
 fall); a stuck run. A spike or a fall is replaced by the line between the readings on both
 sides of it. Everything else the

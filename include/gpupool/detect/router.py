@@ -191,15 +191,17 @@ class RouterConfig(BaseModel):
         72, ge=0, description="a run of one value longer than this many points is kept as real (0: no limit)"
     )
     outage_max_idle_share: float | None = Field(
-        None,
+        0.01,
         ge=0.0,
         le=1.0,
         description="a fall to zero that comes back within `max_fault_run` points is an exporter outage, however "
         "long, on a series whose history hardly idles: at most this share of its points lie in runs of more than "
         "`max_anomaly_run` points at or below `fault_drop_share` x its median (a series that never idles does not "
-        "idle for an hour and come back to where it was; one that does keeps its idle spells). Off by default "
-        "(None): real demand does fall idle for the first time in a week now and then, e.g. 100 min on Helios "
-        "vcLJZ, and such an hour is then replaced (a share of 0.01 suits Helios-like demand)",
+        "idle for an hour and come back to where it was; one that does keeps its idle spells). None switches "
+        "it off. The price: real demand does fall idle for the first time in a week now and then (100 min on "
+        "Helios vcLJZ), and such an hour is replaced; with the rule cleaning recovered 84 % of the day-ahead "
+        "accuracy the faults took on Helios against 76 % without, changing 0.15 % of fault-free points "
+        "against 0.11 % (bench/detect_cleaning.py --seeds 12)",
     )
     scales_without_fault_shapes: bool = Field(
         False,

@@ -86,14 +86,21 @@ def test_a_fall_and_a_climb_that_is_not_a_ramp_is_kept():
     assert not out["cleaned"].iloc[at + 1 : at + 3].any()
 
 
-def test_an_outage_on_a_series_that_never_idles_is_cleaned_only_when_asked_for():
+def test_an_outage_on_a_series_that_never_idles_is_cleaned_unless_switched_off():
     y = level_series()
     y.iloc[900:912] = 0.0  # an hour at zero, on a series that never idled before
     default = stream_detect(y, detector="svr")
-    assert not default["cleaned"].iloc[900:912].any()
-    asked = stream_detect(y, RouterConfig(outage_max_idle_share=0.01), detector="svr")
-    assert asked["cleaned"].iloc[900:912].all()
-    assert (asked["clean_value"].iloc[900:912] - 10.0).abs().max() < 2.0
+    assert default["cleaned"].iloc[900:912].all()
+    assert (default["clean_value"].iloc[900:912] - 10.0).abs().max() < 2.0
+    off = stream_detect(y, RouterConfig(outage_max_idle_share=None), detector="svr")
+    assert not off["cleaned"].iloc[900:912].any()
+
+
+def test_a_fall_longer_than_a_fault_run_is_idle_even_on_a_series_that_never_idles():
+    y = level_series()
+    y.iloc[900:960] = 0.0  # five hours at zero: longer than `max_fault_run` (3 h)
+    out = stream_detect(y, detector="svr")
+    assert not out["cleaned"].iloc[900:960].any()
 
 
 def test_a_series_that_idles_keeps_its_idle_hours_with_the_outage_rule_on():
@@ -101,7 +108,7 @@ def test_a_series_that_idles_keeps_its_idle_hours_with_the_outage_rule_on():
     for day in range(7):  # an idle hour every day
         y.iloc[day * 288 + 100 : day * 288 + 112] = 0.0
     y.iloc[1900:1912] = 0.0
-    cfg = RouterConfig(outage_max_idle_share=0.01)
+    cfg = RouterConfig()
     out = stream_detect(y, cfg, detector="svr")
     assert not out["cleaned"].iloc[1900:1912].any()
     model = fit_series_model(y.iloc[:1800], cfg, detector="svr")

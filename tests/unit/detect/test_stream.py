@@ -226,14 +226,19 @@ def test_a_spike_right_after_a_drop_does_not_pull_the_drops_line_up():
     assert abs(out["clean_value"].iloc[704] - 10) < 2  # the glitch itself is a spike
 
 
-def test_a_fall_to_zero_longer_than_a_spike_is_idle_not_a_fault():
+def test_a_fall_to_zero_longer_than_a_spike_is_idle_not_a_fault_without_the_outage_rule():
     y = level_series(n=1200, seed=5)
     y.iloc[700:703] = 0.0  # the exporter read zero for three points: a fault
     y.iloc[900:912] = 0.0  # an hour with no demand at all: the series' own life
-    out = stream_detect(y, detector="svr")
+    out = stream_detect(y, RouterConfig(outage_max_idle_share=None), detector="svr")
     assert out["cleaned"].iloc[700:703].all()
     assert not out["cleaned"].iloc[900:912].any()
     assert out["is_anomaly"].iloc[900]  # still an alarm: the series deviated
+    # by default, on a series that never idled, that hour is an outage of the exporter; the
+    # alarm is the same either way
+    default = stream_detect(y, detector="svr")
+    assert default["cleaned"].iloc[900:912].all()
+    assert default["is_anomaly"].to_numpy().tolist() == out["is_anomaly"].to_numpy().tolist()
 
 
 def test_a_counter_reset_ramp_is_cleaned_to_the_demand_it_climbs_back_to():
