@@ -199,9 +199,7 @@ class RouterConfig(BaseModel):
         "`max_anomaly_run` points at or below `fault_drop_share` x its median (a series that never idles does not "
         "idle for an hour and come back to where it was; one that does keeps its idle spells). None switches "
         "it off. The price: real demand does fall idle for the first time in a week now and then (100 min on "
-        "Helios vcLJZ), and such an hour is replaced; with the rule cleaning recovered 84 % of the day-ahead "
-        "accuracy the faults took on Helios against 76 % without, changing 0.15 % of fault-free points "
-        "against 0.11 % (bench/detect_cleaning.py --seeds 12)",
+        "Helios vcLJZ), and such an hour is replaced (the README's cleaning bench weighs it)",
     )
     scales_without_fault_shapes: bool = Field(
         False,
