@@ -95,7 +95,7 @@ def facade_leg(nodes: int, gpus: int, pg: str | None) -> float:
     pending, DCGM utilisation and framebuffer per GPU)."""
     import yaml
 
-    from gpupool.sim.serve import make_state, serve_in_thread
+    from gpupool.emulator.serve import make_state, serve_in_thread
     from gpupool.sources.slurm import SlurmSource
 
     work = Path(tempfile.mkdtemp(prefix="bench-facade-"))

@@ -77,7 +77,7 @@ class Facades:
     def __init__(self, scenario_path: Path, work: Path, name: str):
         self.env_file = work / f"{name}.env"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpupool.sim.serve", str(scenario_path), "--speed", "0",
+            [sys.executable, "-m", "gpupool.emulator.serve", str(scenario_path), "--speed", "0",
              "--start-at", (START + timedelta(hours=1)).isoformat(), "--env-file", str(self.env_file),
              *[a for n in ("prometheus", "kubernetes", "openstack", "slurm", "control") for a in (f"--{n}-port", "0")]],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from gpupool.errors import UserError
+
 SAMPLE_COLUMNS = ["platform", "cluster", "entity_kind", "entity_id", "metric", "ts", "value", "unit"]
 SERIES_KEY = ["platform", "cluster", "entity_kind", "entity_id", "metric"]
 
@@ -36,7 +38,7 @@ DEMAND_METRICS = ("gpu_allocated", "gpu_pending")
 ENTITY_KINDS = ("platform", "node", "gpu", "pod", "job", "partition")
 
 
-class CanonicalFrameError(ValueError):
+class CanonicalFrameError(UserError, ValueError):
     """A frame that does not follow the canonical format."""
 
 

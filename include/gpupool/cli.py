@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] == ["sim", "serve"]:  # its own parser, options and --help included
-        from gpupool.sim.serve import main as serve_main
+        from gpupool.emulator.serve import main as serve_main
 
         return serve_main(argv[2:])
     parser = build_parser()

@@ -13,6 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
+from gpupool.errors import UserError
 from gpupool.allocate.policy import PLAN_HORIZON_HOURS
 
 PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
@@ -33,7 +34,7 @@ def check_section(model: type[BaseModel], value: dict) -> dict:
         raise ValueError(f"{key}: {first['msg']}") from None
     return value
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration file that cannot be used; the message names file, key and reason."""
 
 

@@ -1,56 +1,25 @@
 """Which exceptions are a user's to fix (bad input, config, unreachable service) and so get
-one clear line from the CLI instead of a traceback."""
+one clear line from the CLI instead of a traceback.
+
+This module is a leaf: it imports nothing from gpupool. Each layer's own error classes
+subclass :class:`UserError` where the fix is the user's, so the CLI asks one ``isinstance``
+question and no layer gains an import path into another through here.
+"""
 
 from __future__ import annotations
 
 
-class UsageError(ValueError):
+class UserError(Exception):
+    """Base of every error whose fix is the user's: bad input, a wrong setting, a service
+    that cannot be reached with the credentials given. The CLI prints its message as one
+    line and exits 2."""
+
+
+class UsageError(UserError, ValueError):
     """A command-line option or argument out of its range, or an input/output clash; the message
     names the option."""
 
 
 def is_user_error(exc: BaseException) -> bool:
-    from gpupool.canonical import CanonicalFrameError
-    from gpupool.config import ConfigError
-    from gpupool.staging.db import StagingError
-    from gpupool.staging.loader import LoadError
-    from gpupool.tsio import SeriesInputError
-
-    known: tuple[type[BaseException], ...] = (
-        UsageError, ConfigError, StagingError, LoadError, CanonicalFrameError, SeriesInputError, FileNotFoundError
-    )
-    try:
-        from gpupool.pipeline import WindowError
-
-        known += (WindowError,)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from gpupool.sources.base import SourceError
-
-        known += (SourceError,)
-    except ImportError:
-        pass
-    try:
-        from gpupool.sim.scenario import ScenarioError
-        from gpupool.sim.traces import TraceError
-        from gpupool.sim.world import WorldError
-
-        known += (ScenarioError, TraceError, WorldError)
-    except ImportError:
-        pass
-    try:
-        from gpupool.allocate.actuators.base import ActuationConfigError
-        from gpupool.allocate.handover import HandoverError
-        from gpupool.sources.factory import ConnectionError_
-
-        known += (ConnectionError_, ActuationConfigError, HandoverError)
-    except ImportError:
-        pass
-    try:
-        from gpupool.allocate.planner import PlanningError
-
-        known += (PlanningError,)
-    except ImportError:
-        pass
-    return isinstance(exc, known)
+    """True when ``exc`` is the user's to fix (a :class:`UserError`, or a missing input file)."""
+    return isinstance(exc, (UserError, FileNotFoundError))

@@ -19,6 +19,8 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from gpupool.values import jsonable
+from gpupool.errors import UserError
 from gpupool.canonical import SERIES_KEY, TOTAL_METRICS, add_platform_totals, normalize_samples
 from gpupool.config import ConfigError, GpupoolConfig, default_config, load_config
 from gpupool.staging import db, loader, reads
@@ -36,7 +38,7 @@ log = logging.getLogger(__name__)
 POLICIES = ("static", "reactive", "predictive")
 
 
-class WindowError(ValueError):
+class WindowError(UserError, ValueError):
     """No usable window: neither Params nor a data interval gave one."""
 
 
@@ -530,7 +532,7 @@ def _model_for(engine: Engine, key: tuple, anchor: pd.Timestamp, history: pd.Ser
     rec = dict(zip(SERIES_KEY, key))
     rec.update(
         computed_at=at,
-        features=_jsonable(model.profile),
+        features=jsonable(model.profile),
         detector=model.detector_name,
         reason=model.reason,
         model=json.dumps(model.to_params(), allow_nan=False, separators=(",", ":")),
@@ -560,21 +562,6 @@ def _stored_model(text: Any, key: tuple, computed: pd.Timestamp):
         )
         return None
 
-
-def _jsonable(obj: Any) -> Any:
-    import math
-
-    import numpy as np
-
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 # --- forecast --------------------------------------------------------------------------
@@ -615,7 +602,7 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
             "yhat_upper": fc["yhat_upper"].to_numpy(),
         }
     )
-    summary = _jsonable({**model_summary, **info, "history_hours": int(history.notna().sum())})
+    summary = jsonable({**model_summary, **info, "history_hours": int(history.notna().sum())})
     with ctx.engine.begin() as conn:
         key = [forecast_run.c.platform == platform, forecast_run.c.series == "demand", forecast_run.c.issued_at == issued]
         conn.execute(forecast_run.delete().where(*key))
@@ -691,8 +678,8 @@ def plan(ctx: Context, window: Window, policy: str = "predictive", dry_run: bool
                 policy=policy,
                 solver=result["solver"],
                 dry_run=dry_run,
-                summary=_jsonable(result["summary"]),
-                moves=_jsonable(result["moves"]),
+                summary=jsonable(result["summary"]),
+                moves=jsonable(result["moves"]),
             )
         )
         plan_id = res.inserted_primary_key[0]

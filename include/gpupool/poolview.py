@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.engine import Engine
 
+from gpupool.values import utc
 from gpupool.staging import reads
 
 OPEN_STATES = ("planned", "releasing", "released", "attaching")
@@ -29,13 +30,13 @@ def latest_instant(engine: Engine) -> datetime:
     at = reads.newest_instant(engine)
     if at is None:
         raise NoDataError("staging holds no samples yet: run the gpupool_pipeline DAG first")
-    return _utc(at).to_pydatetime()
+    return utc(at).to_pydatetime()
 
 
 def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> dict[str, Any]:
     """Per platform: GPUs owned, demand over the last `hours` and its forecast band over the
     next, anomalies found and cleaned, open handovers, and the last plan with its reasons."""
-    at = _utc(at if at is not None else latest_instant(engine))
+    at = utc(at if at is not None else latest_instant(engine))
     since = at - pd.Timedelta(hours=hours)
     platforms = reads.sampled_platforms(engine, since.to_pydatetime(), at.to_pydatetime())
     plan_row = reads.latest_plan(engine, at.to_pydatetime())
@@ -45,7 +46,7 @@ def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> d
     if plan_row is not None:
         plan = {
             "id": plan_row.id,
-            "decided_at": _utc(plan_row.decided_at).isoformat(),
+            "decided_at": utc(plan_row.decided_at).isoformat(),
             "policy": plan_row.policy,
             "solver": plan_row.solver,
             "dry_run": bool(plan_row.dry_run),
@@ -55,7 +56,7 @@ def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> d
     for h in handovers:
         for k in ("created_at", "updated_at", "deadline"):
             if h.get(k) is not None:
-                h[k] = _utc(h[k]).isoformat()
+                h[k] = utc(h[k]).isoformat()
     return {"at": at.isoformat(), "hours": hours, "platforms": state, "handovers": handovers, "plan": plan}
 
 
@@ -66,9 +67,9 @@ def _platform_state(engine: Engine, platform: str, at: pd.Timestamp, since: pd.T
     capacity = reads.hourly_metric(engine, platform, "gpu_capacity", t0, t1)
     cl = reads.anomalies(engine, t0, t1, platform)
     issued, rows = reads.latest_forecast(engine, platform, t1)
-    band = [{"ts": _utc(r.ts).isoformat(), "yhat": r.yhat, "lower": r.yhat_lower, "upper": r.yhat_upper} for r in rows]
+    band = [{"ts": utc(r.ts).isoformat(), "yhat": r.yhat, "lower": r.yhat_lower, "upper": r.yhat_upper} for r in rows]
     anomalies = [
-        {"ts": _utc(r.ts).isoformat(), "metric": r.metric, "value": _num(r.value), "cleaned_to": _num(r.expected), "detector": r.detector}
+        {"ts": utc(r.ts).isoformat(), "metric": r.metric, "value": _num(r.value), "cleaned_to": _num(r.expected), "detector": r.detector}
         for r in cl.sort_values("ts").itertuples()
     ]
     return {
@@ -76,7 +77,7 @@ def _platform_state(engine: Engine, platform: str, at: pd.Timestamp, since: pd.T
         "gpus": gpus,
         "demand": [{"ts": t.isoformat(), "value": _num(v)} for t, v in demand.items()],
         "capacity": [{"ts": t.isoformat(), "value": _num(v)} for t, v in capacity.items()],
-        "forecast_issued_at": _utc(issued).isoformat() if issued is not None else None,
+        "forecast_issued_at": utc(issued).isoformat() if issued is not None else None,
         "forecast": band,
         "anomalies": anomalies,
     }
@@ -88,10 +89,6 @@ def _num(v: Any) -> float | None:
     v = float(v)
     return None if math.isnan(v) else round(v, 3)
 
-
-def _utc(ts: Any) -> pd.Timestamp:
-    t = pd.Timestamp(ts)
-    return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
 
 
 # --- HTML --------------------------------------------------------------------------------

@@ -12,8 +12,10 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
+from gpupool.errors import UserError
 
-class SeriesInputError(ValueError):
+
+class SeriesInputError(UserError, ValueError):
     """An input file that does not hold a usable time series."""
 
 

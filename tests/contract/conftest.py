@@ -25,7 +25,7 @@ def base_world():
 
 @pytest.fixture
 def state(base_world):
-    from gpupool.sim.facades.state import SimState
+    from gpupool.emulator.state import SimState
 
     return SimState(copy.deepcopy(base_world), speed=0)
 
@@ -33,7 +33,7 @@ def state(base_world):
 @pytest.fixture
 def sim(state):
     """Running facades (``sim.urls``, ``sim.state``) over a fresh copy of the world."""
-    from gpupool.sim.serve import serve_in_thread
+    from gpupool.emulator.serve import serve_in_thread
 
     with serve_in_thread(state) as servers:
         yield servers

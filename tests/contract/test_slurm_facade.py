@@ -15,7 +15,7 @@ from tests.contract.shapes import shape_diff
 
 def scontrol(sim, *args):
     env = dict(os.environ, GPUPOOL_SIM_SLURMRESTD_URL=sim.urls["slurm"])
-    return subprocess.run([sys.executable, "-m", "gpupool.sim.facades.scontrol", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "gpupool.emulator.scontrol", *args], env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -94,7 +94,7 @@ def _route_set(routes):
 def test_facade_serves_only_what_the_real_v0_0_38_serves(state):
     """Every v0.0.38 route of the facade exists in the real slurmrestd's /openapi/v3 with that method;
     the node update it offers is v0.0.39's, which Slurm 22.05 does not serve at all."""
-    from gpupool.sim.facades.slurm import make_app
+    from gpupool.emulator.slurm import make_app
 
     real = _route_set(recorded("slurmrestd_openapi_paths")["body"]["paths"])
     fake = _route_set(make_app(state).routes)
@@ -105,8 +105,8 @@ def test_facade_serves_only_what_the_real_v0_0_38_serves(state):
 
 
 def test_node_and_job_shapes_match_recorded_slurmrestd(sim):
-    from gpupool.sim.facades.slurm import job_object
-    from gpupool.sim.facades.state import Work
+    from gpupool.emulator.slurm import job_object
+    from gpupool.emulator.state import Work
 
     for name, rel in (("slurmrestd_nodes", "nodes"), ("slurmrestd_node", "node/gpu-n001")):
         real = recorded(name)

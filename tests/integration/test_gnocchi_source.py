@@ -19,7 +19,7 @@ import pytest
 import requests
 import yaml
 
-from gpupool.sim.serve import DEFAULT_PASSWORD, make_state, serve_in_thread
+from gpupool.emulator.serve import DEFAULT_PASSWORD, make_state, serve_in_thread
 from gpupool.sources.base import RetryPolicy, SourceError
 from gpupool.sources.openstack import GnocchiMeter, OpenStackSource
 from tests.contract.shapes import shape_diff

@@ -13,7 +13,7 @@ import yaml
 
 from gpupool import pipeline
 from gpupool.config import load_config
-from gpupool.sim.serve import make_state, serve_in_thread
+from gpupool.emulator.serve import make_state, serve_in_thread
 from gpupool.staging.schema import allocation_plan, clean_sample, extract_run, forecast, inventory_node, sample
 
 T0 = datetime(2026, 6, 1, tzinfo=timezone.utc)

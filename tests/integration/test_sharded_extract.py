@@ -16,7 +16,7 @@ import yaml
 from gpupool import pipeline
 from gpupool.canonical import SERIES_KEY
 from gpupool.config import load_config
-from gpupool.sim.serve import make_state, serve_in_thread
+from gpupool.emulator.serve import make_state, serve_in_thread
 from gpupool.staging import reads
 from gpupool.staging.schema import extract_run, inventory_node, part_sample, sample
 

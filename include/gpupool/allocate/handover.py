@@ -61,6 +61,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from gpupool.errors import UserError
 from gpupool.allocate.actuators.base import (
     ActuationError,
     Actuator,
@@ -84,7 +85,7 @@ DEFAULT_TIMEOUT = timedelta(hours=2)
 MAX_STEPS = 4
 
 
-class HandoverError(ValueError):
+class HandoverError(UserError, ValueError):
     """A handover request that cannot be honoured (unknown id, wrong state)."""
 
 

@@ -68,6 +68,8 @@ import pandas as pd
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.special import ndtr, ndtri
 
+from gpupool.values import utc
+from gpupool.errors import UserError
 from gpupool import mig
 from gpupool.allocate.policy import Policy
 
@@ -98,7 +100,7 @@ def _infeasible_bounds(policy: Policy, platforms: Sequence[str], nodes: int) -> 
     return None
 
 
-class PlanningError(ValueError):
+class PlanningError(UserError, ValueError):
     """Inputs the planner cannot plan from (duplicate nodes, demand of unequal horizons, ...)."""
 
 
@@ -133,7 +135,7 @@ class NodeRecord:
             gpus=int(raw["gpus"]),
             busy_gpus=float(raw.get("busy_gpus", 0.0) or 0.0),
             in_handover=bool(raw.get("in_handover", raw.get("in_transit", False))),
-            last_moved_at=None if last is None or pd.isna(last) else _utc(last),
+            last_moved_at=None if last is None or pd.isna(last) else utc(last),
             mig_capable=bool(raw.get("mig_capable", False)),
             mig_layout=raw.get("mig_layout"),
             available_in_minutes=raw.get("available_in_minutes"),
@@ -779,7 +781,7 @@ def plan(
         Same inputs, same plan.
     """
     policy = policy or Policy()
-    at_ts = None if at is None else _utc(at)
+    at_ts = None if at is None else utc(at)
     records = _records(nodes)
     platforms = sorted(set(demand) | {r.owner for r in records})
     demands = {p: PlatformDemand.coerce(p, demand[p]) if p in demand else None for p in platforms}
@@ -1243,7 +1245,3 @@ def _floats(platform: str, key: str, values: Any) -> tuple[float, ...]:
         raise PlanningError(f"demand of {platform!r}: {key} must be finite and >= 0, got {out}")
     return out
 
-
-def _utc(ts) -> pd.Timestamp:
-    ts = pd.Timestamp(ts)
-    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")

@@ -28,6 +28,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from gpupool.values import utc
 from gpupool import mig
 from gpupool.allocate import handover as ho
 from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason
@@ -49,10 +50,6 @@ from gpupool.allocate.planner import (
 from gpupool.allocate.policy import Policy
 from gpupool.staging import reads
 from gpupool.staging.schema import action_audit, allocation_plan, handover
-
-def _utc(ts: Any) -> pd.Timestamp:
-    t = pd.Timestamp(ts)
-    return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
 
 
 # ------------------------------------------------------------------------------------ policy
@@ -146,7 +143,7 @@ def platform_demand(engine: Engine, window, platforms: list[str], kind: str, hor
     it stands (the last steps' mean) and the spread of the last week's hour-ahead changes (:func:`~gpupool.allocate.planner.demand_from_last_hour`).
     ``gpupool simulate`` calls the same two functions on the same stages' outputs.
     """
-    end = _utc(window.end)
+    end = utc(window.end)
     demand: dict[str, dict] = {}
     source: dict[str, str] = {}
     if kind == "predictive":
@@ -211,7 +208,7 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
     Returns ``{"solver", "moves": [{node, from, to, gpus, expected_gain, mig_layout, reason}],
     "summary": {"platforms": {name: {...}}, ...}}`` — what ``gpupool.pipeline.plan`` stores.
     """
-    at = _utc(window.end)
+    at = utc(window.end)
     pol = policy_from_config(ctx.config, policy)
     nodes, excluded = pool_nodes(ctx.engine, at.to_pydatetime(), platforms, ctx.config)
     demand, source = platform_demand(ctx.engine, window, platforms, policy, pol.horizon_hours, pol.headroom_quantile,
@@ -301,8 +298,8 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
         row = conn.execute(sa.select(allocation_plan).where(allocation_plan.c.id == plan_id)).first()
     if row is None:
         raise ho.HandoverError(f"no allocation plan #{plan_id}")
-    decided = _utc(row.decided_at).to_pydatetime()
-    at = decided if at is None else _utc(at).to_pydatetime()
+    decided = utc(row.decided_at).to_pydatetime()
+    at = decided if at is None else utc(at).to_pydatetime()
     if backfill:
         ho.send_audited(engine, None, None, Command(
             "gpupool", "*", "backfill_skip", {"plan_id": plan_id, "moves": len(row.moves or []),
@@ -352,7 +349,7 @@ def advance_handovers(ctx, at: datetime, dry_run: bool = True, actuators: Mappin
     :class:`~gpupool.allocate.handover.HandoverFailed` after processing all of them when one
     failed or timed out, so the task fails and Airflow alerts.
     """
-    at = _utc(at).to_pydatetime()
+    at = utc(at).to_pydatetime()
     live_ok = (not dry_run) and (not ctx.config.dry_run)
     actuators = _actuators_for(ctx, at, live_ok, actuators, lookup)
     report = ho.advance_all(ctx.engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
@@ -373,7 +370,7 @@ def _actuators_for(ctx, at: datetime, live_ok: bool, actuators: Mapping[str, Act
             actuators = build_actuators(ctx.config, lookup=lookup)
         else:
             need = sorted({p for h in ho.list_handovers(ctx.engine, ho.BLOCKING_STATES) if not h.dry_run
-                           and (h.state == ho.FAILED or (h.deadline is not None and _utc(at) >= _utc(h.deadline)))
+                           and (h.state == ho.FAILED or (h.deadline is not None and utc(at) >= utc(h.deadline)))
                            for p in (h.from_platform, h.to_platform)})
             actuators = build_actuators(ctx.config, need, lookup=lookup) if need else {}
     return _named(ctx.config, actuators)
@@ -386,7 +383,7 @@ def list_handovers(engine: Engine, at: datetime | None = None, open_only: bool =
                    limit: int | None = 100) -> list[dict[str, Any]]:
     """Handovers newest first, each with its age (from ``at``, default now) and audit counts."""
     hs = ho.list_handovers(engine, ho.BLOCKING_STATES if open_only else None, limit=limit)
-    ref = _utc(at) if at is not None else pd.Timestamp.now(tz="UTC")
+    ref = utc(at) if at is not None else pd.Timestamp.now(tz="UTC")
     counts: dict[int, dict[str, int]] = {}
     if hs:
         with engine.connect() as conn:
@@ -398,7 +395,7 @@ def list_handovers(engine: Engine, at: datetime | None = None, open_only: bool =
     out = []
     for h in hs:
         d = h.as_dict()
-        d["age_minutes"] = round((ref - _utc(h.created_at)).total_seconds() / 60.0, 1)
+        d["age_minutes"] = round((ref - utc(h.created_at)).total_seconds() / 60.0, 1)
         d["actions"] = counts.get(h.id, {})
         out.append(d)
     return out

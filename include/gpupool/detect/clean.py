@@ -49,6 +49,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from gpupool.values import jsonable
 from gpupool.detect._robust import ffill_array, robust_sigma
 from gpupool.detect.base import ModelParamsError, _aligned, decode_floats, encode_floats, param, prepare
 from gpupool.detect.features import profile_series
@@ -120,7 +121,7 @@ class FittedSeriesModel:
             raise TypeError(f"detector {self.detector_name!r} cannot be stored as data")
         out = {
             "format": self.PARAMS_FORMAT,
-            "profile": _jsonable(self.profile),
+            "profile": jsonable(self.profile),
             "detector_name": self.detector_name,
             "reason": self.reason,
             "detector": to_params(),
@@ -128,7 +129,7 @@ class FittedSeriesModel:
             "metric": self.metric,
             "fitted_through": None if self.fitted_through is None else pd.Timestamp(self.fitted_through).isoformat(),
             "nonnegative": bool(self.nonnegative_),
-            "extra": _jsonable(self.extra),
+            "extra": jsonable(self.extra),
         }
         out.update({name.rstrip("_"): encode_floats([getattr(self, name)])[0]
                     for name in self._SCALARS + self._OPTIONAL_SCALARS})
@@ -175,20 +176,6 @@ class FittedSeriesModel:
             raise ModelParamsError(f"{what}.score_scale: must be positive")
         return model
 
-
-def _jsonable(obj):
-    """`obj` with numpy scalars as Python ones and non-finite floats as None (strict JSON)."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    if isinstance(obj, pd.Timestamp):
-        return obj.isoformat()
-    return obj
 
 
 DETECTOR_CLASSES = {

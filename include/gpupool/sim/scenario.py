@@ -29,11 +29,12 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpupool.errors import UserError
 from gpupool.sim.faults import FaultSpec
 from gpupool.sim.synthetic import SyntheticSpec
 
 
-class ScenarioError(ValueError):
+class ScenarioError(UserError, ValueError):
     """A scenario file that cannot be used; the message names the file and the key."""
 
 

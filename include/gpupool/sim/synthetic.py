@@ -24,6 +24,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.signal import lfilter
 
+from gpupool.values import utc
 from gpupool.sim.traces import TRACE_COLUMNS
 
 #: columns of the ground-truth anomalies frame
@@ -86,7 +87,7 @@ def generate(
     """
     spec = SyntheticSpec.model_validate(spec)
     step = pd.Timedelta(step)
-    index = pd.date_range(_utc(start), _utc(end), freq=step, inclusive="left", name="ts").astype(
+    index = pd.date_range(utc(start), utc(end), freq=step, inclusive="left", name="ts").astype(
         "datetime64[us, UTC]"
     )
     n = len(index)
@@ -176,7 +177,7 @@ def step_demand(
     is indexed by UTC ``ts``; the same arguments always give the same series.
     """
     step = pd.Timedelta(step)
-    index = pd.date_range(_utc(start), _utc(end), freq=step, inclusive="left", name="ts")
+    index = pd.date_range(utc(start), utc(end), freq=step, inclusive="left", name="ts")
     n = len(index)
     if n == 0:
         raise ValueError(f"empty window [{start}, {end}) at step {step}")
@@ -257,7 +258,3 @@ def _starts(rng: np.random.Generator, per_day: float, n: int, steps_per_day: flo
 def _end(index: pd.DatetimeIndex, stop: int, step: pd.Timedelta) -> pd.Timestamp:
     return index[stop] if stop < len(index) else index[-1] + step
 
-
-def _utc(ts) -> pd.Timestamp:
-    ts = pd.Timestamp(ts)
-    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")

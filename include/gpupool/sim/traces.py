@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpupool.errors import UserError
+
 #: columns every Helios trace file must carry
 HELIOS_REQUIRED = ("time", "running_gpu_num", "pending_gpu_num", "total_gpu_num")
 
@@ -21,7 +23,7 @@ HELIOS_REQUIRED = ("time", "running_gpu_num", "pending_gpu_num", "total_gpu_num"
 TRACE_COLUMNS = ("running", "pending", "demand", "total", "util")
 
 
-class TraceError(ValueError):
+class TraceError(UserError, ValueError):
     """A trace file that cannot be used as demand."""
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpupool.errors import UserError
 from gpupool import mig
 from gpupool.canonical import CANONICAL_METRICS, SAMPLE_COLUMNS, empty_samples
 from gpupool.sim.scenario import Scenario, scenario_from_dict
@@ -38,7 +39,7 @@ MIG_MODELS = mig.MIG_MODELS
 _NAME_PREFIX = {"openstack": "compute-gpu", "slurm": "gpu-n", "kubernetes": "k8s-gpu"}
 
 
-class WorldError(ValueError):
+class WorldError(UserError, ValueError):
     """A request the world cannot answer (unknown node or platform, window beyond the clock)."""
 
 

@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterable, Protocol, TypeVar, runtime_checkable
 
 import pandas as pd
 
+from gpupool.errors import UserError
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -38,7 +40,7 @@ INVENTORY_KEYS = (
 )
 
 
-class SourceError(RuntimeError):
+class SourceError(UserError, RuntimeError):
     """One failed extraction: which platform, which endpoint, which window, and why.
 
     The message is built only from these four fields; callers pass an endpoint without

@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from gpupool.errors import UserError
 from gpupool.config import GpupoolConfig, PlatformConfig
 
 
-class ConnectionError_(ValueError):
+class ConnectionError_(UserError, ValueError):
     """A connection that is missing or cannot be parsed (never shows its secrets)."""
 
 

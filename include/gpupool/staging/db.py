@@ -13,10 +13,12 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Engine
 
+from gpupool.errors import UserError
+
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-class StagingError(RuntimeError):
+class StagingError(UserError, RuntimeError):
     """The staging database cannot be used (unreachable, not migrated, bad URL)."""
 
 

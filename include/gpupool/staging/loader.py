@@ -18,11 +18,12 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from gpupool.errors import UserError
 from gpupool.staging import db
 from gpupool.staging.schema import metadata
 
 
-class LoadError(RuntimeError):
+class LoadError(UserError, RuntimeError):
     """A slice that could not be loaded; the previous rows of the slice are intact."""
 
 

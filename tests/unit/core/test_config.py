@@ -68,7 +68,7 @@ def test_compose_platforms_read_only_their_own_cluster():
     """One Prometheus (the vdc's) serves Slurm and Kubernetes in the compose deployment, its
     exporters labelling each series with `cluster` = the platform: every selector of every
     query a Prometheus-read platform runs, defaults included, must select its own cluster."""
-    from gpupool.sim.facades.promql import parse, selectors
+    from gpupool.emulator.promql import parse, selectors
     from gpupool.sources.factory import queries_for
 
     cfg = load_config(EXAMPLE.parent / "compose" / "platforms.yaml")

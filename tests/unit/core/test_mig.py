@@ -38,7 +38,7 @@ def test_every_user_reads_the_one_table():
     from gpupool.allocate import planner
     from gpupool.allocate.actuators import kubernetes as k8s_actuator
     from gpupool.sim import world
-    from gpupool.sim.facades import state
+    from gpupool.emulator import state
 
     assert planner.SLICES_PER_GPU is mig.SLICES_PER_GPU and planner.WHOLE_LAYOUTS is mig.WHOLE_LAYOUTS
     assert world.MIG_MODELS is mig.MIG_MODELS and world.mig_capable is mig.is_mig_capable

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpupool.pipeline import part_label, split_nodes
-from gpupool.sim.facades.promql import Matcher, parse, parse_selector, selectors
+from gpupool.emulator.promql import Matcher, parse, parse_selector, selectors
 from gpupool.sources.base import NodeShard
 from gpupool.sources.prometheus import MetricQuery, node_regex, shard_queries, with_label_matcher
 from gpupool.sources.slurm import DEFAULT_SLURM_QUERIES
@@ -104,8 +104,8 @@ def test_a_matcher_naming_many_literals_matches_as_the_regex_does():
 def test_the_simulated_prometheus_answers_a_node_range_as_a_filter_of_the_whole(tmp_path):
     import yaml
 
-    from gpupool.sim.facades.prometheus import SeriesStore
-    from gpupool.sim.serve import make_state
+    from gpupool.emulator.prometheus import SeriesStore
+    from gpupool.emulator.serve import make_state
 
     spec = {"step": "5min", "decision_every": "1h", "node_gpus": 2, "move_minutes": 30, "max_moves_per_decision": 2,
             "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T12:00:00Z", "seed": 2,

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupool.errors import UserError
+
 #: every drain / cordon / disable reason gpupool writes starts with this
 REASON_PREFIX = "gpupool:"
 
@@ -43,7 +45,7 @@ class ForeignHoldError(ActuationError):
     """The node is drained/cordoned/disabled by someone else than gpupool: hands off."""
 
 
-class ActuationConfigError(ValueError):
+class ActuationConfigError(UserError, ValueError):
     """A platform set to actuate whose connection cannot be turned into an actuator."""
 
 

@@ -34,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gpupool.sim.facades.state import (
+from gpupool.emulator.state import (
     MIG_LABEL,
     MIG_STATE_LABEL,
     WORK_NAMESPACE,

@@ -1,7 +1,7 @@
 """An ``scontrol``-compatible shim that talks to the simulated slurmrestd.
 
-    python -m gpupool.sim.facades.scontrol show node [NAME] [--json]
-    python -m gpupool.sim.facades.scontrol update NodeName=NAME State=DRAIN|RESUME|UNDRAIN [Reason="..."]
+    python -m gpupool.emulator.scontrol show node [NAME] [--json]
+    python -m gpupool.emulator.scontrol update NodeName=NAME State=DRAIN|RESUME|UNDRAIN [Reason="..."]
 
 The server is ``$GPUPOOL_SIM_SLURMRESTD_URL`` (default ``http://127.0.0.1:6820``). Output and exit
 codes follow scontrol: ``show node`` prints the ``NodeName=...`` blocks (or, with ``--json``, the

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gpupool.sim.facades.openstack.common import DOMAIN, PROJECTS, ROLES, USERS, FacadeContext, keystone_error
-from gpupool.sim.facades.state import stable_uuid
+from gpupool.emulator.openstack.common import DOMAIN, PROJECTS, ROLES, USERS, FacadeContext, keystone_error
+from gpupool.emulator.state import stable_uuid
 
 
 def routes(ctx: FacadeContext) -> list[Route]:

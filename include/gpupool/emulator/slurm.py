@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from gpupool.sim.facades.state import SimConflict, SimNotFound, SimState
+from gpupool.emulator.state import SimConflict, SimNotFound, SimState
 
 ROLE = "slurm"
 PARTITION = "gpu"

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from gpupool.sim.facades.promql import (
+from gpupool.emulator.promql import (
     PromQLError,
     Selector,
     evaluate,
@@ -37,7 +37,7 @@ from gpupool.sim.facades.promql import (
     parse,
     parse_selector,
 )
-from gpupool.sim.facades.state import WORK_NAMESPACE, SimState, stable_uuid
+from gpupool.emulator.state import WORK_NAMESPACE, SimState, stable_uuid
 
 #: Prometheus refuses a range query with more points than this per series
 MAX_POINTS = 11_000

@@ -9,7 +9,7 @@ client libraries work against it:
 * :mod:`.slurm` — the slurmrestd v0.0.38 subset, with :mod:`.scontrol` as its command shim,
 * :mod:`.control` — the simulator's own clock and provisioning API (moving a released node).
 
-All of them read and change one :class:`~gpupool.sim.facades.state.SimState`, which keeps the
+All of them read and change one :class:`~gpupool.emulator.state.SimState`, which keeps the
 rules a real datacenter imposes: a drained node takes no new work and empties as its jobs end,
 only an empty released node may change platform, a MIG change needs an empty node and takes time.
 """
@@ -18,9 +18,9 @@ __all__ = ["SimState", "SimConflict", "SimNotFound", "SimInvalid"]
 
 
 def __getattr__(name: str):
-    # Lazy, so `python -m gpupool.sim.facades.scontrol` starts without numpy/pandas.
+    # Lazy, so `python -m gpupool.emulator.scontrol` starts without numpy/pandas.
     if name in __all__:
-        from gpupool.sim.facades import state
+        from gpupool.emulator import state
 
         return getattr(state, name)
     raise AttributeError(name)

@@ -1,6 +1,6 @@
 """`gpupool sim serve SCENARIO.yaml`: the virtual datacenter's APIs on loopback ports, one process.
 
-One :class:`~gpupool.sim.facades.state.SimState` (a World whose clock follows wall time times
+One :class:`~gpupool.emulator.state.SimState` (a World whose clock follows wall time times
 ``speed``) behind five HTTP servers:
 
 ====================  =======================================================================
@@ -8,7 +8,7 @@ prometheus            Prometheus HTTP API (DCGM + Slurm exporter series)
 kubernetes            Kubernetes API server subset (nodes, pods, eviction, metrics APIs)
 openstack             Keystone v3 at ``/identity/v3``, Placement at ``/placement``, Nova at
                       ``/compute/v2.1``, Gnocchi at ``/metric`` (the catalog names them all)
-slurm                 slurmrestd ``/slurm/v0.0.38`` (``python -m gpupool.sim.facades.scontrol``)
+slurm                 slurmrestd ``/slurm/v0.0.38`` (``python -m gpupool.emulator.scontrol``)
 control               the simulator's clock and provisioning API (``/sim/v1/...``)
 ====================  =======================================================================
 
@@ -19,7 +19,7 @@ Programmatic use (tests, the demo)::
 
 Command line (the ``gpupool sim serve`` subcommand passes its arguments to :func:`main`)::
 
-    python -m gpupool.sim.serve SCENARIO.yaml [--host 127.0.0.1] [--prometheus-port 9090]
+    python -m gpupool.emulator.serve SCENARIO.yaml [--host 127.0.0.1] [--prometheus-port 9090]
         [--kubernetes-port 6443] [--openstack-port 5000] [--slurm-port 6820] [--control-port 8099]
         [--speed 60] [--start-at 2020-05-02T00:00:00Z] [--env-file sim.env]
 """
@@ -42,7 +42,7 @@ from typing import Iterator
 
 import pandas as pd
 
-from gpupool.sim.facades.state import SimState
+from gpupool.emulator.state import SimState
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ DEFAULT_PASSWORD = "gpupool-sim"
 
 def build_apps(state: SimState, password: str = DEFAULT_PASSWORD) -> dict:
     """The five facade apps over one state (imports here keep `gpupool --help` fast)."""
-    from gpupool.sim.facades import control, kubernetes, openstack, prometheus, slurm
+    from gpupool.emulator import control, kubernetes, openstack, prometheus, slurm
 
     return {
         "prometheus": prometheus.make_app(state),

@@ -12,7 +12,7 @@ import pandas as pd
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gpupool.sim.facades.state import SimState, stable_uuid
+from gpupool.emulator.state import SimState, stable_uuid
 
 ROLE = "openstack"
 PLACEMENT_MAX = (1, 39)

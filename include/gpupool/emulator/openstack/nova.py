@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gpupool.sim.facades.openstack.common import (
+from gpupool.emulator.openstack.common import (
     CONTROLLER,
     NOVA_MAX,
     ROLE,
@@ -19,8 +19,8 @@ from gpupool.sim.facades.openstack.common import (
     microversion,
     nova_error,
 )
-from gpupool.sim.facades.openstack.placement import hold_if_fully_reserved
-from gpupool.sim.facades.state import SimConflict, SimNotFound, stable_uuid
+from gpupool.emulator.openstack.placement import hold_if_fully_reserved
+from gpupool.emulator.state import SimConflict, SimNotFound, stable_uuid
 
 
 def routes(ctx: FacadeContext) -> list[Route]:

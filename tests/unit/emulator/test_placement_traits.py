@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from gpupool.sim.facades.openstack import make_app
+from gpupool.emulator.openstack import make_app
 
 RECORDED = Path(__file__).resolve().parents[2] / "fixtures" / "recorded"
 P = "/placement"
@@ -26,7 +26,7 @@ def scenario_file(tmp_path_factory):
 
 @pytest.fixture
 def sim(scenario_file):
-    from gpupool.sim.serve import make_state
+    from gpupool.emulator.serve import make_state
 
     state = make_state(scenario_file, speed=0)
     client = TestClient(make_app(state))

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gpupool.sim.facades.state import SimConflict, SimInvalid, SimNotFound, SimState
+from gpupool.emulator.state import SimConflict, SimInvalid, SimNotFound, SimState
 
 
 def _error(status: int, message: str) -> JSONResponse:

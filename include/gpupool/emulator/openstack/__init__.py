@@ -29,8 +29,8 @@ from __future__ import annotations
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 
-from gpupool.sim.facades.openstack import gnocchi, keystone, nova, placement
-from gpupool.sim.facades.openstack.common import (
+from gpupool.emulator.openstack import gnocchi, keystone, nova, placement
+from gpupool.emulator.openstack.common import (
     ROLE,
     FacadeContext,
     OsError,
@@ -39,7 +39,7 @@ from gpupool.sim.facades.openstack.common import (
     nova_error,
     placement_error,
 )
-from gpupool.sim.facades.state import SimState
+from gpupool.emulator.state import SimState
 
 __all__ = ["ROLE", "OsError", "make_app"]
 

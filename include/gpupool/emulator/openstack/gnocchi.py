@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gpupool.sim.facades.openstack.common import (
+from gpupool.emulator.openstack.common import (
     AGGREGATE_METHODS,
     GNOCCHI_CLOUD_METRICS,
     GNOCCHI_NODE_METRICS,
@@ -24,7 +24,7 @@ from gpupool.sim.facades.openstack.common import (
     keystone_error,
     parse_ts,
 )
-from gpupool.sim.facades.state import stable_uuid
+from gpupool.emulator.state import stable_uuid
 
 
 #: resource types and the attributes each adds to the generic ones: compute nodes are filed as

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpupool.sim.facades.promql import PromQLError, evaluate, parse
-from gpupool.sim.facades.state import SimConflict, SimInvalid, SimNotFound, SimState
+from gpupool.emulator.promql import PromQLError, evaluate, parse
+from gpupool.emulator.state import SimConflict, SimInvalid, SimNotFound, SimState
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def scenario_file(tmp_path_factory):
 
 @pytest.fixture
 def state(scenario_file):
-    from gpupool.sim.serve import make_state
+    from gpupool.emulator.serve import make_state
 
     return make_state(scenario_file, speed=0)
 
@@ -86,7 +86,7 @@ def test_mig_change_needs_empty_node_and_time(state):
 
 
 def test_clock_follows_wall_time_times_speed(scenario_file):
-    from gpupool.sim.serve import make_state
+    from gpupool.emulator.serve import make_state
 
     wall = [0.0]
     st = make_state(scenario_file, speed=60.0, wallclock=lambda: wall[0])

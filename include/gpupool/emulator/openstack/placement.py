@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from gpupool.allocate.actuators.base import REASON_PREFIX
 from gpupool.allocate.actuators.openstack import HELD_TRAIT
-from gpupool.sim.facades.openstack.common import (
+from gpupool.emulator.openstack.common import (
     DISABLED_TRAIT,
     PLACEMENT_MAX,
     PROJECTS,
@@ -35,7 +35,7 @@ from gpupool.sim.facades.openstack.common import (
     microversion,
     placement_error,
 )
-from gpupool.sim.facades.state import SimConflict, SimInvalid, SimState, stable_uuid
+from gpupool.emulator.state import SimConflict, SimInvalid, SimState, stable_uuid
 
 #: standard (os-traits) traits the facade's hosts report; custom ones start ``CUSTOM_``
 STANDARD_TRAITS = ("COMPUTE_NODE", "COMPUTE_VOLUME_MULTI_ATTACH", DISABLED_TRAIT, "HW_CPU_X86_AVX2")

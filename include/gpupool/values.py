@@ -1,0 +1,41 @@
+"""Small conversions every layer needs, defined once: instants in UTC and strict JSON.
+
+A leaf module (it imports nothing from gpupool) so that any stage may use it.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def utc(ts: Any) -> pd.Timestamp:
+    """``ts`` as a tz-aware UTC :class:`pandas.Timestamp`; a naive time is taken to be UTC."""
+    t = pd.Timestamp(ts)
+    return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
+
+
+def utc_datetime(ts: Any) -> datetime:
+    """``ts`` as a tz-aware UTC :class:`datetime.datetime` (what the database driver binds)."""
+    return utc(ts).to_pydatetime()
+
+
+def jsonable(value: Any) -> Any:
+    """A copy of ``value`` that ``json.dumps`` accepts strictly: mapping keys become strings,
+    numpy scalars Python ones, tuples and arrays lists, non-finite floats None and timestamps
+    ISO 8601 strings."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (pd.Timestamp, datetime)):
+        return value.isoformat()
+    return value
