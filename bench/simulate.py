@@ -11,7 +11,7 @@ detect/clean -> forecast -> plan); target: a month of it in under 5 minutes on 2
 under 9.6 s per simulated day. ``--no-clean`` skips cleaning.
 
 ``--baseline`` also runs ``predictive`` as it ran before the forecast stage kept its ARIMA orders
-and Holt-Winters parameters within a day (``pipeline.ORDER_SEARCH_EVERY = None``: every hour
+and Holt-Winters parameters within a day (``forecast_stage.ORDER_SEARCH_EVERY = None``: every hour
 searches and re-estimates them) and prints its wall time and unmet beside the default's, as a
 ratio measured in the same run.
 """
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpupool import pipeline
+from gpupool.forecast import stage as forecast_stage
 
 from gpupool.allocate.policy import POLICY_KINDS
 from gpupool.sim.scenario import load_scenario
@@ -91,12 +91,12 @@ def main(argv: list[str] | None = None) -> int:
 @contextlib.contextmanager
 def hourly_search():
     """The forecast stage as it was: orders searched and parameters estimated every hour."""
-    saved = pipeline.ORDER_SEARCH_EVERY
-    pipeline.ORDER_SEARCH_EVERY = None
+    saved = forecast_stage.ORDER_SEARCH_EVERY
+    forecast_stage.ORDER_SEARCH_EVERY = None
     try:
         yield
     finally:
-        pipeline.ORDER_SEARCH_EVERY = saved
+        forecast_stage.ORDER_SEARCH_EVERY = saved
 
 
 def table(results: dict[str, dict]) -> str:

@@ -21,6 +21,8 @@ from sqlalchemy.engine import Engine
 
 from gpupool.values import jsonable
 from gpupool.errors import UserError
+from gpupool.detect.stage import detect_lookback, fit_detector, grid_series, judge_series
+from gpupool.forecast.stage import FORECAST_HISTORY, demand_forecast, warm_start
 from gpupool.canonical import SERIES_KEY, TOTAL_METRICS, add_platform_totals, normalize_samples
 from gpupool.config import ConfigError, GpupoolConfig, default_config, load_config
 from gpupool.staging import db, loader, reads
@@ -427,11 +429,6 @@ def _fail_extract_run(engine: sa.Engine, run_id: int, exc: Exception) -> None:
 
 # --- detect / clean --------------------------------------------------------------------
 
-#: points judged before a window so an event running into it raises no second alarm (above
-#: the router's `alarm_merge_points` at the pipeline's 5-minute step)
-DETECT_ALARM_LOOKBACK = timedelta(hours=6)
-
-
 def detect(ctx: Context, platform: str, window: Window) -> dict:
     """Profile, route, score and clean every series of one platform for the window.
 
@@ -449,7 +446,7 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
     out, anomalies, refits, routes = [], 0, 0, {}
     freq = pd.Timedelta(ctx.config.step)
     for key in keys:
-        series = _series(hist, key, freq)
+        series = grid_series(hist, key, freq)
         fresh = []
 
         def model_for(anchor, history, key=key, fresh=fresh):
@@ -471,44 +468,6 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
     frame = pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
     rows = loader.replace_slice(ctx.engine, loader.Slice("clean_sample", {"platform": platform}, window.start, window.end), frame)
     return {"platform": platform, "series": len(out), "rows": rows, "anomalies": anomalies, "refits": refits, "detectors": routes}
-
-
-def detect_lookback(router) -> timedelta:
-    """How far before a window the detect stage reads: the oldest refit its points can need."""
-    return timedelta(hours=24.0 * router.history_days + router.refit_every_hours) + DETECT_ALARM_LOOKBACK
-
-
-def fit_detector(history: pd.Series, router, metric: str | None):
-    """The detect stage's model of one series at a refit anchor, fitted on ``history``.
-
-    Pure: the pipeline stores it per anchor in ``series_profile``; ``gpupool simulate`` keeps it
-    in memory per anchor.
-    """
-    from gpupool.detect.clean import fit_series_model
-
-    return fit_series_model(history, router, metric=metric)
-
-
-def judge_series(series: pd.Series, router, metric: str | None, start, end, model_for) -> pd.DataFrame:
-    """The detect stage's streaming judgement of the points of ``series`` in ``[start, end)``.
-
-    ``series`` holds the window and :func:`detect_lookback` before it; ``model_for(anchor,
-    history)`` gives each refit anchor's model. Pure: the pipeline writes the result to
-    ``clean_sample``; the simulator feeds its ``clean_value`` on to the forecast.
-    """
-    from gpupool.detect.clean import stream_detect
-
-    return stream_detect(series, router, metric=metric, start=start, end=end, model_for=model_for)
-
-
-def _series(frame: pd.DataFrame, key: tuple, freq: pd.Timedelta) -> pd.Series:
-    mask = pd.Series(True, index=frame.index)
-    for col, val in zip(SERIES_KEY, key):
-        mask &= frame[col] == val
-    s = frame.loc[mask].set_index("ts")["value"].sort_index()
-    # a regular grid: missing points become NaN (a gap), never zero
-    grid = pd.date_range(s.index.min().floor(freq), s.index.max(), freq=freq)
-    return s.reindex(s.index.union(grid)).astype("float64")
 
 
 def _model_for(engine: Engine, key: tuple, anchor: pd.Timestamp, history: pd.Series, fit):
@@ -566,15 +525,6 @@ def _stored_model(text: Any, key: tuple, computed: pd.Timestamp):
 
 # --- forecast --------------------------------------------------------------------------
 
-FORECAST_HISTORY = timedelta(days=28)
-#: the forecast stage searches ARIMA orders (and estimates the Holt-Winters candidate's
-#: smoothing parameters) at most this often: a warm start whose orders were searched within it
-#: keeps them and only re-estimates their coefficients (the search runs again when they no
-#: longer fit or pass their residual check); see `AutoForecaster`'s ``keep_orders_for``.
-#: None: every run searches and estimates everything, as before.
-ORDER_SEARCH_EVERY = timedelta(days=1)
-
-
 def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | None = None, level: float = 90.0) -> dict:
     """Forecast one platform's hourly demand from the window's end; store run and rows."""
     horizon = horizon or ctx.config.limits.horizon_hours
@@ -623,35 +573,6 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
         "model": summary.get("model", summary.get("order")),
         "warm_start": warm is not None,
     }
-
-
-def demand_forecast(history: pd.Series, horizon: int, level: float = 90.0, warm: dict | None = None) -> tuple[pd.DataFrame, dict]:
-    """The forecast stage's model on one platform's hourly demand: ``(frame, summary)``.
-
-    ``frame`` has ``ts, yhat, yhat_lower, yhat_upper`` for the next ``horizon`` hours; ``summary``
-    is the fitted model's (orders, fallback, ...), the next run's warm start. ``warm``: the
-    summary of a forecast issued within the last day (see :func:`warm_start`); when its ARIMA
-    orders were searched less than :data:`ORDER_SEARCH_EVERY` before the history's end they are
-    kept and only their coefficients re-estimated (and the Holt-Winters candidate's smoothing
-    parameters kept), so the order search runs about once a day.
-    Pure: the pipeline stores both; ``gpupool simulate`` keeps the summary for its next hour.
-    """
-    from gpupool.forecast.select import AutoForecaster
-
-    # demand includes pending work, so it is bounded below by zero but not above by the
-    # platform's capacity: the interval is clipped at zero only. The model is chosen by
-    # validation inside the history (forecast.select).
-    model = AutoForecaster(horizon=horizon, level=level, lower_bound=0.0, upper_bound=None, orders=warm,
-                           keep_orders_for=ORDER_SEARCH_EVERY)
-    model.fit(history)
-    return model.predict(horizon), dict(model.summary_)
-
-
-def warm_start(summary: dict | None) -> dict | None:
-    """A stored forecast summary as a warm start: none from a fallback (it is no order to start from)."""
-    if not isinstance(summary, dict) or summary.get("fallback"):
-        return None
-    return summary
 
 
 def _recent_summary(engine: Engine, platform: str, at: datetime) -> dict | None:

@@ -5,13 +5,13 @@ Every ``decision_every`` the study runs what ``gpupool_pipeline`` runs, on what 
 1. **telemetry** — each platform's platform-level ``gpu_allocated`` and ``gpu_pending`` of the
    hour just ended, as its exporter reports them (:meth:`World.demand_telemetry`), corrupted by
    the scenario's ``faults:`` (:mod:`gpupool.sim.faults`; the world keeps serving the true demand);
-2. **detect/clean** — :func:`gpupool.pipeline.judge_series` (the streaming judgement) with
-   :func:`gpupool.pipeline.fit_detector` at each refit anchor, the detect stage's own functions,
-   on :func:`~gpupool.pipeline.detect_lookback` of history; ``clean=False`` (``--no-clean``)
+2. **detect/clean** — :func:`gpupool.detect.stage.judge_series` (the streaming judgement) with
+   :func:`gpupool.detect.stage.fit_detector` at each refit anchor, the detect stage's own functions,
+   on :func:`~gpupool.detect.stage.detect_lookback` of history; ``clean=False`` (``--no-clean``)
    passes the raw values on;
-3. **forecast** — :func:`gpupool.canonical.demand_of_steps` (what `staging.reads.hourly_demand` runs) and :func:`gpupool.pipeline.demand_forecast`
-   on the last :data:`~gpupool.pipeline.FORECAST_HISTORY` of cleaned telemetry, warm-started from
-   the previous hour's model (:func:`gpupool.pipeline.warm_start`), as the forecast stage does;
+3. **forecast** — :func:`gpupool.canonical.demand_of_steps` (what `staging.reads.hourly_demand` runs) and :func:`gpupool.forecast.stage.demand_forecast`
+   on the last :data:`~gpupool.forecast.stage.FORECAST_HISTORY` of cleaned telemetry, warm-started from
+   the previous hour's model (:func:`gpupool.forecast.stage.warm_start`), as the forecast stage does;
 4. **plan** — :func:`gpupool.allocate.planner.demand_from_forecast` (``predictive``) or
    :func:`~gpupool.allocate.planner.demand_from_last_hour` (``reactive``), both from demand as
    it stands (``demand_of_steps``'s ``level``) and the last :data:`~gpupool.allocate.planner.SPREAD_HISTORY_HOURS`
@@ -33,7 +33,8 @@ import pandas as pd
 from scipy.special import ndtri
 from tqdm.auto import tqdm
 
-from gpupool import pipeline
+from gpupool.detect import stage as detect_stage
+from gpupool.forecast import stage as forecast_stage
 from gpupool.allocate.planner import (
     DAILY_HISTORY_HOURS,
     SPREAD_HISTORY_HOURS,
@@ -52,7 +53,7 @@ from gpupool.sim.faults import FaultSpec, corrupt, fault_plan
 from gpupool.sim.scenario import Scenario, load_scenario
 from gpupool.sim.world import World
 
-#: the forecast stage's interval level (``pipeline.forecast_demand``'s default)
+#: the forecast stage's interval level (``gpupool.forecast.stage``'s default)
 FORECAST_LEVEL = 90.0
 #: hours the forecast stage forecasts (``limits.horizon_hours``'s default): its models are
 #: validated on this horizon, so the study forecasts as far and the plan reads the first
@@ -212,7 +213,7 @@ class ChainDemand(DemandSource):
     def _clean(self, i0: int, i1: int) -> None:
         index = self.world.index
         start, end = index[i0], (index[i1] if i1 < len(index) else self.world.end)
-        h0 = max(0, i0 - int(pipeline.detect_lookback(self.router) / self.world.step))
+        h0 = max(0, i0 - int(detect_stage.detect_lookback(self.router) / self.world.step))
         for key, seen in self.seen.items():
             if not self.clean:
                 self.cleaned[key][i0:i1] = seen[i0:i1]
@@ -222,10 +223,10 @@ class ChainDemand(DemandSource):
 
             def model_for(anchor, history, cache=cache, metric=key[1]):
                 if anchor not in cache:  # the pipeline's series_profile, in memory
-                    cache[anchor] = pipeline.fit_detector(history, self.router, metric)
+                    cache[anchor] = detect_stage.fit_detector(history, self.router, metric)
                 return cache[anchor]
 
-            scored = pipeline.judge_series(series, self.router, key[1], start, end, model_for)
+            scored = detect_stage.judge_series(series, self.router, key[1], start, end, model_for)
             self.cleaned[key][i0:i1] = scored["clean_value"].reindex(index[i0:i1]).to_numpy(float)
 
     # --- 3. what the forecast stage reads: hourly demand from cleaned telemetry
@@ -276,13 +277,13 @@ class PredictiveDemand(ChainDemand):
     def _demand(self, t, i1):
         out = {}
         for p in self.world.platforms:
-            history, info = self._history(p, i1, pipeline.FORECAST_HISTORY)
+            history, info = self._history(p, i1, forecast_stage.FORECAST_HISTORY)
             history = history[history.index < t]
             if history.notna().sum() == 0:
                 return None
             issued, summary = self.summaries.get(p, (None, None))
-            warm = pipeline.warm_start(summary) if issued is not None and issued >= t - pd.Timedelta("1D") else None
-            fc, summary = pipeline.demand_forecast(history, max(FORECAST_HOURS, self.policy.horizon_hours),
+            warm = forecast_stage.warm_start(summary) if issued is not None and issued >= t - pd.Timedelta("1D") else None
+            fc, summary = forecast_stage.demand_forecast(history, max(FORECAST_HOURS, self.policy.horizon_hours),
                                                    FORECAST_LEVEL, warm)
             self.summaries[p] = (t, summary)
             past = self.issued.setdefault(p, {})

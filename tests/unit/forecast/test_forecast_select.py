@@ -266,13 +266,13 @@ def test_keep_orders_for_keeps_the_arima_orders_and_the_holt_winters_parameters_
 
 
 def test_the_forecast_stage_searches_orders_about_once_a_day():
-    from gpupool import pipeline
+    from gpupool.forecast import stage as forecast_stage
 
     y = hourly(seasonal_ar(24 * 21, 14))
-    _, first = pipeline.demand_forecast(y.iloc[:-2], 24)
-    _, next_hour = pipeline.demand_forecast(y.iloc[:-1], 24, warm=pipeline.warm_start(first))
+    _, first = forecast_stage.demand_forecast(y.iloc[:-2], 24)
+    _, next_hour = forecast_stage.demand_forecast(y.iloc[:-1], 24, warm=forecast_stage.warm_start(first))
     assert first["orders_kept"] is False and next_hour["orders_kept"] is True
     assert next_hour["orders_searched_through"] == first["orders_searched_through"]
-    _, next_day = pipeline.demand_forecast(hourly(seasonal_ar(24 * 22, 14)).iloc[:-1], 24,
-                                           warm=pipeline.warm_start(next_hour))
+    _, next_day = forecast_stage.demand_forecast(hourly(seasonal_ar(24 * 22, 14)).iloc[:-1], 24,
+                                           warm=forecast_stage.warm_start(next_hour))
     assert next_day["orders_kept"] is False

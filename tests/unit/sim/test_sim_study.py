@@ -113,10 +113,12 @@ def _synthetic(days: int = 2, faults: dict | None = None):
 
 
 def test_predictive_runs_the_pipeline_stages_own_functions(monkeypatch):
-    from gpupool import pipeline
+    from gpupool.detect import stage as detect_stage
+    from gpupool.forecast import stage as forecast_stage
 
+    home = {"fit_detector": detect_stage, "judge_series": detect_stage, "demand_forecast": forecast_stage}
     calls = {"fit_detector": 0, "judge_series": 0, "demand_forecast": []}
-    real = {name: getattr(pipeline, name) for name in ("fit_detector", "judge_series", "demand_forecast")}
+    real = {name: getattr(home[name], name) for name in home}
 
     def spy(name):
         def wrapped(*args, **kwargs):
@@ -130,7 +132,7 @@ def test_predictive_runs_the_pipeline_stages_own_functions(monkeypatch):
         return wrapped
 
     for name in real:
-        monkeypatch.setattr(pipeline, name, spy(name))
+        monkeypatch.setattr(home[name], name, spy(name))
     sc = _synthetic(days=3)
     log: list[dict] = []
     out = simulate(sc, Policy(kind="predictive"), chain_log=log)
@@ -156,8 +158,14 @@ def test_predictive_runs_the_pipeline_stages_own_functions(monkeypatch):
 def test_the_sim_package_has_no_forecaster_of_its_own():
     import gpupool.sim.study as study
 
+    import re
+
     source = open(study.__file__).read()
-    assert "ArimaForecaster" not in source and "gpupool.forecast" not in source
+    assert "ArimaForecaster" not in source and "AutoForecaster" not in source
+    # the forecast stage's own entry point, the one the forecast task calls, and nothing else
+    assert set(re.findall(r"gpupool\.forecast[\w.]*(?: import \w+(?: as \w+)?)?", source)) <= {
+        "gpupool.forecast import stage as forecast_stage", "gpupool.forecast.stage.demand_forecast",
+        "gpupool.forecast.stage.FORECAST_HISTORY", "gpupool.forecast.stage.warm_start", "gpupool.forecast.stage"}
 
 
 def test_faults_corrupt_what_the_chain_sees_never_what_the_world_serves():

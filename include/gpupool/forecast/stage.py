@@ -1,0 +1,49 @@
+"""The forecast stage's model of one platform's demand, called by the forecast task and by the what-if.
+
+``gpupool.pipeline.forecast_demand`` (the DAG task) and ``gpupool.sim.study`` (``gpupool simulate``)
+both forecast through :func:`demand_forecast` on :data:`FORECAST_HISTORY` of hourly demand,
+warm-started by :func:`warm_start` from the previous run's summary.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pandas as pd
+
+from gpupool.forecast.select import AutoForecaster
+
+FORECAST_HISTORY = timedelta(days=28)
+#: the forecast stage searches ARIMA orders (and estimates the Holt-Winters candidate's
+#: smoothing parameters) at most this often: a warm start whose orders were searched within it
+#: keeps them and only re-estimates their coefficients (the search runs again when they no
+#: longer fit or pass their residual check); see `AutoForecaster`'s ``keep_orders_for``.
+#: None: every run searches and estimates everything, as before.
+ORDER_SEARCH_EVERY = timedelta(days=1)
+
+
+def demand_forecast(history: pd.Series, horizon: int, level: float = 90.0, warm: dict | None = None) -> tuple[pd.DataFrame, dict]:
+    """The forecast stage's model on one platform's hourly demand: ``(frame, summary)``.
+
+    ``frame`` has ``ts, yhat, yhat_lower, yhat_upper`` for the next ``horizon`` hours; ``summary``
+    is the fitted model's (orders, fallback, ...), the next run's warm start. ``warm``: the
+    summary of a forecast issued within the last day (see :func:`warm_start`); when its ARIMA
+    orders were searched less than :data:`ORDER_SEARCH_EVERY` before the history's end they are
+    kept and only their coefficients re-estimated (and the Holt-Winters candidate's smoothing
+    parameters kept), so the order search runs about once a day.
+    Pure: the pipeline stores both; ``gpupool simulate`` keeps the summary for its next hour.
+    """
+    # demand includes pending work, so it is bounded below by zero but not above by the
+    # platform's capacity: the interval is clipped at zero only. The model is chosen by
+    # validation inside the history (forecast.select).
+    model = AutoForecaster(horizon=horizon, level=level, lower_bound=0.0, upper_bound=None, orders=warm,
+                           keep_orders_for=ORDER_SEARCH_EVERY)
+    model.fit(history)
+    return model.predict(horizon), dict(model.summary_)
+
+
+def warm_start(summary: dict | None) -> dict | None:
+    """A stored forecast summary as a warm start: none from a fallback (it is no order to start from)."""
+    if not isinstance(summary, dict) or summary.get("fallback"):
+        return None
+    return summary
