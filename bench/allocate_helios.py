@@ -323,5 +323,14 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.3f}" if b > 0 else "-"
 
 
+def _table_name(argv: list[str]) -> str:
+    """The 31-day month (the default length) writes allocate_helios.md; another length its own file."""
+    days = float(option(argv, "--days", "31"))
+    spread = option(argv, "--spread")
+    return ("allocate_helios" if days == 31 else f"allocate_helios-{days:g}d") + (f"-{spread}" if spread else "")
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from _tables import option, record_run  # bench/ is sys.path[0] when a bench is run
+
+    raise SystemExit(record_run(_table_name, main))

@@ -77,4 +77,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from _tables import record_run  # bench/ is sys.path[0] when a bench is run
+
+    raise SystemExit(record_run("allocate_tune", main))

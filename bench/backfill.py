@@ -125,4 +125,6 @@ def _all_runs(base: str, headers: dict) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    from _tables import record_run  # bench/ is sys.path[0] when a bench is run
+
+    raise SystemExit(record_run("backfill", main))

@@ -261,4 +261,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from _tables import option, record_run  # bench/ is sys.path[0] when a bench is run
+
+    sys.exit(record_run(lambda a: "detect_cleaning" + (f"-seed{option(a, '--seed')}" if option(a, "--seed", "0") != "0" else ""), main))

@@ -493,4 +493,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from _tables import record_run  # bench/ is sys.path[0] when a bench is run
+
+    sys.exit(record_run(lambda a: "detect_kpi-tune" if "--tune" in a else "detect_kpi", main))

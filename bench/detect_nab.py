@@ -586,4 +586,6 @@ def leave_one_group_out(prepared: list[dict], config: RouterConfig) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from _tables import record_run  # bench/ is sys.path[0] when a bench is run
+
+    sys.exit(record_run(lambda a: "detect_nab" if "--cv" in a else "detect_nab-no-cv", main))

@@ -146,4 +146,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from _tables import record_run  # bench/ is sys.path[0] when a bench is run
+
+    sys.exit(record_run("detect_scale", main))

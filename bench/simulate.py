@@ -121,5 +121,15 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _table_name(argv: list[str]) -> str:
+    """simulate.md for the default Helios scenario; another scenario, length or --no-clean its own file."""
+    scenario = option(argv, "--scenario")
+    days = option(argv, "--days")
+    return ("simulate" + (f"-{Path(scenario).stem}" if scenario else "") + (f"-{float(days):g}d" if days else "")
+            + ("-no-clean" if "--no-clean" in argv else ""))
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from _tables import option, record_run  # bench/ is sys.path[0] when a bench is run
+
+    raise SystemExit(record_run(_table_name, main))
