@@ -24,6 +24,7 @@ from gpupool.forecast.stage import FORECAST_HISTORY, demand_forecast, warm_start
 from gpupool.canonical import SERIES_KEY, TOTAL_METRICS, add_platform_totals, normalize_samples
 from gpupool.config import ConfigError, GpupoolConfig, default_config, load_config
 from gpupool.staging import db, forecasts, loader, plans, reads, runs
+from gpupool.summary import window_summary
 
 log = logging.getLogger(__name__)
 
@@ -425,26 +426,14 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
     # the model is chosen by validation inside the history; the choice and every candidate's
     # error go into the summary
     fc, model_summary = demand_forecast(history, horizon, level, warm)
-    issued = window.end
-    rows = pd.DataFrame(
-        {
-            "platform": platform,
-            "series": "demand",
-            "issued_at": pd.Timestamp(issued),
-            "step": range(1, len(fc) + 1),
-            "ts": pd.to_datetime(fc["ts"], utc=True),
-            "yhat": fc["yhat"].to_numpy(),
-            "yhat_lower": fc["yhat_lower"].to_numpy(),
-            "yhat_upper": fc["yhat_upper"].to_numpy(),
-        }
-    )
     summary = jsonable({**model_summary, **info, "history_hours": int(history.notna().sum())})
-    forecasts.replace_forecast(ctx.engine, platform, "demand", issued, model=str(summary.get("model") or "arima"),
-                               summary=summary, level=level, rows=rows)
+    forecasts.replace_forecast(ctx.engine, platform, "demand", window.end, model=str(summary.get("model") or "arima"),
+                               summary=summary, level=level, steps=fc)
+    first = fc.iloc[0]
     return {
         "platform": platform,
-        "horizon": len(rows),
-        "next_hour": [round(float(rows["yhat_lower"].iloc[0]), 1), round(float(rows["yhat"].iloc[0]), 1), round(float(rows["yhat_upper"].iloc[0]), 1)],
+        "horizon": len(fc),
+        "next_hour": [round(float(first["yhat_lower"]), 1), round(float(first["yhat"]), 1), round(float(first["yhat_upper"]), 1)],
         "model": summary.get("model", summary.get("order")),
         "warm_start": warm is not None,
     }
@@ -507,23 +496,4 @@ def _tick(progress, label: str) -> None:
 
 def summary(ctx: Context, window: Window) -> dict:
     """What each stage left in staging for the window (read back, not remembered)."""
-    rec = reads.window_record(ctx.engine, window.start, window.end)
-    ex, an, fc, pl = rec["extract_runs"], rec["clean"], rec["forecast"], rec["plan"]
-    last: dict[str, dict] = {}
-    for r in ex:  # the newest run per platform, and how many earlier runs were interrupted
-        interrupted = last.get(r.platform, {}).get("interrupted", 0) + int(r.status == "interrupted")
-        last[r.platform] = {"status": r.status, "rows": r.rows}
-        if interrupted:
-            last[r.platform]["interrupted"] = interrupted
-    issued: dict[str, list] = {}
-    for r in fc:
-        issued.setdefault(r.platform, []).append([round(r.yhat_lower, 1), round(r.yhat, 1), round(r.yhat_upper, 1)])
-    return {
-        "window": window.as_dict(),
-        "extract": last,
-        "clean": {r[0]: {"points": int(r[1]), "anomalies": int(r[2] or 0)} for r in an},
-        "forecast": issued,
-        "plan": None
-        if pl is None
-        else {"id": pl.id, "policy": pl.policy, "solver": pl.solver, "dry_run": pl.dry_run, "moves": pl.moves, "summary": pl.summary},
-    }
+    return window_summary(reads.window_record(ctx.engine, window.start, window.end), window.as_dict())

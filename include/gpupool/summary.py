@@ -1,7 +1,35 @@
-"""What `gpupool run` and `gpupool status` print about one window: the account that
-:func:`gpupool.pipeline.summary` read back from staging, as a few lines of text."""
+"""The account of one window that `gpupool run`, `gpupool plan` and `gpupool summary` show:
+what each stage left in staging for it (:func:`window_summary`, from the record
+``gpupool.staging.reads.window_record`` read back) and its few lines of text
+(:func:`format_summary`). Pure: it reads nothing itself."""
 
 from __future__ import annotations
+
+
+def window_summary(record: dict, window: dict) -> dict:
+    """The account of the window (``window``: its ``start`` and ``end``) from its staged
+    ``record``: per platform the newest extraction run (and how many earlier ones were
+    interrupted), the cleaned points and anomalies, the forecast issued at its end and the plan
+    decided then."""
+    ex, an, fc, pl = record["extract_runs"], record["clean"], record["forecast"], record["plan"]
+    last: dict[str, dict] = {}
+    for r in ex:  # the newest run per platform, and how many earlier runs were interrupted
+        interrupted = last.get(r.platform, {}).get("interrupted", 0) + int(r.status == "interrupted")
+        last[r.platform] = {"status": r.status, "rows": r.rows}
+        if interrupted:
+            last[r.platform]["interrupted"] = interrupted
+    issued: dict[str, list] = {}
+    for r in fc:
+        issued.setdefault(r.platform, []).append([round(r.yhat_lower, 1), round(r.yhat, 1), round(r.yhat_upper, 1)])
+    return {
+        "window": window,
+        "extract": last,
+        "clean": {r[0]: {"points": int(r[1]), "anomalies": int(r[2] or 0)} for r in an},
+        "forecast": issued,
+        "plan": None
+        if pl is None
+        else {"id": pl.id, "policy": pl.policy, "solver": pl.solver, "dry_run": pl.dry_run, "moves": pl.moves, "summary": pl.summary},
+    }
 
 
 def format_summary(s: dict) -> str:
