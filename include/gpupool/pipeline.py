@@ -4,6 +4,10 @@ Every stage is keyed on an explicit window [start, end), reads only what the sta
 it wrote for that window (plus the history it needs), and replaces its own output slice
 in one transaction, so any stage can be rerun. No stage reads the wall clock to decide
 what to do.
+
+Orchestration only: every read goes through `gpupool.staging.reads` and every write through
+staging's loader and stores (`runs`, `models` by way of `gpupool.detect.stage.model_for`,
+`forecasts`, `plans`); this module holds no SQL of its own.
 """
 
 from __future__ import annotations
