@@ -197,6 +197,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from gpupool import pipeline
     from gpupool.staging import db
+    from gpupool.summary import format_summary
 
     ctx = pipeline.Context.load(args.config, args.staging_url)
     if args.command == "db":
@@ -213,7 +214,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(result, indent=2, default=str))
         else:
-            print(pipeline.format_summary(pipeline.summary(ctx, window)))
+            print(format_summary(pipeline.summary(ctx, window)))
         return 0
     if args.command == "handovers":
         from gpupool.allocate.service import format_handovers, list_handovers
@@ -238,7 +239,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(report, fh, indent=2, default=str)
-        print(pipeline.format_summary(pipeline.summary(ctx, window)))
+        print(format_summary(pipeline.summary(ctx, window)))
         return 0
     if args.command == "report":
         from gpupool.report import write_report
@@ -249,7 +250,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "summary":
         s = pipeline.summary(ctx, window)
-        print(json.dumps(s, indent=2, default=str) if args.json else pipeline.format_summary(s))
+        print(json.dumps(s, indent=2, default=str) if args.json else format_summary(s))
         return 0
     raise AssertionError(args.command)
 

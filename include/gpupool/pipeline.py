@@ -4,36 +4,31 @@ Every stage is keyed on an explicit window [start, end), reads only what the sta
 it wrote for that window (plus the history it needs), and replaces its own output slice
 in one transaction, so any stage can be rerun. No stage reads the wall clock to decide
 what to do.
+
+Orchestration only: every read goes through `gpupool.staging.reads` and every write through
+staging's loader and stores (`runs`, `models` by way of `gpupool.detect.stage.model_for`,
+`forecasts`, `plans`); this module holds no SQL of its own.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from gpupool.values import jsonable
 from gpupool.errors import UserError
-from gpupool.detect.stage import detect_lookback, fit_detector, grid_series, judge_series
+from gpupool.detect.stage import detect_lookback, fit_detector, grid_series, judge_series, model_for
 from gpupool.forecast.stage import FORECAST_HISTORY, demand_forecast, warm_start
 from gpupool.canonical import SERIES_KEY, TOTAL_METRICS, add_platform_totals, normalize_samples
 from gpupool.config import ConfigError, GpupoolConfig, default_config, load_config
-from gpupool.staging import db, loader, reads
-from gpupool.staging.schema import (
-    allocation_plan,
-    extract_part as extract_part_table,
-    extract_run,
-    forecast,
-    forecast_run,
-    series_profile,
-)
+from gpupool.staging import db, forecasts, loader, plans, reads, runs
+from gpupool.summary import window_summary
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +137,7 @@ def extract(ctx: Context, platform: str, window: Window, lookup=None) -> dict:
 
     db.require_migrated(ctx.engine)
     pcfg = ctx.config.platform(platform)
-    run_id = _start_extract_run(ctx.engine, platform, "usage", window)
+    run_id = runs.start_extract_run(ctx.engine, platform, "usage", window.start, window.end)
     inventory_note = None
     try:
         source = build_source(pcfg, ctx.config, lookup)
@@ -153,9 +148,9 @@ def extract(ctx: Context, platform: str, window: Window, lookup=None) -> dict:
         parts = [(loader.Slice("sample", {"platform": platform}, window.start, window.end), frame), *snapshot]
         rows = loader.replace_slices(
             ctx.engine, parts,
-            then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n[0], inventory_note))[0]
+            then=lambda conn, n: runs.finish_extract_run(conn, run_id, "success", n[0], inventory_note))[0]
     except Exception as exc:
-        _fail_extract_run(ctx.engine, run_id, exc)
+        runs.fail_extract_run(ctx.engine, run_id, exc)
         raise
     out = {"platform": platform, "rows": rows, "nodes": len(inv), "window": window.as_dict()}
     if inventory_note:
@@ -252,19 +247,12 @@ def plan_extract(ctx: Context, window: Window, platforms: list[str] | None = Non
                 ranges = split_nodes(lister(window.start, window.end, ctx.config.step), pcfg.shard_nodes)
         planned = [] if len(ranges) <= 1 else [*ranges, None]
         count = len(planned)
-        rows = [{"platform": name, "window_start": window.start, "window_end": window.end,
-                 "part": part_label(i, count, r), "position": i, "parts": count,
-                 "nodes": None if r is None else list(r)} for i, r in enumerate(planned)]
-        with ctx.engine.begin() as conn:
-            conn.execute(extract_part_table.delete().where(
-                extract_part_table.c.platform == name, extract_part_table.c.window_start == window.start,
-                extract_part_table.c.window_end == window.end))
-            if rows:
-                conn.execute(extract_part_table.insert(), rows)
-        if not rows:
+        labelled = [(part_label(i, count, r), None if r is None else list(r)) for i, r in enumerate(planned)]
+        runs.replace_extract_plan(ctx.engine, name, window.start, window.end, labelled)
+        if not labelled:
             out.append({"platform": name})
             continue
-        log.info("platform %s window %s: %d parts planned: %s", name, window, count, ", ".join(r["part"] for r in rows))
+        log.info("platform %s window %s: %d parts planned: %s", name, window, count, ", ".join(p for p, _ in labelled))
         out.extend({"platform": name, "index": i, "count": count} for i in range(count))
     return out
 
@@ -299,7 +287,7 @@ def extract_part(ctx: Context, part: dict, window: Window, lookup=None) -> dict:
     planned = _planned(ctx, platform, window, int(part["index"]), int(part["count"]))
     label = planned.part
     pcfg = ctx.config.platform(platform)
-    run_id = _start_extract_run(ctx.engine, platform, "usage", window, part=label)
+    run_id = runs.start_extract_run(ctx.engine, platform, "usage", window.start, window.end, part=label)
     try:
         source = build_source(pcfg, ctx.config, lookup)
         nodes = planned.nodes
@@ -310,9 +298,9 @@ def extract_part(ctx: Context, part: dict, window: Window, lookup=None) -> dict:
         sl = loader.Slice("part_sample", {"platform": platform, "part": label}, window.start, window.end)
         rows = loader.replace_slices(
             ctx.engine, [(sl, frame)],
-            then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n[0], None))[0]
+            then=lambda conn, n: runs.finish_extract_run(conn, run_id, "success", n[0], None))[0]
     except Exception as exc:
-        _fail_extract_run(ctx.engine, run_id, exc)
+        runs.fail_extract_run(ctx.engine, run_id, exc)
         raise
     log.info("platform %s window %s: part %s landed %d rows", platform, window, label, rows)
     return {"platform": platform, "index": planned.position, "count": planned.parts, "rows": rows,
@@ -342,12 +330,12 @@ def finish_extract(ctx: Context, platform: str, window: Window, parts: list[dict
             raise ExtractPartsError(f"platform {platform} window {window}: its extraction did not succeed: {state}")
         return {"platform": platform, "sharded": False, "rows": run.rows}
     db.require_migrated(ctx.engine)
-    run_id = _start_extract_run(ctx.engine, platform, "usage", window)
+    run_id = runs.start_extract_run(ctx.engine, platform, "usage", window.start, window.end)
     inventory_note = None
     try:
         labels = [_planned(ctx, platform, window, int(p["index"]), int(p["count"])).part for p in mine]
-        runs = reads.part_runs(ctx.engine, platform, window.start, window.end, labels)
-        bad = [(label, runs.get(label)) for label in labels if runs.get(label) is None or runs[label].status != "success"]
+        landed = reads.part_runs(ctx.engine, platform, window.start, window.end, labels)
+        bad = [(label, landed.get(label)) for label in labels if landed.get(label) is None or landed[label].status != "success"]
         if bad:
             why = "; ".join(f"part {label}: " + ("never ran" if r is None else f"{r.status}" + (f" ({r.error})" if r.error else ""))
                             for label, r in bad)
@@ -361,10 +349,10 @@ def finish_extract(ctx: Context, platform: str, window: Window, parts: list[dict
         rows = loader.promote_parts(
             ctx.engine, loader.Slice("sample", {"platform": platform}, window.start, window.end), labels,
             extra=normalize_samples(totals, where=f"platform {platform} totals window {window}"), also=snapshot,
-            then=lambda conn, n: _finish_extract_run(conn, run_id, "success", n, inventory_note),
-            expect=sum(int(runs[label].rows or 0) for label in labels))
+            then=lambda conn, n: runs.finish_extract_run(conn, run_id, "success", n, inventory_note),
+            expect=sum(int(landed[label].rows or 0) for label in labels))
     except Exception as exc:
-        _fail_extract_run(ctx.engine, run_id, exc)
+        runs.fail_extract_run(ctx.engine, run_id, exc)
         raise
     out = {"platform": platform, "rows": rows, "parts": len(labels), "nodes": len(inv), "window": window.as_dict()}
     if inventory_note:
@@ -381,50 +369,6 @@ def _inventory_frame(platform: str, nodes: list[dict], at: datetime) -> pd.DataF
     frame["schedulable"] = frame["schedulable"].fillna(True).astype(bool)
     frame["mig_layout"] = frame["mig_layout"].astype(object).where(frame["mig_layout"].notna(), None)
     return frame
-
-
-def _start_extract_run(engine: Engine, platform: str, source: str, window: Window, part: str | None = None) -> int:
-    """Insert this run's `running` row; an earlier run of the same platform, source and window
-    still `running` never finished (its worker died or was killed): mark it `interrupted`.
-
-    Decided from the table alone, not from the clock: a run of a window supersedes any earlier
-    unfinished run of that window (runs of one window are serialized by the DAG's
-    `max_active_runs=1` and by the one CLI user), so no age threshold, and no wall-clock read
-    decides anything; `started_at`/`finished_at` are audit only."""
-    now = datetime.now(timezone.utc)  # audit only; never decides anything
-    key = [extract_run.c.platform == platform, extract_run.c.source == source,
-           extract_run.c.window_start == window.start, extract_run.c.window_end == window.end,
-           extract_run.c.part.is_(None) if part is None else extract_run.c.part == part]
-    with engine.begin() as conn:
-        res = conn.execute(
-            extract_run.insert().values(
-                platform=platform, source=source, window_start=window.start, window_end=window.end,
-                status="running", started_at=now, part=part,
-            )
-        )
-        run_id = res.inserted_primary_key[0]
-        conn.execute(
-            extract_run.update()
-            .where(*key, extract_run.c.status == "running", extract_run.c.id < run_id)
-            .values(status="interrupted", finished_at=now,
-                    error=f"interrupted: never finished; superseded by extract run #{run_id} of the same window")
-        )
-        return run_id
-
-
-def _finish_extract_run(conn: sa.Connection, run_id: int, status: str, rows: int | None, error: str | None) -> None:
-    conn.execute(
-        extract_run.update()
-        .where(extract_run.c.id == run_id)
-        .values(status=status, rows=rows, error=error, finished_at=datetime.now(timezone.utc))
-    )
-
-
-def _fail_extract_run(engine: sa.Engine, run_id: int, exc: Exception) -> None:
-    """Record why an extraction (a platform's, a part's or a finish) failed, in a transaction of its own."""
-    status = "unrecoverable" if getattr(exc, "unrecoverable", False) else "failed"
-    with engine.begin() as conn:
-        _finish_extract_run(conn, run_id, status, None, f"{type(exc).__name__}: {exc}")
 
 
 # --- detect / clean --------------------------------------------------------------------
@@ -449,12 +393,12 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
         series = grid_series(hist, key, freq)
         fresh = []
 
-        def model_for(anchor, history, key=key, fresh=fresh):
-            model, new = _model_for(ctx.engine, key, anchor, history, lambda h: fit_detector(h, router, key[4]))
+        def anchored(anchor, history, key=key, fresh=fresh):
+            model, new = model_for(ctx.engine, key, anchor, history, lambda h: fit_detector(h, router, key[4]))
             fresh.append(new)
             return model
 
-        scored = judge_series(series, router, key[4], window.start, window.end, model_for)
+        scored = judge_series(series, router, key[4], window.start, window.end, anchored)
         refits += sum(fresh)
         frame = scored.reset_index(names="ts")
         frame["detector"] = frame["detector"].replace("", "none")
@@ -468,59 +412,6 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
     frame = pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
     rows = loader.replace_slice(ctx.engine, loader.Slice("clean_sample", {"platform": platform}, window.start, window.end), frame)
     return {"platform": platform, "series": len(out), "rows": rows, "anomalies": anomalies, "refits": refits, "detectors": routes}
-
-
-def _model_for(engine: Engine, key: tuple, anchor: pd.Timestamp, history: pd.Series, fit):
-    """The series' model fitted at `anchor` (stored by an earlier run), else fitted on `history` and stored.
-
-    Models are stored as JSON parameters (`FittedSeriesModel.to_params`) and rebuilt with
-    `from_params`, never unpickled: a staging row is data, not code. A stored row that does
-    not rebuild (malformed, from an older format) is logged and replaced by a refit.
-    """
-    cond = [series_profile.c[c] == v for c, v in zip(SERIES_KEY, key)]
-    at = pd.Timestamp(anchor).to_pydatetime()
-    with engine.connect() as conn:
-        row = conn.execute(
-            sa.select(series_profile.c.model).where(*cond, series_profile.c.computed_at == at).limit(1)
-        ).first()
-    if row is not None and row.model is not None:
-        stored = _stored_model(row.model, key, pd.Timestamp(at))
-        if stored is not None:
-            return stored, False
-    model = fit(history)
-    rec = dict(zip(SERIES_KEY, key))
-    rec.update(
-        computed_at=at,
-        features=jsonable(model.profile),
-        detector=model.detector_name,
-        reason=model.reason,
-        model=json.dumps(model.to_params(), allow_nan=False, separators=(",", ":")),
-    )
-    with engine.begin() as conn:
-        conn.execute(series_profile.delete().where(*cond, series_profile.c.computed_at == at))
-        conn.execute(series_profile.insert().values(**rec))
-    return model, True
-
-
-def _stored_model(text: Any, key: tuple, computed: pd.Timestamp):
-    """The model stored as JSON text in a `series_profile` row, or None (logged) when it does not rebuild."""
-    from gpupool.detect.base import ModelParamsError
-    from gpupool.detect.clean import FittedSeriesModel
-
-    series = "/".join(str(v) for v in key)
-    try:
-        if not isinstance(text, str):
-            raise ModelParamsError(f"expected JSON text, got {type(text).__name__}")
-        return FittedSeriesModel.from_params(json.loads(text))
-    except (ModelParamsError, ValueError, RecursionError) as exc:  # json's decode error is a ValueError
-        log.warning(
-            "series_profile model for series %s computed at %s is not valid model parameters (%s): refitting",
-            series,
-            computed.isoformat(),
-            str(exc)[:200],
-        )
-        return None
-
 
 
 # --- forecast --------------------------------------------------------------------------
@@ -539,37 +430,14 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
     # the model is chosen by validation inside the history; the choice and every candidate's
     # error go into the summary
     fc, model_summary = demand_forecast(history, horizon, level, warm)
-    issued = window.end
-    rows = pd.DataFrame(
-        {
-            "platform": platform,
-            "series": "demand",
-            "issued_at": pd.Timestamp(issued),
-            "step": range(1, len(fc) + 1),
-            "ts": pd.to_datetime(fc["ts"], utc=True),
-            "yhat": fc["yhat"].to_numpy(),
-            "yhat_lower": fc["yhat_lower"].to_numpy(),
-            "yhat_upper": fc["yhat_upper"].to_numpy(),
-        }
-    )
     summary = jsonable({**model_summary, **info, "history_hours": int(history.notna().sum())})
-    with ctx.engine.begin() as conn:
-        key = [forecast_run.c.platform == platform, forecast_run.c.series == "demand", forecast_run.c.issued_at == issued]
-        conn.execute(forecast_run.delete().where(*key))
-        conn.execute(
-            forecast.delete().where(forecast.c.platform == platform, forecast.c.series == "demand", forecast.c.issued_at == issued)
-        )
-        conn.execute(
-            forecast_run.insert().values(
-                platform=platform, series="demand", issued_at=issued, model=str(summary.get("model") or "arima"),
-                summary=summary, level=level
-            )
-        )
-        conn.execute(forecast.insert(), loader._records(rows))
+    forecasts.replace_forecast(ctx.engine, platform, "demand", window.end, model=str(summary.get("model") or "arima"),
+                               summary=summary, level=level, steps=fc)
+    first = fc.iloc[0]
     return {
         "platform": platform,
-        "horizon": len(rows),
-        "next_hour": [round(float(rows["yhat_lower"].iloc[0]), 1), round(float(rows["yhat"].iloc[0]), 1), round(float(rows["yhat_upper"].iloc[0]), 1)],
+        "horizon": len(fc),
+        "next_hour": [round(float(first["yhat_lower"]), 1), round(float(first["yhat"]), 1), round(float(first["yhat_upper"]), 1)],
         "model": summary.get("model", summary.get("order")),
         "warm_start": warm is not None,
     }
@@ -592,18 +460,8 @@ def plan(ctx: Context, window: Window, policy: str = "predictive", dry_run: bool
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     names = ctx.platforms(platforms)
     result = plan_from_staging(ctx, window, names, policy)
-    with ctx.engine.begin() as conn:
-        res = conn.execute(
-            allocation_plan.insert().values(
-                decided_at=window.end,
-                policy=policy,
-                solver=result["solver"],
-                dry_run=dry_run,
-                summary=jsonable(result["summary"]),
-                moves=jsonable(result["moves"]),
-            )
-        )
-        plan_id = res.inserted_primary_key[0]
+    plan_id = plans.insert_plan(ctx.engine, window.end, policy=policy, solver=result["solver"], dry_run=dry_run,
+                                summary=result["summary"], moves=result["moves"])
     return {"plan_id": plan_id, "solver": result["solver"], "moves": result["moves"], "summary": result["summary"]}
 
 
@@ -642,67 +500,4 @@ def _tick(progress, label: str) -> None:
 
 def summary(ctx: Context, window: Window) -> dict:
     """What each stage left in staging for the window (read back, not remembered)."""
-    rec = reads.window_record(ctx.engine, window.start, window.end)
-    ex, an, fc, pl = rec["extract_runs"], rec["clean"], rec["forecast"], rec["plan"]
-    last: dict[str, dict] = {}
-    for r in ex:  # the newest run per platform, and how many earlier runs were interrupted
-        interrupted = last.get(r.platform, {}).get("interrupted", 0) + int(r.status == "interrupted")
-        last[r.platform] = {"status": r.status, "rows": r.rows}
-        if interrupted:
-            last[r.platform]["interrupted"] = interrupted
-    forecasts: dict[str, list] = {}
-    for r in fc:
-        forecasts.setdefault(r.platform, []).append([round(r.yhat_lower, 1), round(r.yhat, 1), round(r.yhat_upper, 1)])
-    return {
-        "window": window.as_dict(),
-        "extract": last,
-        "clean": {r[0]: {"points": int(r[1]), "anomalies": int(r[2] or 0)} for r in an},
-        "forecast": forecasts,
-        "plan": None
-        if pl is None
-        else {"id": pl.id, "policy": pl.policy, "solver": pl.solver, "dry_run": pl.dry_run, "moves": pl.moves, "summary": pl.summary},
-    }
-
-
-def format_summary(s: dict) -> str:
-    """A short human-readable account of one window."""
-    lines = [f"gpupool window {s['window']['start']} .. {s['window']['end']}"]
-    lines.append("  extract:")
-    for p, e in s["extract"].items():
-        note = f" ({e['interrupted']} earlier run(s) interrupted)" if e.get("interrupted") else ""
-        lines.append(f"    {p:<12} {e['status']:<8} {e['rows'] or 0:>7} rows{note}")
-    lines.append("  detect/clean:")
-    for p, c in s["clean"].items():
-        lines.append(f"    {p:<12} {c['points']:>7} points, {c['anomalies']} anomalies cleaned")
-    lines.append("  forecast (GPU demand, next hours: [low, mean, high]):")
-    for p, rows in s["forecast"].items():
-        lines.append(f"    {p:<12} " + " ".join(f"{r[1]:.0f}[{r[0]:.0f},{r[2]:.0f}]" for r in rows[:6]))
-    plan_ = s["plan"]
-    if plan_:
-        lines.append(f"  plan #{plan_['id']} ({plan_['policy']}, solver {plan_['solver']}, {'dry run' if plan_['dry_run'] else 'LIVE'}):")
-        for p, info in (plan_["summary"].get("platforms") or {}).items():
-            lines.append(f"    {p:<12} " + _plan_line(info))
-        for reason in plan_["summary"].get("reasons") or []:
-            if str(reason).startswith("infeasible bounds"):
-                lines.append(f"    warning: {reason}")
-        if not plan_["moves"]:
-            lines.append("    no moves")
-        for m in plan_["moves"]:
-            lines.append(f"    move {m.get('node')}: {m.get('from')} -> {m.get('to')} ({m.get('reason', '')})")
-    return "\n".join(lines)
-
-
-def _plan_line(info: dict) -> str:
-    def first(v):
-        return v[0] if isinstance(v, list) and v else v
-
-    parts = []
-    if "nodes" in info:
-        parts.append(f"{info['nodes']} nodes -> {info.get('nodes_after', info['nodes'])}")
-    if "gpus" in info:
-        parts.append(f"{info['gpus']} GPUs, {info.get('busy_gpus', 0):.0f} busy")
-    if "demand_mean" in info:
-        parts.append(f"demand next hour {first(info['demand_mean']):.0f} (upper {first(info.get('demand_upper')) or 0:.0f})")
-    if "expected_unmet_after" in info:
-        parts.append(f"expected unmet {info.get('expected_unmet_before', 0):.1f} -> {info['expected_unmet_after']:.1f} GPU-h")
-    return ", ".join(parts) if parts else ", ".join(f"{k}={v}" for k, v in info.items())
+    return window_summary(reads.window_record(ctx.engine, window.start, window.end), window.as_dict())

@@ -12,7 +12,9 @@ import sqlalchemy as sa
 from gpupool import pipeline
 from gpupool.config import default_config
 from gpupool.platforms import EmbeddedWorldSource
+from gpupool.staging import runs as run_store
 from gpupool.staging.schema import extract_run, inventory_node, sample
+from gpupool.summary import format_summary
 
 END = datetime(2026, 11, 1, 1, tzinfo=timezone.utc)
 WINDOW = pipeline.Window(END - timedelta(hours=1), END)
@@ -69,8 +71,8 @@ def test_a_failed_extract_keeps_the_previous_samples_and_inventory(engine, monke
 
 def test_a_run_that_never_finished_is_marked_interrupted_by_the_next(engine):
     ctx = _ctx(engine)
-    dead = pipeline._start_extract_run(engine, "slurm", "usage", WINDOW)  # a worker killed mid-extract
-    other = pipeline._start_extract_run(engine, "slurm", "usage", pipeline.Window(END, END + timedelta(hours=1)))
+    dead = run_store.start_extract_run(engine, "slurm", "usage", WINDOW.start, WINDOW.end)  # a worker killed mid-extract
+    other = run_store.start_extract_run(engine, "slurm", "usage", END, END + timedelta(hours=1))
     assert pipeline.summary(ctx, WINDOW)["extract"]["slurm"]["status"] == "running"
     pipeline.extract(ctx, "slurm", WINDOW)
     runs = {r.id: r for r in _runs(engine)}
@@ -79,4 +81,4 @@ def test_a_run_that_never_finished_is_marked_interrupted_by_the_next(engine):
     assert runs[other].status == "running"  # another window's run is not this one's business
     s = pipeline.summary(ctx, WINDOW)
     assert s["extract"]["slurm"]["status"] == "success" and s["extract"]["slurm"]["interrupted"] == 1
-    assert "1 earlier run(s) interrupted" in pipeline.format_summary(s)
+    assert "1 earlier run(s) interrupted" in format_summary(s)

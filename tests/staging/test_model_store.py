@@ -1,4 +1,4 @@
-"""The pipeline's model store (one model per series and refit anchor) keeps fitted models as
+"""The detect stage's model store (one model per series and refit anchor) keeps fitted models as
 JSON and never unpickles a row."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from alembic import command
 
 from gpupool.canonical import SERIES_KEY
 from gpupool.detect.clean import fit_series_model, score_window
-from gpupool.pipeline import _model_for
+from gpupool.detect.stage import model_for
 from gpupool.staging import db
 from gpupool.staging.schema import series_profile
 
@@ -65,13 +65,13 @@ def _before(y: pd.Series, at: datetime) -> pd.Series:
 
 def test_model_is_stored_as_json_and_reused_for_its_anchor(engine):
     y, calls = _series(), []
-    model, fresh = _model_for(engine, KEY, pd.Timestamp(T0), _before(y, T0), _fit(calls))
+    model, fresh = model_for(engine, KEY, pd.Timestamp(T0), _before(y, T0), _fit(calls))
     assert fresh and calls
     (row,) = _stored(engine)
     params = json.loads(row.model)
     assert params["detector_name"] == "svr" and params["detector"]["svm"]["support_vectors"]
     # a later window with the same refit anchor rebuilds the stored model instead of refitting
-    again, fresh = _model_for(engine, KEY, pd.Timestamp(T0), _before(y, T0), _fit(calls))
+    again, fresh = model_for(engine, KEY, pd.Timestamp(T0), _before(y, T0), _fit(calls))
     assert not fresh and len(calls) == 1
     start, end = y.index[-12], y.index[-1] + pd.Timedelta("5min")
     pd.testing.assert_frame_equal(score_window(again, y, start, end), score_window(model, y, start, end), rtol=0, atol=1e-9)
@@ -85,8 +85,8 @@ def test_a_pickle_in_the_column_is_never_unpickled(engine, tmp_path, caplog):
     payload = pickle.dumps(_Marker(marker), protocol=0).decode("ascii")  # text a writer could store
     _write_model(engine, payload, T0)
     calls = []
-    with caplog.at_level(logging.WARNING, logger="gpupool.pipeline"):
-        model, fresh = _model_for(engine, KEY, pd.Timestamp(T0), _before(_series(), T0), _fit(calls))
+    with caplog.at_level(logging.WARNING, logger="gpupool.detect.stage"):
+        model, fresh = model_for(engine, KEY, pd.Timestamp(T0), _before(_series(), T0), _fit(calls))
     assert fresh and calls and model.detector_name == "svr"
     assert not marker.exists()
     assert "sim/c1/platform//gpu_allocated" in caplog.text and "refitting" in caplog.text
@@ -103,8 +103,8 @@ def test_garbage_and_malformed_params_get_a_refit_not_a_crash(engine, caplog):
         at = T0 + timedelta(days=2 * i)
         _write_model(engine, value, at)
         calls = []
-        with caplog.at_level(logging.WARNING, logger="gpupool.pipeline"):
-            _, fresh = _model_for(engine, KEY, pd.Timestamp(at), _before(y, T0), _fit(calls))
+        with caplog.at_level(logging.WARNING, logger="gpupool.detect.stage"):
+            _, fresh = model_for(engine, KEY, pd.Timestamp(at), _before(y, T0), _fit(calls))
         assert fresh and calls, value[:40]
     assert caplog.text.count("refitting") == len(bad_values)
 
@@ -122,7 +122,7 @@ def test_upgrade_drops_stored_pickles(engine):
     assert db.upgrade(engine) == db.head_revision()
     (row,) = _stored(engine)
     assert row.model is None  # a cache: the next run refits
-    _, fresh = _model_for(engine, KEY, pd.Timestamp(T0), _before(_series(), T0), _fit([]))
+    _, fresh = model_for(engine, KEY, pd.Timestamp(T0), _before(_series(), T0), _fit([]))
     assert fresh
 
 

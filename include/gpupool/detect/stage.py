@@ -8,12 +8,19 @@ Where the models are kept differs (staging's model store, or memory); the decisi
 
 from __future__ import annotations
 
+import json
+import logging
 from datetime import timedelta
+from typing import Any
 
 import pandas as pd
 
 from gpupool.canonical import SERIES_KEY
 from gpupool.detect.clean import fit_series_model, stream_detect
+from gpupool.staging import models as model_store
+from gpupool.values import jsonable
+
+log = logging.getLogger(__name__)
 
 #: points judged before a window so an event running into it raises no second alarm (above
 #: the router's `alarm_merge_points` at the pipeline's 5-minute step)
@@ -28,10 +35,57 @@ def detect_lookback(router) -> timedelta:
 def fit_detector(history: pd.Series, router, metric: str | None):
     """The detect stage's model of one series at a refit anchor, fitted on ``history``.
 
-    Pure: the pipeline stores it per anchor in ``series_profile``; ``gpupool simulate`` keeps it
-    in memory per anchor.
+    Pure: the pipeline stores it per anchor in staging (:func:`model_for`); ``gpupool simulate``
+    keeps it in memory per anchor.
     """
     return fit_series_model(history, router, metric=metric)
+
+
+def model_for(engine, key: tuple, anchor, history: pd.Series, fit) -> tuple[Any, bool]:
+    """The model of series ``key`` fitted at refit ``anchor``, and whether it was fitted now.
+
+    The model stored in staging's model store for that series and anchor (by an earlier run)
+    is rebuilt and reused; else ``fit(history)`` fits one, which is stored (replacing the row)
+    for the windows after this one. Models are stored as JSON parameters
+    (``FittedSeriesModel.to_params``) and rebuilt with ``from_params``, never unpickled: a
+    staging row is data, not code. A stored row that does not rebuild (malformed, from an
+    older format) is logged and replaced by a refit.
+    """
+    at = pd.Timestamp(anchor).to_pydatetime()
+    text = model_store.model_text(engine, key, at)
+    if text is not None:
+        stored = _stored_model(text, key, pd.Timestamp(at))
+        if stored is not None:
+            return stored, False
+    model = fit(history)
+    model_store.replace_model(
+        engine, key, at,
+        features=jsonable(model.profile),
+        detector=model.detector_name,
+        reason=model.reason,
+        model=json.dumps(model.to_params(), allow_nan=False, separators=(",", ":")),
+    )
+    return model, True
+
+
+def _stored_model(text: Any, key: tuple, computed: pd.Timestamp):
+    """The model stored as JSON text in the model store, or None (logged) when it does not rebuild."""
+    from gpupool.detect.base import ModelParamsError
+    from gpupool.detect.clean import FittedSeriesModel
+
+    series = "/".join(str(v) for v in key)
+    try:
+        if not isinstance(text, str):
+            raise ModelParamsError(f"expected JSON text, got {type(text).__name__}")
+        return FittedSeriesModel.from_params(json.loads(text))
+    except (ModelParamsError, ValueError, RecursionError) as exc:  # json's decode error is a ValueError
+        log.warning(
+            "series_profile model for series %s computed at %s is not valid model parameters (%s): refitting",
+            series,
+            computed.isoformat(),
+            str(exc)[:200],
+        )
+        return None
 
 
 def judge_series(series: pd.Series, router, metric: str | None, start, end, model_for) -> pd.DataFrame:

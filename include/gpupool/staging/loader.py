@@ -141,7 +141,7 @@ def _write(conn: sa.Connection, sl: Slice, frame: pd.DataFrame) -> None:
         if conn.dialect.name == "postgresql":
             _copy(conn, table, frame)
         else:
-            conn.execute(table.insert(), _records(frame))
+            conn.execute(table.insert(), records(frame))
 
 
 def _check_inside(sl: Slice, frame: pd.DataFrame) -> None:
@@ -234,7 +234,9 @@ def _json_default(obj):
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
-def _records(frame: pd.DataFrame) -> list[dict]:
+def records(frame: pd.DataFrame) -> list[dict]:
+    """The rows of `frame` as dicts of plain Python values, as a driver binds them: datetimes
+    as `datetime`, numpy scalars as Python ones, missing values (NaN, NaT) as None."""
     out = frame.copy(deep=False)
     for c in out.columns:
         if pd.api.types.is_datetime64_any_dtype(out[c]):
