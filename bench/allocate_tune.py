@@ -3,7 +3,7 @@
     nice -n 10 .venv/bin/python bench/allocate_tune.py [--groupings G1,G2] [--pools 100,115]
         [--days 10] [--policies reactive,predictive] [--jobs 2]
 
-Runs each setting of the grid (``cooldown`` x ``move_cost`` x ``headroom_quantile`` x
+Runs each setting of the grid (``cooldown_hours`` x ``move_cost`` x ``headroom_quantile`` x
 ``demand_spread`` x ``source_risk``; with the empirical spread the quantile is the one of the series' own
 hour-ahead changes the plan covers, with the random walk it only says what ``upper`` stands for
 and changes nothing) over the
@@ -22,6 +22,7 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import pandas as pd
 from allocate_helios import DATA, groupings, pool_nodes, scenario
 
 from gpupool.sim.study import simulate
@@ -51,7 +52,8 @@ def main(argv=None) -> int:
     ap.add_argument("--source-risks", default="0.1", help="Policy.source_risk values")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
-    grid = [{"headroom_quantile": float(q), "cooldown": c, "move_cost": float(m), "demand_spread": s,
+    grid = [{"headroom_quantile": float(q), "cooldown_hours": pd.Timedelta(c) / pd.Timedelta("1h"),
+             "move_cost": float(m), "demand_spread": s,
              "source_risk": float(r)}
             for q, c, m, s, r in itertools.product(args.quantiles.split(","), args.cooldowns.split(","),
                                                    args.move_costs.split(","), args.spreads.split(","),

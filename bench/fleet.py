@@ -256,7 +256,8 @@ def leg(workers: int, connections: list[dict], facades: list[Facades], engine) -
 
 def plan_leg(engine, platforms_path: Path) -> dict:
     """The planner on the pool just staged: every node's inventory, each platform's last hour."""
-    from gpupool.allocate.planner import NodeRecord, demand_from_last_hour, plan
+    from gpupool.allocate.demand import demand_from_last_hour
+    from gpupool.allocate.planner import NodeRecord, plan
     from gpupool.allocate.policy import Policy
     from gpupool.config import load_config
     from gpupool.staging import reads

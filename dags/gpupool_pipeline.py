@@ -24,6 +24,8 @@ from datetime import datetime, timedelta
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 from airflow.timetables.interval import CronDataIntervalTimetable
 
+from gpupool.allocate.policy import PLANNED_KINDS  # pydantic only: light enough for DAG parsing
+
 
 def _platform_names() -> list[str]:
     """Platform names for the trigger form, read from the config file without the package."""
@@ -58,7 +60,7 @@ PLAN_ASSET = Asset("x-gpupool://staging/plan")
         "window_end": Param(None, type=["null", "string"], format="date-time", description="UI trigger: window end (UTC, exclusive)"),
         "platforms": Param(PLATFORMS, type="array", items={"type": "string", "enum": PLATFORMS}, description="platforms to run"),
         "dry_run": Param(True, type="boolean", description="write the plan and the actions it would send; send nothing"),
-        "policy": Param("predictive", type="string", enum=["static", "reactive", "predictive"]),
+        "policy": Param("predictive", type="string", enum=list(PLANNED_KINDS)),
     },
 )
 def gpupool_pipeline():

@@ -29,6 +29,8 @@ def _add_window(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gpupool.allocate.policy import PLANNED_KINDS, POLICY_KINDS  # pydantic only: cheap to import
+
     parser = _Parser(prog="gpupool", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -46,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     _add_window(p)
     p.add_argument("--platform", action="append", help="only this platform (repeatable)")
-    p.add_argument("--policy", default="predictive", choices=["static", "reactive", "predictive"])
+    p.add_argument("--policy", default="predictive", choices=PLANNED_KINDS)
     p.add_argument("--json", help="write the report as JSON here")
 
     p = sub.add_parser("extract", help="extract one platform's window into staging")
@@ -72,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--horizon", type=int, default=None,
                    help="steps ahead, 1 to 8784 = 24 x 366 (CSV mode: required; staging mode: default limits.horizon_hours)")
     p.add_argument("--out", help="CSV out: step,timestamp,yhat,yhat_lower,yhat_upper (not the input; its directory must exist)")
-    p.add_argument("--level", type=float, default=90.0, help="prediction-interval level in percent, in (0, 100)")
+    p.add_argument("--level", type=float, default=None,
+                   help="prediction-interval level in percent, in (0, 100) (default forecast.stage.FORECAST_LEVEL, 90)")
     p.add_argument("--season", type=int, default=None, help="season length hint in steps")
     p.add_argument("--summary-json")
     p.add_argument("--platform", help="staging mode: forecast this platform's demand")
@@ -82,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="plan from staging at a time and show why (per platform forecast, capacity, moves)")
     _add_common(p)
     p.add_argument("--at", required=True, help="decision time (ISO 8601); forecasts issued then are used")
-    p.add_argument("--policy", default="predictive", choices=["static", "reactive", "predictive"])
+    p.add_argument("--policy", default="predictive", choices=PLANNED_KINDS)
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("handovers", help="list node handovers with state and age")
@@ -103,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="closed-loop what-if study of a scenario")
     p.add_argument("scenario")
-    p.add_argument("--policy", default="predictive", choices=["static", "reactive", "predictive", "oracle"])
+    p.add_argument("--policy", default="predictive", choices=POLICY_KINDS)
     p.add_argument("--json", dest="json_out", help="write the result JSON here")
     p.add_argument("--no-clean", action="store_true",
                    help="forecast from the raw telemetry (skip detect/clean) to measure what cleaning is worth")
@@ -258,7 +261,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _forecast(args: argparse.Namespace) -> int:
     from gpupool.errors import UsageError
     from gpupool.forecast.io import check_horizon_level
+    from gpupool.forecast.stage import FORECAST_LEVEL
 
+    if args.level is None:
+        args.level = FORECAST_LEVEL
     if args.platform:
         from gpupool import pipeline
 

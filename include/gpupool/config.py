@@ -129,18 +129,23 @@ class PoolConfig(_Strict):
 
 
 class LimitsConfig(_Strict):
-    max_moves_per_run: int = Field(default=4, ge=0)
-    cooldown_hours: float = Field(default=1.0, ge=0)  # chosen on data: see allocate/policy.py
+    """The operator's planning and actuation limits. The planner's knobs have the names of
+    :class:`gpupool.allocate.policy.Policy`'s fields (``allocate.service.policy_from_config``),
+    where the bench that chose each default is named."""
+
+    max_moves_per_decision: int = Field(default=4, ge=0)
+    cooldown_hours: float = Field(default=1.0, ge=0)
     move_minutes: float = Field(default=30.0, ge=0)
-    headroom_quantile: float = Field(default=0.95, gt=0, lt=1)  # chosen on data: see allocate/policy.py
-    #: hours the forecast stage forecasts (and validates its models on)
+    headroom_quantile: float = Field(default=0.95, gt=0.5, lt=1)
+    #: hours the forecast stage forecasts (and validates its models on); `gpupool simulate`
+    #: forecasts as far (`sim.study.FORECAST_HOURS`)
     horizon_hours: int = Field(default=6, ge=1)
     #: hours of demand the plan looks ahead (the first hours of the forecast); `gpupool simulate`
-    #: plans with the same default (chosen on data: see allocate/policy.py)
+    #: plans with the same default (`allocate.policy.PLAN_HORIZON_HOURS`)
     plan_horizon_hours: int = Field(default=PLAN_HORIZON_HOURS, ge=1)
     max_actuation_age_hours: float = Field(default=2.0, ge=0)
-    #: whether a release may evict running GPU work (Kubernetes Eviction API, respecting PDBs);
-    #: off: a busy node waits until its work ends
+    #: whether a release may evict running GPU work (Kubernetes Eviction API, respecting PDBs),
+    #: and so whether the plan may choose a busy node; off: a busy node waits until its work ends
     allow_evict: StrictBool = False
 
     @model_validator(mode="after")

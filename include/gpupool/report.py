@@ -19,11 +19,9 @@ import pandas as pd
 import yaml
 from sqlalchemy.engine import Engine
 
+from gpupool.allocate.policy import POLICY_KINDS
 from gpupool.canonical import DEMAND_METRICS
 from gpupool.staging import reads
-
-POLICIES = ("static", "reactive", "predictive", "oracle")
-
 
 class ReportError(ValueError):
     """Nothing to report for the period asked."""
@@ -158,7 +156,7 @@ def what_if(raw: pd.DataFrame, out: Path, step: str = "5min", progress: Callable
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     scenario = load_scenario(path)
     rows = []
-    for policy in POLICIES:
+    for policy in POLICY_KINDS:
         res = simulate(scenario, policy)
         t = res["total"]
         rows.append({"policy": policy, **{k: t[k] for k in ("demand_gpu_hours", "served_gpu_hours", "unmet_gpu_hours",

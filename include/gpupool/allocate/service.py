@@ -32,22 +32,10 @@ from gpupool.values import utc
 from gpupool import mig
 from gpupool.allocate import handover as ho
 from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason
-from gpupool.allocate.planner import (
-    DAILY_HISTORY_HOURS,
-    DEFAULT_SPREAD,
-    GPU_UNIT,
-    MIN_SKILL_HOURS,
-    SKILL_HOURS,
-    SKILL_MARGIN,
-    SPREAD_HISTORY_HOURS,
-    NodeRecord,
-    daily_record,
-    demand_from_forecast,
-    demand_from_last_hour,
-    forecast_skill,
-    plan,
-)
+from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SKILL_HOURS, SPREAD_HISTORY_HOURS, plan_demand
+from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.allocate.policy import Policy
+from gpupool.forecast.stage import FORECAST_LEVEL
 from gpupool.staging import reads
 from gpupool.staging.schema import action_audit, allocation_plan, handover
 
@@ -56,18 +44,23 @@ from gpupool.staging.schema import action_audit, allocation_plan, handover
 
 
 def policy_from_config(config, kind: str) -> Policy:
-    """The planner's :class:`Policy` from ``platforms[]`` and ``limits`` of the configuration."""
+    """The planner's :class:`Policy` from ``platforms[]`` and ``limits`` of the configuration.
+
+    Every knob has the same name in both (``limits.allow_evict`` included: the plan may choose a
+    busy node exactly where actuation may evict it).
+    """
     lim = config.limits
     return Policy(
         kind=kind,
         min_nodes={p.name: p.min_nodes for p in config.platforms},
         max_nodes={p.name: p.max_nodes for p in config.platforms if p.max_nodes is not None},
         priority={p.name: p.priority for p in config.platforms},
-        max_moves_per_decision=lim.max_moves_per_run,
-        cooldown=timedelta(hours=lim.cooldown_hours),
+        max_moves_per_decision=lim.max_moves_per_decision,
+        cooldown_hours=lim.cooldown_hours,
         move_minutes=lim.move_minutes,
         headroom_quantile=lim.headroom_quantile,
-        horizon_hours=lim.plan_horizon_hours,
+        plan_horizon_hours=lim.plan_horizon_hours,
+        allow_evict=lim.allow_evict,
     )
 
 
@@ -133,72 +126,48 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
     return nodes, excluded
 
 
-def platform_demand(engine: Engine, window, platforms: list[str], kind: str, horizon: int,
-                    headroom_quantile: float, spread: str = DEFAULT_SPREAD) -> tuple[dict[str, dict], dict[str, str]]:
-    """Demand per platform for the planner (``{mean, upper}`` per hour) and where it came from.
+def platform_demand(engine: Engine, window, platforms: list[str], policy: Policy) -> tuple[dict[str, dict], dict[str, str]]:
+    """Demand per platform for the planner (``{mean, upper, unit, peak}`` per hour) and where it came from.
 
-    ``predictive``: the forecast issued at the window's end and the spread of demand inside an
-    hour the forecast stage measured, through :func:`~gpupool.allocate.planner.demand_from_forecast`.
-    A platform without such a forecast, and the ``reactive``/``static`` policies, use demand as
-    it stands (the last steps' mean) and the spread of the last week's hour-ahead changes (:func:`~gpupool.allocate.planner.demand_from_last_hour`).
-    ``gpupool simulate`` calls the same two functions on the same stages' outputs.
+    Reads what :func:`~gpupool.allocate.demand.plan_demand` takes, from staging, and calls it:
+    each platform's hourly demand before the window's end with the spread inside the hour and
+    demand as it stands (:func:`~gpupool.staging.reads.hourly_demand`, the one source of both);
+    for ``predictive`` also the forecast issued at the window's end, the one-hour-ahead
+    forecasts issued before it and demand as it stood at each hour's start. ``gpupool simulate``
+    calls the same function on the same stages' outputs.
     """
     end = utc(window.end)
+    at = end.to_pydatetime()
+    predictive = policy.kind == "predictive"
+    hours = max(SKILL_HOURS, SPREAD_HISTORY_HOURS, DAILY_HISTORY_HOURS) if predictive else SPREAD_HISTORY_HOURS
+    since = end - pd.Timedelta(hours=hours + 1)
+    if predictive:
+        fc = reads.read_forecasts(engine, at, platforms)
+        fc_level = reads.forecast_levels(engine, at, platforms)
+        issued = reads.forecasts_issued_between(engine, since.to_pydatetime(), at, step=1)
     demand: dict[str, dict] = {}
     source: dict[str, str] = {}
-    if kind == "predictive":
-        fc = reads.read_forecasts(engine, end.to_pydatetime(), platforms)
-        runs = reads.forecast_runs(engine, end.to_pydatetime(), platforms)
-        since = end - pd.Timedelta(hours=max(SKILL_HOURS, SPREAD_HISTORY_HOURS, DAILY_HISTORY_HOURS) + 1)
-        issued = reads.forecasts_issued_between(engine, since.to_pydatetime(), end.to_pydatetime(), step=1)
-        for p in platforms:
-            rows = fc[fc["platform"] == p].sort_values("step").head(horizon)
-            if rows.empty:
-                continue
-            level, summary = runs.get(p, (90.0, {}))
-            within = float((summary or {}).get("within_hour_sd") or 0.0)
-            hourly, info = reads.hourly_demand(engine, p, since.to_pydatetime(), end.to_pydatetime())
-            hourly = hourly[hourly.index < end]
-            levels = reads.demand_levels(engine, p, (end - pd.Timedelta(hours=DAILY_HISTORY_HOURS)).to_pydatetime(),
-                                         end.to_pydatetime())
-            skill = forecast_skill(_first_hour_forecasts(issued, p), hourly, levels=levels)
-            daily = daily_record(hourly, levels, end, len(rows))
-            d = demand_from_forecast(rows["yhat"].to_numpy(float), rows["yhat_upper"].to_numpy(float), level,
-                                     within, headroom_quantile, skill=skill, hourly=hourly,
-                                     latest=info.get("level"), spread=spread, daily=daily)
-            demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT, "peak": d.peak}
-            if daily.wins:
-                source[p] = (f"last hour moved by the daily change at this hour "
-                             f"({', '.join(f'{c:+.1f}' for c in daily.change)} GPUs): over {daily.scored} hours ahead "
-                             f"it forecast {SKILL_MARGIN:.0%} better than demand as it stood (RMSE "
-                             f"{daily.rmse_daily:.1f} vs {daily.rmse_naive:.1f})")
-            elif skill.forecast_wins:
-                source[p] = f"forecast issued {end.isoformat()} (level {level:g}, spread within the hour {within:.1f})"
-            elif skill.hours < MIN_SKILL_HOURS:
-                source[p] = (f"last hour: the model's record covers {skill.hours} h, fewer than the "
-                             f"{MIN_SKILL_HOURS} it must beat demand as it stood over before it is planned on")
-            else:
-                source[p] = (f"last hour: over {skill.hours} h the model issued {end.isoformat()} did not forecast "
-                             f"{SKILL_MARGIN:.0%} better than demand as it stood (RMSE {skill.rmse_forecast:.1f} "
-                             f"vs {skill.rmse_naive:.1f})")
     for p in platforms:
-        if p in demand:
-            continue
-        since = end - pd.Timedelta(hours=SPREAD_HISTORY_HOURS + 1)
-        hist, info = reads.hourly_demand(engine, p, since.to_pydatetime(), end.to_pydatetime())
-        hist = hist[hist.index < end]
-        d = demand_from_last_hour(hist, float(info.get("within_hour_sd") or 0.0), horizon, headroom_quantile,
-                                  spread=spread, latest=info.get("level"))
+        hourly, info = reads.hourly_demand(engine, p, since.to_pydatetime(), at)
+        if predictive and (rows := fc[fc["platform"] == p].sort_values("step")).shape[0]:
+            level = fc_level.get(p, FORECAST_LEVEL)
+            levels = reads.demand_levels(engine, p, (end - pd.Timedelta(hours=DAILY_HISTORY_HOURS)).to_pydatetime(), at)
+            choice = plan_demand(hourly, info, policy, end, forecast=rows, level=level,
+                                 issued=_first_hour_forecasts(issued, p), levels=levels)
+            source[p] = choice.why(end, level)
+        else:
+            choice = plan_demand(hourly, info, policy.model_copy(update={"kind": "reactive"}), end)
+            source[p] = choice.why(end) + ("; no forecast issued at the window's end" if predictive else "")
+        d = choice.demand
         demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT, "peak": d.peak}
-        source[p] = "last hour" + ("" if hist.notna().any() else " (no demand data: zero)")
-        if kind == "predictive":
-            source[p] += "; no forecast issued at the window's end"
     return demand, source
 
 
 def _first_hour_forecasts(issued: pd.DataFrame, platform: str) -> pd.Series:
-    """One platform's one-hour-ahead demand forecasts, indexed by the hour they forecast."""
+    """One platform's one-hour-ahead demand forecasts, indexed by the hour they forecast (the
+    newest issue where two forecast the same hour, as the what-if keeps them)."""
     mine = issued[(issued["platform"] == platform) & (issued["series"] == "demand")]
+    mine = mine.sort_values("issued_at", kind="stable").drop_duplicates("ts", keep="last").sort_values("ts")
     return pd.Series(mine["yhat"].to_numpy(float), index=pd.DatetimeIndex(mine["ts"]))
 
 
@@ -211,8 +180,7 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
     at = utc(window.end)
     pol = policy_from_config(ctx.config, policy)
     nodes, excluded = pool_nodes(ctx.engine, at.to_pydatetime(), platforms, ctx.config)
-    demand, source = platform_demand(ctx.engine, window, platforms, policy, pol.horizon_hours, pol.headroom_quantile,
-                                     pol.demand_spread)
+    demand, source = platform_demand(ctx.engine, window, platforms, pol)
     result = plan(nodes, demand, pol, at=at)
     moves = [{"node": m.node, "from": m.source, "to": m.target, "gpus": m.gpus,
               "expected_gain": m.expected_gain, "mig_layout": m.mig_layout, "reason": m.reason}
@@ -242,7 +210,7 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
                             "expected_gain": c.expected_gain, "reason": c.reason} for c in result.layout_changes],
         "reasons": list(result.reasons),
         "excluded": excluded,
-        "horizon_hours": pol.horizon_hours,
+        "horizon_hours": pol.plan_horizon_hours,
     }
     return {"solver": result.solver, "moves": moves, "summary": summary}
 

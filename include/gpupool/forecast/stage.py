@@ -14,6 +14,10 @@ import pandas as pd
 from gpupool.forecast.select import AutoForecaster
 
 FORECAST_HISTORY = timedelta(days=28)
+#: the level (percent) of the demand forecast's prediction interval: the forecast task's,
+#: ``gpupool forecast --level``'s and the what-if's default, and the plan's where a stored
+#: forecast names none
+FORECAST_LEVEL = 90.0
 #: the forecast stage searches ARIMA orders (and estimates the Holt-Winters candidate's
 #: smoothing parameters) at most this often: a warm start whose orders were searched within it
 #: keeps them and only re-estimates their coefficients (the search runs again when they no
@@ -22,7 +26,7 @@ FORECAST_HISTORY = timedelta(days=28)
 ORDER_SEARCH_EVERY = timedelta(days=1)
 
 
-def demand_forecast(history: pd.Series, horizon: int, level: float = 90.0, warm: dict | None = None) -> tuple[pd.DataFrame, dict]:
+def demand_forecast(history: pd.Series, horizon: int, level: float = FORECAST_LEVEL, warm: dict | None = None) -> tuple[pd.DataFrame, dict]:
     """The forecast stage's model on one platform's hourly demand: ``(frame, summary)``.
 
     ``frame`` has ``ts, yhat, yhat_lower, yhat_upper`` for the next ``horizon`` hours; ``summary``

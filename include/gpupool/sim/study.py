@@ -12,10 +12,9 @@ Every ``decision_every`` the study runs what ``gpupool_pipeline`` runs, on what 
 3. **forecast** — :func:`gpupool.canonical.demand_of_steps` (what `staging.reads.hourly_demand` runs) and :func:`gpupool.forecast.stage.demand_forecast`
    on the last :data:`~gpupool.forecast.stage.FORECAST_HISTORY` of cleaned telemetry, warm-started from
    the previous hour's model (:func:`gpupool.forecast.stage.warm_start`), as the forecast stage does;
-4. **plan** — :func:`gpupool.allocate.planner.demand_from_forecast` (``predictive``) or
-   :func:`~gpupool.allocate.planner.demand_from_last_hour` (``reactive``), both from demand as
-   it stands (``demand_of_steps``'s ``level``) and the last :data:`~gpupool.allocate.planner.SPREAD_HISTORY_HOURS`
-   of hourly demand (the spread's lookback and the hours its rule is chosen on), and :func:`gpupool.allocate.planner.plan`, as the plan stage does;
+4. **plan** — :func:`gpupool.allocate.demand.plan_demand`, the plan stage's own function, on
+   the hourly demand, the spread inside the hour and demand as it stands (``demand_of_steps``),
+   the forecast and its track record (``predictive``), then :func:`gpupool.allocate.planner.plan`;
 5. the plan's moves are carried out in the world.
 
 ``static`` never moves (the chain is not run: its plan could not change anything); ``oracle``
@@ -35,17 +34,8 @@ from tqdm.auto import tqdm
 
 from gpupool.detect import stage as detect_stage
 from gpupool.forecast import stage as forecast_stage
-from gpupool.allocate.planner import (
-    DAILY_HISTORY_HOURS,
-    SPREAD_HISTORY_HOURS,
-    NodeRecord,
-    PlatformDemand,
-    daily_record,
-    demand_from_forecast,
-    demand_from_last_hour,
-    forecast_skill,
-    plan,
-)
+from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SPREAD_HISTORY_HOURS, PlatformDemand, plan_demand
+from gpupool.allocate.planner import NodeRecord, plan
 from gpupool.allocate.policy import POLICY_KINDS, Policy
 from gpupool.canonical import DEMAND_METRICS, demand_of_steps, hourly_levels
 from gpupool.config import default_config
@@ -53,11 +43,11 @@ from gpupool.sim.faults import FaultSpec, corrupt, fault_plan
 from gpupool.sim.scenario import Scenario, load_scenario
 from gpupool.sim.world import World
 
-#: the forecast stage's interval level (``gpupool.forecast.stage``'s default)
-FORECAST_LEVEL = 90.0
+#: the forecast stage's interval level
+FORECAST_LEVEL = forecast_stage.FORECAST_LEVEL
 #: hours the forecast stage forecasts (``limits.horizon_hours``'s default): its models are
 #: validated on this horizon, so the study forecasts as far and the plan reads the first
-#: ``Policy.horizon_hours`` (``limits.plan_horizon_hours``), as the plan stage does
+#: ``Policy.plan_horizon_hours`` (``limits.plan_horizon_hours``), as the plan stage does
 FORECAST_HOURS = default_config().limits.horizon_hours
 
 
@@ -146,7 +136,7 @@ class StaticDemand(DemandSource):
     """The static policy never moves: the planner is given no demand worth a move."""
 
     def demand(self, t):
-        hours = self.policy.horizon_hours
+        hours = self.policy.plan_horizon_hours
         return {p: PlatformDemand(mean=(0.0,) * hours, upper=(0.0,) * hours) for p in self.world.platforms}
 
 
@@ -154,7 +144,7 @@ class OracleDemand(DemandSource):
     """The true demand of the next hours (simulator only): hourly mean and true spread inside it."""
 
     def demand(self, t):
-        end = min(t + pd.Timedelta(hours=self.policy.horizon_hours), self.world.end)
+        end = min(t + pd.Timedelta(hours=self.policy.plan_horizon_hours), self.world.end)
         out = {}
         for p in self.world.platforms:
             steps = self.world.demand(p, t, end).to_numpy()
@@ -255,10 +245,7 @@ class ReactiveDemand(ChainDemand):
         out = {}
         for p in self.world.platforms:
             hourly, info = self._history(p, i1, pd.Timedelta(hours=SPREAD_HISTORY_HOURS + 1))
-            hourly = hourly[hourly.index < t]
-            out[p] = demand_from_last_hour(hourly, info["within_hour_sd"], self.policy.horizon_hours,
-                                           self.policy.headroom_quantile, spread=self.policy.demand_spread,
-                                           latest=info["level"])
+            out[p] = plan_demand(hourly, info, self.policy, t).demand
             self.notes[p] = {"within_hour_sd": info["within_hour_sd"]}
         return out
 
@@ -267,8 +254,8 @@ class PredictiveDemand(ChainDemand):
     """The plan stage's ``predictive`` input: the forecast stage's model on cleaned telemetry,
     weighed on its own track record (the one-hour-ahead forecasts it issued) against what the
     reactive plan would have planned on (demand as it stood at each hour's start); where the
-    platform's daily shape has the better record (``planner.daily_record``), demand as it stands
-    moved along that shape."""
+    platform's daily shape has the better record (``demand.daily_record``), demand as it stands
+    moved along that shape: :func:`~gpupool.allocate.demand.plan_demand` decides, as in the plan stage."""
 
     def __init__(self, policy: Policy, world: World, clean: bool = True):
         super().__init__(policy, world, clean=clean)
@@ -283,19 +270,16 @@ class PredictiveDemand(ChainDemand):
                 return None
             issued, summary = self.summaries.get(p, (None, None))
             warm = forecast_stage.warm_start(summary) if issued is not None and issued >= t - pd.Timedelta("1D") else None
-            fc, summary = forecast_stage.demand_forecast(history, max(FORECAST_HOURS, self.policy.horizon_hours),
+            fc, summary = forecast_stage.demand_forecast(history, max(FORECAST_HOURS, self.policy.plan_horizon_hours),
                                                    FORECAST_LEVEL, warm)
             self.summaries[p] = (t, summary)
             past = self.issued.setdefault(p, {})
             levels = hourly_levels(self._wide(p, i1, pd.Timedelta(hours=DAILY_HISTORY_HOURS)))
-            skill = forecast_skill(pd.Series(past, dtype=float), history, levels=levels)
+            choice = plan_demand(history, info, self.policy, t, forecast=fc, level=FORECAST_LEVEL,
+                                 issued=pd.Series(past, dtype=float), levels=levels)
             past[pd.Timestamp(fc["ts"].iloc[0])] = float(fc["yhat"].iloc[0])
-            ahead = fc.head(self.policy.horizon_hours)
-            daily = daily_record(history, levels, t, len(ahead))
-            out[p] = demand_from_forecast(ahead["yhat"].to_numpy(float), ahead["yhat_upper"].to_numpy(float),
-                                          FORECAST_LEVEL, info["within_hour_sd"], self.policy.headroom_quantile,
-                                          skill=skill, hourly=history, latest=info["level"],
-                                          spread=self.policy.demand_spread, daily=daily)
+            out[p] = choice.demand
+            skill, daily = choice.skill, choice.daily
             self.notes[p] = {"within_hour_sd": info["within_hour_sd"], "model": summary.get("model"),
                              "fallback": summary.get("fallback"), "forecast_wins": skill.forecast_wins,
                              "rmse_forecast": skill.rmse_forecast, "rmse_naive": skill.rmse_naive,

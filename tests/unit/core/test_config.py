@@ -35,7 +35,7 @@ def test_embedded_default_is_three_simulated_platforms():
         ("platforms:\n  - {name: a, kind: slurm, conn_id: p}\n  - {name: a, kind: kubernetes, conn_id: k}\n", "platforms", "unique"),
         ("platforms:\n  - {name: a, kind: slurm, min_nodes: 5, max_nodes: 2}\n", "platforms[a]", "max_nodes"),
         ("platforms: []\n", "platforms", "at least one platform"),
-        ("limits: {max_moves_per_run: x}\nplatforms:\n  - {name: a, kind: slurm, conn_id: p}\n", "limits.max_moves_per_run", "integer"),
+        ("limits: {max_moves_per_decision: x}\nplatforms:\n  - {name: a, kind: slurm, conn_id: p}\n", "limits.max_moves_per_decision", "integer"),
         ("platforms:\n  - {name: a, kind: slurm, conn_id: p, prometheus_match: {'clu ster': a}}\n",
          "platforms[a].prometheus_match", "not a Prometheus label name"),
         ("platforms:\n  - {name: a, kind: openstack, conn_id: p, prometheus_match: {cluster: a}}\n",

@@ -21,7 +21,7 @@ WINDOW = pipeline.Window(END - timedelta(hours=1), END)
 def _config(**extra):
     raw = {"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc", "actuation": True},
                          {"name": "kubernetes", "kind": "kubernetes", "conn_id": "kubernetes_ai", "actuation": True}],
-           "limits": {"horizon_hours": 2, "max_moves_per_run": 2, "cooldown_hours": 0,
+           "limits": {"horizon_hours": 2, "max_moves_per_decision": 2, "cooldown_hours": 0,
                       "headroom_quantile": 0.9}}  # below the level-90 interval's 0.95: rescaled
     raw.update(extra)
     return parse_config(raw)
@@ -207,7 +207,7 @@ def test_plan_from_staging_scores_the_forecast_against_demand_as_it_stood(ctx):
     # kubernetes ramps 2 GPUs an hour, and inside each hour its last sample already stands at the
     # next hour's level; its model forecast each hour 1 GPU high. Against the hour before (2 off
     # each hour) the model wins; against demand as it stood (what reactive plans on) it loses
-    from gpupool.allocate.planner import forecast_skill
+    from gpupool.allocate.demand import forecast_skill
     from gpupool.staging import reads
 
     rows, fc = [], []
@@ -244,10 +244,10 @@ def test_the_plan_looks_its_own_horizon_ahead_within_the_forecasts():
     cfg = parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc"}]})
     assert cfg.limits.horizon_hours == 6  # the forecast stage's horizon is unchanged
     # the pipeline's plan and `gpupool simulate` (Policy) share one default
-    assert service.policy_from_config(cfg, "reactive").horizon_hours == PLAN_HORIZON_HOURS == Policy().horizon_hours
+    assert service.policy_from_config(cfg, "reactive").plan_horizon_hours == PLAN_HORIZON_HOURS == Policy().plan_horizon_hours
     cfg = parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc"}],
                         "limits": {"plan_horizon_hours": 3}})
-    assert service.policy_from_config(cfg, "predictive").horizon_hours == 3
+    assert service.policy_from_config(cfg, "predictive").plan_horizon_hours == 3
     with pytest.raises(Exception, match="plan_horizon_hours \\(7\\) exceeds horizon_hours \\(6\\)"):
         parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc"}],
                       "limits": {"plan_horizon_hours": 7}})
@@ -255,7 +255,7 @@ def test_the_plan_looks_its_own_horizon_ahead_within_the_forecasts():
 
 def test_plan_from_staging_plans_the_plan_horizon_not_the_forecast_horizon(sqlite_engine):
     _stage(sqlite_engine)
-    c = pipeline.Context(_config(limits={"horizon_hours": 2, "plan_horizon_hours": 1, "max_moves_per_run": 2,
+    c = pipeline.Context(_config(limits={"horizon_hours": 2, "plan_horizon_hours": 1, "max_moves_per_decision": 2,
                                          "cooldown_hours": 0}), sqlite_engine)
     for kind in ("predictive", "reactive"):
         out = service.plan_from_staging(c, WINDOW, ["slurm", "kubernetes"], kind)

@@ -1,0 +1,114 @@
+"""The pool's nodes as the planner sees them, and what a node serves in a platform's unit.
+
+A platform asks for whole GPUs (``gpu``) or MIG slices of one profile (``1g.10gb``, ...); a
+MIG-capable node serves the one or the other depending on its layout. The MIG table itself lives
+in :mod:`gpupool.mig`; this module only says what a node in a layout serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from gpupool import mig
+from gpupool.errors import UserError
+from gpupool.values import utc
+
+#: the MIG table lives in gpupool.mig; re-exported here for the planner's callers
+SLICES_PER_GPU = mig.SLICES_PER_GPU
+WHOLE_LAYOUTS = mig.WHOLE_LAYOUTS
+GPU_UNIT = "gpu"
+
+
+class PlanningError(UserError, ValueError):
+    """Inputs the planner cannot plan from (duplicate nodes, demand of unequal horizons, ...)."""
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One pool node as the planner sees it.
+
+    ``owner`` is the platform that holds the node — for a node in a handover, the platform it is
+    moving to; ``available_in_minutes`` says when such a node can serve (``None``: a whole move).
+    """
+
+    name: str
+    owner: str
+    gpus: int
+    busy_gpus: float = 0.0
+    in_handover: bool = False
+    last_moved_at: pd.Timestamp | None = None
+    mig_capable: bool = False
+    mig_layout: str | None = None
+    available_in_minutes: float | None = None
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> "NodeRecord":
+        """Build from a dict such as a simulator or platform inventory entry."""
+        owner = raw.get("owner", raw.get("platform"))
+        if owner is None:
+            raise PlanningError(f"node {raw.get('name')!r}: no 'owner' (or 'platform')")
+        last = raw.get("last_moved_at")
+        return cls(
+            name=str(raw["name"]),
+            owner=str(owner),
+            gpus=int(raw["gpus"]),
+            busy_gpus=float(raw.get("busy_gpus", 0.0) or 0.0),
+            in_handover=bool(raw.get("in_handover", raw.get("in_transit", False))),
+            last_moved_at=None if last is None or pd.isna(last) else utc(last),
+            mig_capable=bool(raw.get("mig_capable", False)),
+            mig_layout=raw.get("mig_layout"),
+            available_in_minutes=raw.get("available_in_minutes"),
+        )
+
+
+def node_records(nodes: Iterable[NodeRecord | Mapping[str, Any]]) -> list[NodeRecord]:
+    """The pool as :class:`NodeRecord` sorted by name; duplicate names or impossible GPU counts raise."""
+    out = [n if isinstance(n, NodeRecord) else NodeRecord.from_mapping(n) for n in nodes]
+    names = [r.name for r in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise PlanningError(f"nodes: duplicate names {dup[:5]}")
+    for r in out:
+        if r.gpus <= 0:
+            raise PlanningError(f"node {r.name!r}: gpus must be > 0, got {r.gpus}")
+        if r.busy_gpus < 0 or r.busy_gpus > r.gpus + 1e-9:
+            raise PlanningError(f"node {r.name!r}: busy_gpus {r.busy_gpus} outside 0..{r.gpus}")
+    return sorted(out, key=lambda r: r.name)
+
+
+def units_per_gpu(unit: str) -> int:
+    """Slices of ``unit`` one GPU holds when laid out for it (1 for whole GPUs)."""
+    return 1 if unit == GPU_UNIT else SLICES_PER_GPU[unit]
+
+
+def ideal_layout(node: NodeRecord, unit: str) -> str | None:
+    """The MIG layout that serves ``unit`` best on ``node`` (unchanged for a non-MIG node)."""
+    if not node.mig_capable:
+        return node.mig_layout
+    return mig.uniform_layout(None if unit == GPU_UNIT else unit)
+
+
+def node_capacity(node: NodeRecord, unit: str, layout: str | None) -> float:
+    """How many requests of ``unit`` ``node`` serves in ``layout``.
+
+    A whole GPU serves one whole-GPU request or one slice request; a GPU laid out as ``all-X``
+    serves ``slices(X)`` requests of a profile no bigger than X, and no whole-GPU request.
+    """
+    if layout in WHOLE_LAYOUTS or not node.mig_capable:
+        return float(node.gpus)
+    profile = mig.layout_profile(layout)
+    if profile not in SLICES_PER_GPU:
+        return 0.0
+    if unit == GPU_UNIT:
+        return 0.0
+    if _compute_size(profile) >= _compute_size(unit):
+        return float(node.gpus * SLICES_PER_GPU[profile])
+    return 0.0
+
+
+def _compute_size(profile: str) -> int:
+    return int(profile.split("g.", 1)[0])
