@@ -24,7 +24,8 @@ from sqlalchemy.engine import Engine
 from gpupool.values import jsonable
 from gpupool.errors import UserError
 from gpupool.detect.stage import detect_lookback, fit_detector, grid_series, judge_series, model_for
-from gpupool.forecast.stage import FORECAST_HISTORY, demand_forecast, warm_start
+from gpupool.allocate.policy import PLANNED_KINDS
+from gpupool.forecast.stage import FORECAST_HISTORY, FORECAST_LEVEL, demand_forecast, warm_start
 from gpupool.canonical import SERIES_KEY, TOTAL_METRICS, add_platform_totals, normalize_samples
 from gpupool.config import ConfigError, GpupoolConfig, default_config, load_config
 from gpupool.staging import db, forecasts, loader, plans, reads, runs
@@ -32,7 +33,6 @@ from gpupool.summary import window_summary
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("static", "reactive", "predictive")
 
 
 class WindowError(UserError, ValueError):
@@ -416,7 +416,7 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
 
 # --- forecast --------------------------------------------------------------------------
 
-def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | None = None, level: float = 90.0) -> dict:
+def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | None = None, level: float = FORECAST_LEVEL) -> dict:
     """Forecast one platform's hourly demand from the window's end; store run and rows."""
     horizon = horizon or ctx.config.limits.horizon_hours
     end = pd.Timestamp(window.end).floor("1h")
@@ -456,8 +456,8 @@ def plan(ctx: Context, window: Window, policy: str = "predictive", dry_run: bool
     """Decide which platform should hold each pool node from the window's end; store the plan."""
     from gpupool.allocate.service import plan_from_staging
 
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if policy not in PLANNED_KINDS:
+        raise ValueError(f"policy must be one of {PLANNED_KINDS}, got {policy!r}")
     names = ctx.platforms(platforms)
     result = plan_from_staging(ctx, window, names, policy)
     plan_id = plans.insert_plan(ctx.engine, window.end, policy=policy, solver=result["solver"], dry_run=dry_run,

@@ -15,7 +15,7 @@ The format other tools read and write::
 Relative trace paths are relative to the scenario file. Optional keys beyond that format:
 ``start``/``end`` (the simulated window; required when no platform has a trace, otherwise it
 clips the traces), ``seed`` (synthetic platforms), ``policy`` (overrides of
-:class:`gpupool.allocate.planner.Policy` fields), ``faults`` (telemetry faults the pipeline sees,
+:class:`gpupool.allocate.policy.Policy` fields), ``faults`` (telemetry faults the pipeline sees,
 :mod:`gpupool.sim.faults`; absent: clean telemetry) and, per platform, ``gpu_model``.
 """
 

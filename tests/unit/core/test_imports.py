@@ -1,62 +1,208 @@
-"""Data flows one way: sources -> staging -> detect -> forecast -> allocate. Checked on the
-source text (every import, also those inside functions), so a cycle cannot hide in a
-function body."""
+"""The house's layering rules (ARCHITECTURE.md), checked on one import graph that follows
+imports through modules.
+
+Data flows one way: platform APIs -> sources -> staging -> detect -> forecast -> allocate.
+Every import counts, also those inside functions (a lazy import is still a dependency), and a
+rule holds for everything a module reaches, not only what it names: a stage that imports a
+shared module which imports a later stage breaks the rule as surely as a direct import.
+"""
 
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
+
+import pytest
 
 PKG = Path(__file__).resolve().parents[3] / "include" / "gpupool"
 STAGES = ["sources", "staging", "detect", "forecast", "allocate"]
-#: what no stage may import: the orchestration and the views built on top of the stages
-ABOVE = {"pipeline", "cli", "poolview", "report", "airflow_glue"}
+#: built on top of the stages: no stage may reach them
+ABOVE = {"pipeline", "cli", "poolview", "report", "airflow_glue", "platforms", "summary"}
+#: the what-if and the platform-API emulator: the stages never know a platform is simulated
+SIMULATOR = {"sim", "emulator"}
+#: modules every layer may use; they import nothing from gpupool
+LEAVES = {"errors", "values"}
+#: what a fitted model must never be read back through
+UNPICKLERS = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "joblib", "marshal", "shelve"}
 
 
-def _imports(path: Path) -> set[str]:
-    """The gpupool modules a file imports, as dotted names below `gpupool`."""
-    out = set()
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _is_module(name: str, root: Path) -> bool:
+    base = root.joinpath(*name.split(".")) if name else root
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def scan(path: Path, root: Path) -> tuple[set[str], set[str]]:
+    """``(internal, external)``: the gpupool modules (names below ``gpupool``, resolved to
+    modules; importing a name from a module is an edge to that module) and the top-level
+    outside packages one file imports, wherever in the file the import stands."""
+    internal, external = set(), set()
+    here = _module_name(path, root).split(".") if path.name != "__init__.py" or path.parent != root else []
+    package = here if path.name == "__init__.py" else here[:-1]
     tree = ast.parse(path.read_text(), filename=str(path))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        else:
+            for a in node.names:
+                if a.name == "gpupool" or a.name.startswith("gpupool."):
+                    internal.add(a.name[len("gpupool."):] if a.name != "gpupool" else "")
+                else:
+                    external.add(a.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            elif node.module == "gpupool" or (node.module or "").startswith("gpupool."):
+                module = node.module[len("gpupool."):] if node.module != "gpupool" else ""
+            else:
+                external.add((node.module or "").split(".")[0])
+                continue
+            for a in node.names:
+                sub = f"{module}.{a.name}" if module else a.name
+                internal.add(sub if _is_module(sub, root) else module)
+    # importing a.b.c runs a/__init__ and a/b/__init__ first
+    closed = set()
+    for name in internal:
+        parts = name.split(".") if name else []
+        closed |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return {m for m in closed if m and _is_module(m, root)}, external
+
+
+@lru_cache(maxsize=None)
+def graph(root: Path = PKG) -> dict[str, tuple[frozenset, frozenset]]:
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        if "migrations" in path.parts:
             continue
-        out |= {n[len("gpupool."):] for n in names if n.startswith("gpupool.")}
+        name = _module_name(path, root)
+        internal, external = scan(path, root)
+        out[name] = (frozenset(internal - {name}), frozenset(external))
     return out
 
 
-def _stage_files(stage: str) -> list[Path]:
-    return sorted((PKG / stage).rglob("*.py"))
+def reach(name: str, g: dict) -> set[str]:
+    """Every gpupool module ``name`` reaches through imports, itself excluded."""
+    seen, todo = set(), [name]
+    while todo:
+        for dep in g.get(todo.pop(), (frozenset(), frozenset()))[0]:
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    seen.discard(name)
+    return seen
 
 
-def test_no_stage_imports_a_later_stage_or_the_pipeline():
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def _path_to(start: str, bad: set[str], g: dict) -> list[str]:
+    """One import chain from ``start`` to a module under ``bad`` (for a readable failure)."""
+    prev, todo = {start: None}, [start]
+    while todo:
+        cur = todo.pop(0)
+        if cur != start and _top(cur) in bad:
+            chain = [cur]
+            while prev[chain[-1]] is not None:
+                chain.append(prev[chain[-1]])
+            return chain[::-1]
+        for dep in sorted(g.get(cur, (frozenset(),))[0]):
+            if dep not in prev:
+                prev[dep] = cur
+                todo.append(dep)
+    return []
+
+
+def _violations(modules, forbidden_of, g) -> list[str]:
     bad = []
-    for i, stage in enumerate(STAGES):
-        later = set(STAGES[i + 1:])
-        for path in _stage_files(stage):
-            for mod in _imports(path):
-                top = mod.split(".")[0]
-                if top in later or top in ABOVE:
-                    bad.append(f"{path.relative_to(PKG)} imports gpupool.{mod}")
-    assert bad == []
+    for mod in modules:
+        forbidden = forbidden_of(mod)
+        if {_top(m) for m in reach(mod, g)} & forbidden:
+            bad.append(" -> ".join(_path_to(mod, forbidden, g)))
+    return bad
+
+
+def test_no_stage_reaches_a_later_stage_the_layers_above_or_the_simulator():
+    g = graph()
+
+    def forbidden(mod):
+        i = STAGES.index(_top(mod))
+        return set(STAGES[i + 1:]) | ABOVE | SIMULATOR
+
+    assert _violations([m for m in g if _top(m) in STAGES], forbidden, g) == []
 
 
 def test_staging_knows_no_stage():
-    bad = [f"{p.relative_to(PKG)} imports gpupool.{m}" for p in _stage_files("staging") for m in _imports(p)
-           if m.split(".")[0] in set(STAGES) - {"staging"} | ABOVE | {"sim"}]
-    assert bad == []
+    g = graph()
+    others = set(STAGES) - {"staging"} | ABOVE | SIMULATOR
+    assert _violations([m for m in g if _top(m) == "staging"], lambda m: others, g) == []
 
 
-def test_the_planning_service_reads_staging_through_reads_only():
-    mods = _imports(PKG / "allocate" / "service.py")
-    assert "pipeline" not in {m.split(".")[0] for m in mods}
-    assert "staging.reads" in mods
+def test_shared_modules_reach_no_stage_above_what_they_serve():
+    """config, canonical, tsio, mig, hostname are read by every stage: they reach no stage
+    (a stage reading its config must not thereby import the planner)."""
+    g = graph()
+    shared = [m for m in g if _top(m) in {"config", "canonical", "tsio", "mig", "hostname"}]
+    assert len(shared) == 5
+    assert _violations(shared, lambda m: set(STAGES) | ABOVE | SIMULATOR, g) == []
 
 
-def test_the_checker_sees_imports_inside_functions(tmp_path):
-    f = tmp_path / "m.py"
-    f.write_text("def f():\n    from gpupool.pipeline import read_inventory\n    import gpupool.report\n")
-    assert _imports(f) == {"pipeline", "pipeline.read_inventory", "report"}
+def test_leaves_import_nothing_from_the_package():
+    g = graph()
+    assert {m: sorted(g[m][0]) for m in LEAVES if g[m][0]} == {}
+
+
+def test_the_package_imports_neither_airflow_nor_the_dags():
+    """Only dags/ and plugins/ import Airflow (airflow_glue, their adapter, takes Airflow's
+    objects as arguments); the package never imports from dags/."""
+    g = graph()
+    assert {m: sorted(ext & {"airflow", "dags"}) for m, (_, ext) in g.items() if ext & {"airflow", "dags"}} == {}
+
+
+def test_the_package_never_imports_an_unpickler():
+    g = graph()
+    assert {m: sorted(ext & UNPICKLERS) for m, (_, ext) in g.items() if ext & UNPICKLERS} == {}
+
+
+def test_the_planning_service_reads_staging_through_reads_and_stores_only():
+    g = graph()
+    deps = g["allocate.service"][0]
+    assert "pipeline" not in {_top(m) for m in reach("allocate.service", g)}
+    assert "staging.reads" in deps
+
+
+# --- the scanner itself ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_pkg(tmp_path):
+    root = tmp_path / "gpupool"
+    for rel, text in {
+        "__init__.py": "",
+        "errors.py": "",
+        "config.py": "def f():\n    from gpupool.allocate import policy\n",
+        "detect/__init__.py": "",
+        "detect/router.py": "from . import features\nfrom ..config import f\n",
+        "detect/features.py": "import numpy\n",
+        "allocate/__init__.py": "",
+        "allocate/policy.py": "import pickle\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_the_scanner_follows_relative_lazy_and_transitive_imports(fake_pkg):
+    g = graph(fake_pkg)
+    assert g["detect.router"][0] == {"detect", "detect.features", "config"}
+    assert g["config"][0] == {"allocate", "allocate.policy"}
+    # detect reaches allocate only through config, inside a function: still a violation
+    assert "allocate.policy" in reach("detect.router", g)
+    assert _path_to("detect.router", {"allocate"}, g) == ["detect.router", "config", "allocate"]
+    assert g["allocate.policy"][1] == {"pickle"}
+    assert g["detect.features"][1] == {"numpy"}
