@@ -22,7 +22,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pandas as pd
+from pandas.errors import DatabaseError as PandasDatabaseError
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.utils import floatToGoString
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -70,7 +72,7 @@ class StagingCollector:
         up = GaugeMetricFamily("gpupool_staging_up", "1 if staging could be read at this scrape, else 0")
         try:
             families = list(self.families(at))
-        except (SQLAlchemyError, StagingUnavailable) as exc:
+        except (SQLAlchemyError, PandasDatabaseError, StagingUnavailable) as exc:  # pandas wraps the driver's
             log.warning("gpupool metrics: staging unreadable: %s", type(exc).__name__)
             up.add_metric([], 0.0)
             yield up
@@ -156,6 +158,8 @@ def forecast_errors(hourly: pd.Series, issued: pd.Series, at: datetime, window: 
     all three are scored; none: (0, nan, nan)."""
     at = utc(at)
     seen = hourly.dropna()
+    if seen.empty or issued.dropna().empty:
+        return 0, math.nan, math.nan
     naive = seen.copy()
     naive.index = naive.index + pd.Timedelta(SEASON)
     both = pd.DataFrame({"actual": seen, "fc": issued, "naive": naive}).dropna()
@@ -300,13 +304,9 @@ def _duration_histogram(done: pd.DataFrame, pairs: list[tuple[str, str]]) -> His
         seconds = max(0.0, (r.updated_at - r.created_at).total_seconds())
         groups.setdefault((r.source, r.target, "dry_run" if r.dry_run else "live"), []).append(seconds)
     for key, values in sorted(groups.items()):
-        buckets = [(_le(b), float(sum(v <= b for v in values))) for b in DURATION_BUCKETS]
+        buckets = [(floatToGoString(b), float(sum(v <= b for v in values))) for b in DURATION_BUCKETS]
         hist.add_metric(list(key), buckets, sum_value=float(sum(values)))
     return hist
-
-
-def _le(bound: float) -> str:
-    return "+Inf" if math.isinf(bound) else f"{bound:g}"
 
 
 # --- exposition --------------------------------------------------------------------------
