@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Query
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 try:  # the dependency that resolves the caller from Airflow's JWT (cookie or bearer)
     from airflow.api_fastapi.core_api.security import requires_authenticated
@@ -55,6 +55,21 @@ def pool_page(at: str | None = None, hours: int = Query(24, ge=1, le=24 * 14)) -
     from gpupool import poolview
 
     return poolview.render_html(_state(at, hours))
+
+
+@app.get("/metrics")
+def metrics() -> Response:
+    """Prometheus metrics computed from staging at this scrape (see docs/operations/metrics.md)."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from gpupool import metrics as gpupool_metrics, pipeline
+
+    ctx = pipeline.Context.load()
+    try:
+        body = gpupool_metrics.exposition(ctx.engine, ctx.config)
+    finally:
+        ctx.engine.dispose()
+    return Response(content=body, media_type=CONTENT_TYPE_LATEST)
 
 
 class GpupoolPlugin(AirflowPlugin):

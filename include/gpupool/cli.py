@@ -112,6 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="forecast from the raw telemetry (skip detect/clean) to measure what cleaning is worth")
     p.add_argument("--no-progress", action="store_true")
 
+    p = sub.add_parser("metrics", help="Prometheus metrics computed from staging")
+    msub = p.add_subparsers(dest="metrics_command", required=True, metavar="ACTION")
+    mp = msub.add_parser("serve", help="serve /metrics for Prometheus to scrape (read from staging at each scrape)")
+    mp.add_argument("--config", help="platforms.yaml (default: $GPUPOOL_CONFIG, else the embedded virtual datacenter)")
+    mp.add_argument("--staging-url", "--staging", dest="staging_url",
+                    help="SQLAlchemy URL of staging (default: $GPUPOOL_STAGING_URL, the Airflow connection "
+                    "gpupool_staging, else a SQLite file in $AIRFLOW_HOME)")
+    mp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    mp.add_argument("--port", type=int, default=9809, help="port to listen on (default 9809; 0: any free one)")
+    mp.add_argument("--at", help="serve staging as it stood at this instant (ISO 8601) instead of the wall clock")
+
     p = sub.add_parser("sim", help="the virtual datacenter")
     simsub = p.add_subparsers(dest="sim_command", required=True, metavar="ACTION")
     sp = simsub.add_parser("serve", add_help=False,
@@ -198,6 +209,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(text)
         return 0
 
+    if args.command == "metrics":
+        return _metrics_serve(args)
     from gpupool import pipeline
     from gpupool.staging import db
     from gpupool.summary import format_summary
@@ -284,6 +297,25 @@ def _forecast(args: argparse.Namespace) -> int:
 
     info = forecast_csv(args.input, args.horizon, args.out, level=args.level, season=args.season, summary_json=args.summary_json)
     print(json.dumps(info, default=str))
+    return 0
+
+
+def _metrics_serve(args: argparse.Namespace) -> int:
+    from gpupool import metrics, pipeline
+    from gpupool.errors import UsageError
+
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: must be 0 to 65535")
+    at = pipeline.parse_time(args.at) if args.at else None
+    ctx = pipeline.Context.load(args.config, args.staging_url)
+
+    def ready(host: str, port: int) -> None:
+        print(f"gpupool metrics: serving http://{host}:{port}/metrics", flush=True)
+
+    try:
+        metrics.serve(ctx.engine, ctx.config, host=args.host, port=args.port, at=at, ready=ready)
+    except OSError as exc:  # the port is taken or the address is not ours: one line
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     return 0
 
 

@@ -36,7 +36,7 @@ def test_every_route_is_guarded(plugin):
     from fastapi.routing import APIRoute
 
     routes = [r for r in plugin.app.routes if isinstance(r, APIRoute)]
-    assert {r.path for r in routes} == {"/", "/api/pool"}
+    assert {r.path for r in routes} == {"/", "/api/pool", "/metrics"}
     for route in routes:
         assert any(d.call is plugin._auth for d in route.dependant.dependencies), route.path
 

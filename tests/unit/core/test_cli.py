@@ -33,7 +33,7 @@ def test_sim_serve_help():
 
 def test_parser_knows_every_command():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    assert set(COMMANDS) | {"sim"} == set(sub.choices)
+    assert set(COMMANDS) | {"sim", "metrics"} == set(sub.choices)
 
 
 def test_version(capsys):
