@@ -86,7 +86,7 @@ DEFAULT_HELIOS = DEFAULT_NAB.parent / "helios"
 HELIOS_VCS = ("vc6YE", "vcLJZ", "vcMod", "vcSoL", "vchbv", "vcpDC")
 PLAIN_WINDOW = 288
 PLAIN_T = (3.0, 4.0, 5.0, 6.0)
-# router alarm settings searched by --tune (budgets must be among clean.TAIL_LEVELS)
+# router alarm settings searched by --tune (budgets must be among gpupool.detect.alarms.TAIL_LEVELS)
 TUNE_SCALE = (1.0, 1.25, 1.5, 2.0)
 TUNE_BUDGET = (None, 0.01, 0.005, 0.002, 0.001, 0.0005, 0.0)
 TUNE_MERGE = (0, 6, 12, 48)
@@ -94,7 +94,7 @@ NAB_BAR = 40.0
 # excursions per 1,000 history points left out of the false-alarm budget, searched by --tune
 TUNE_SKIP_PER_1000 = (0.0, 0.2, 0.3, 0.4, 0.5, 1.0)
 # run alarms searched by --tune: (alarm_run_points, alarm_run_share); 0 points: off. The cache
-# keeps the history's run excursions for these (gpupool.detect.clean.RUN_KEPT)
+# keeps the history's run excursions for these (gpupool.detect.alarms.RUN_KEPT)
 TUNE_RUNS = ((0, 0.5), (3, 0.5), (5, 0.35), (5, 0.5), (5, 0.75), (10, 0.5))
 
 

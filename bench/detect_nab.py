@@ -64,7 +64,7 @@ import tempfile  # noqa: E402
 from detect_nab_collect import collect, dedupe_csv, line_ranges  # noqa: E402
 from nab_scoring import PROFILES, FileScorer, normalised, probation_rows, windowed_gaussian_z  # noqa: E402
 
-from gpupool.detect.clean import TAIL_LEVELS  # noqa: E402
+from gpupool.detect.alarms import TAIL_LEVELS  # noqa: E402
 from gpupool.detect.router import RouterConfig  # noqa: E402
 
 DEFAULT_NAB = Path(__file__).resolve().parents[2] / "shared" / "data" / "nab"
@@ -211,7 +211,7 @@ def run_alarms(res: dict, config: RouterConfig, scale: float, budget: float | No
     As stream_detect judges them: a run lies within one model's rows (a refitted model has no
     expected value before its first point), in units of that model's residual spread.
     """
-    from gpupool.detect.clean import run_scores
+    from gpupool.detect.alarms import run_scores
 
     thr = run_thresholds(res, config, scale, budget, skip)
     mid = res["model_id"]

@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from gpupool.detect._robust import as_sorted_unique
-from gpupool.detect.clean import RESIDUAL_DETECTORS, stream_detect
+from gpupool.detect.clean import stream_detect
+from gpupool.detect.model import RESIDUAL_DETECTORS
 from gpupool.detect.router import RouterConfig
 from gpupool.tsio import read_series_csv
 

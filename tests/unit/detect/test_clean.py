@@ -12,12 +12,12 @@ import pytest
 from gpupool.detect.clean import (
     OUTPUT_COLUMNS,
     FittedSeriesModel,
-    _stuck,
     detect_and_clean,
     fit_series_model,
     score_window,
 )
 from gpupool.detect.router import RouterConfig
+from gpupool.detect.rules.stuck import stuck_runs
 
 
 @pytest.mark.parametrize("detector", ["auto", "sr", "svr"])
@@ -282,8 +282,8 @@ def test_an_idle_run_at_zero_is_not_stuck(make_seasonal):
     model = fit_series_model(y.iloc[:1000], detector="svr")
     assert model.nonnegative_
     nan = np.full(y.size, np.nan)
-    assert not _stuck(y.to_numpy(), nan, model)[0].any()
-    assert _stuck(_stuck_at(y, 1600, 20).to_numpy(), nan, model)[0][1601:1621].all()
+    assert not stuck_runs(y.to_numpy(), nan, model)[0].any()
+    assert stuck_runs(_stuck_at(y, 1600, 20).to_numpy(), nan, model)[0][1601:1621].all()
 
 
 def test_repeat_statistics_round_trip_and_old_params_read_as_off(make_seasonal):
@@ -298,22 +298,22 @@ def test_repeat_statistics_round_trip_and_old_params_read_as_off(make_seasonal):
     old = FittedSeriesModel.from_params(params)
     assert np.isnan(old.repeat_share_) and np.isnan(old.repeat_run_)
     nan = np.full(y.size, np.nan)
-    assert not _stuck(_stuck_at(y, 500, 30).to_numpy(), nan, old)[0].any()
-    assert _stuck(_stuck_at(y, 500, 30).to_numpy(), nan, again)[0][501:531].all()
+    assert not stuck_runs(_stuck_at(y, 500, 30).to_numpy(), nan, old)[0].any()
+    assert stuck_runs(_stuck_at(y, 500, 30).to_numpy(), nan, again)[0][501:531].all()
 
 
 def test_runs_too_long_or_entered_by_a_jump_are_kept(make_seasonal):
     y = make_seasonal(n=2016, seed=4)
     model = fit_series_model(y.iloc[:1000], detector="svr")
     nan = np.full(y.size, np.nan)
-    assert _stuck(_stuck_at(y, 1500, 60).to_numpy(), nan, model)[0][1501:1561].all()
+    assert stuck_runs(_stuck_at(y, 1500, 60).to_numpy(), nan, model)[0][1501:1561].all()
     # longer than max_stuck_run: the demand itself stood still
     capped = dataclasses.replace(model, config=model.config.model_copy(update={"max_stuck_run": 50}))
-    assert not _stuck(_stuck_at(y, 1500, 60).to_numpy(), nan, capped)[0].any()
+    assert not stuck_runs(_stuck_at(y, 1500, 60).to_numpy(), nan, capped)[0].any()
     # a jump to a new level held exactly: a burst for the burst rule, not a stuck reading
     jumped = y.copy()
     jumped.iloc[1500:1520] = y.iloc[1499] + 20 * model.tau_
-    assert not _stuck(jumped.to_numpy(), nan, model)[0].any()
+    assert not stuck_runs(jumped.to_numpy(), nan, model)[0].any()
 
 
 def test_excursion_scale_is_the_historys_peak_height_and_round_trips(make_seasonal):

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from gpupool.detect.clean import FittedSeriesModel, _fault_shaped, fit_series_model, score_window
+from gpupool.detect.clean import FittedSeriesModel, fit_series_model, score_window
+from gpupool.detect.rules.faults import fault_shaped
 from gpupool.detect.router import RouterConfig
 
 #: both rules are off by default (README, the fault regime); these tests turn them on
@@ -41,7 +42,7 @@ def test_fault_shapes_are_drops_between_readings_and_towering_single_points():
     v = np.array([90, 90, 0, 90, 90, 0, 0, 90, 300, 90, 0, 24, 48, 90, 0, 0, 5, 0, 0, 0, 0, 8, 0], dtype=float)
     # drops of 1 and 2 points, a spike, a reset's fall, a fall between two readings; a count
     # idling at zero for longer, or rising from zero, has no such points
-    assert list(np.flatnonzero(_fault_shaped(v, 0.1, 3, 3.0))) == [2, 5, 6, 8, 10, 14, 15]
+    assert list(np.flatnonzero(fault_shaped(v, 0.1, 3, 3.0))) == [2, 5, 6, 8, 10, 14, 15]
 
 
 def test_a_faulty_historys_scales_are_its_demands_not_its_faults():

@@ -185,7 +185,8 @@ def test_false_alarm_budget_raises_the_alarm_threshold_on_a_heavy_tailed_history
 
 @pytest.mark.parametrize("seed", [7, 8])
 def test_fallback_keeps_the_detector_that_alarms_at_the_smaller_deviation(seed):
-    from gpupool.detect.clean import _alarm_size, fit_series_model
+    from gpupool.detect.clean import fit_series_model
+    from gpupool.detect.model import alarm_size
 
     rng = np.random.default_rng(seed)
     idx = pd.date_range("2025-01-06", periods=2016, freq="5min", tz="UTC")
@@ -196,8 +197,8 @@ def test_fallback_keeps_the_detector_that_alarms_at_the_smaller_deviation(seed):
     assert off.detector_name == "svr"
     zs = fit_series_model(y, cfg, detector="zscore")
     routed = fit_series_model(y, cfg)
-    assert _alarm_size(routed) == min(_alarm_size(off), _alarm_size(zs))
-    assert routed.detector_name == ("zscore" if _alarm_size(zs) < _alarm_size(off) else "svr")
+    assert alarm_size(routed) == min(alarm_size(off), alarm_size(zs))
+    assert routed.detector_name == ("zscore" if alarm_size(zs) < alarm_size(off) else "svr")
     assert ("fallback" in routed.reason) == (routed.detector_name == "zscore")
 
 
@@ -320,17 +321,17 @@ def test_a_history_with_many_large_excursions_keeps_its_raised_bar():
 
 
 def test_excursions_join_points_as_alarms_do():
-    from gpupool.detect.clean import _excursions
+    from gpupool.detect.alarms import excursions
 
     # 1 and 4 are 3 points apart: one excursion; 4 and 9 are 5 apart, 9 and 13 are 4 apart: three in all
     norm = np.array([0, 9, 0, 0, 8, 0, 0, 0, 0, 7, np.nan, 0, 0, 5], dtype=float)
-    events, peaks = _excursions(norm, 4.0, merge_points=3)
+    events, peaks = excursions(norm, 4.0, merge_points=3)
     assert events.tolist() == [-1, 0, 0, 0, 0, -1, -1, -1, -1, 1, -1, -1, -1, 2]
     assert peaks.tolist() == [9.0, 7.0, 5.0]
-    events, peaks = _excursions(norm, 4.0, merge_points=4)
+    events, peaks = excursions(norm, 4.0, merge_points=4)
     assert events.tolist() == [-1, 0, 0, 0, 0, -1, -1, -1, -1, 1, 1, 1, 1, 1]
     assert peaks.tolist() == [9.0, 7.0]
-    events, peaks = _excursions(norm, 10.0, merge_points=3)
+    events, peaks = excursions(norm, 10.0, merge_points=3)
     assert (events == -1).all() and peaks.size == 0
 
 
