@@ -13,15 +13,15 @@ Two shapes of the same steps:
 Flagging: for SVR and Prophet a point is anomalous when |x_t - x̂_t| > τ, τ =
 `tau_multiplier` x the robust spread (1.4826 MAD) of the history's residuals; for SR when
 its score, normalised by the median and robust spread of the history's SR scores, exceeds
-`sr_threshold` (and the point is also `sr_min_residual` spreads from x̂_t, so that a shape
+`sr.threshold` (and the point is also `sr.min_residual` spreads from x̂_t, so that a shape
 blip of no size is not "cleaned"). The frame's `score` is always that normalised score,
 comparable across series: the point is flagged when score > the model's `threshold_`.
 
 Cleaning replaces only what looks like an exporter fault (`transients`, `collapses`,
-`stuck_runs`): a spike that comes back within `max_anomaly_run` points and towers over the
-series' own excursions (`spike_height_factor` x the history's peak height) and over the
-values on both sides of it (`spike_max_shoulder`); a fall to zero as short as a spike (or
-up to `max_fault_run` on a series whose history hardly idles: an outage); a counter
+`stuck_runs`): a spike that comes back within `cleaning.max_anomaly_run` points and towers over the
+series' own excursions (`cleaning.spike_height_factor` x the history's peak height) and over the
+values on both sides of it (`cleaning.spike_max_shoulder`); a fall to zero as short as a spike (or
+up to `cleaning.max_fault_run` on a series whose history hardly idles: an outage); a counter
 reset's ramp back (scaled back to the demand; told by its shape where no flag caught its
 fall); a stuck run. A spike or a fall is replaced by the line between the readings on both
 sides of it. Everything else the
@@ -31,11 +31,11 @@ marked `sustained`. Flagging stays causal, a point judged on its past only; only
 decision to replace waits for a few further points, and a flag too close to the end of
 the data to tell counts as a point anomaly. For a non-negative metric (`nonnegative`, or
 inferred: no negative value in the history) expected and clean values are never below zero,
-and a zero-inflated history (`zero_inflated_share` of exact zeros) floors its residual spread
+and a zero-inflated history (`ZERO_INFLATED_SHARE` of exact zeros) floors its residual spread
 at its resolution, so a zero next to a small x̂_t is not an anomaly.
 
 Gaps: runs of missing points no longer than
-`max_fill_gap_points` are filled with a straight line between the (clean) values on both
+`MAX_FILL_GAP_POINTS` are filled with a straight line between the (clean) values on both
 sides, or, where the data ends on either side, with x̂_t (where there is none, the last value
 seen), and marked `filled`; longer gaps stay missing. Missing never becomes zero and a zero is a
 value like any other.
@@ -54,9 +54,9 @@ from gpupool.detect.base import _aligned, prepare
 # FittedSeriesModel and fit_series_model are also imported from here by the pipeline, the detect
 # stage and the what-if: this module is the stream's front door
 from gpupool.detect.model import RESIDUAL_DETECTORS, FittedSeriesModel, fit_series_model
-from gpupool.detect.router import RouterConfig
-from gpupool.detect.rules.faults import collapses, resets_by_shape
-from gpupool.detect.rules.gaps import bridge, short_gaps
+from gpupool.detect.router import MIN_MODEL_POINTS, RouterConfig
+from gpupool.detect.rules.faults import FAULT_DROP_SHARE, collapses, resets_by_shape
+from gpupool.detect.rules.gaps import MAX_FILL_GAP_POINTS, bridge, short_gaps
 from gpupool.detect.rules.outages import longest_drop
 from gpupool.detect.rules.spikes import transients
 from gpupool.detect.rules.stuck import stuck_runs
@@ -69,6 +69,16 @@ __all__ = [
 OUTPUT_COLUMNS = [
     "value", "expected", "score", "is_anomaly", "cleaned", "detector", "clean_value", "filled", "sustained"
 ]
+#: share of a series used as history only by `detect_and_clean` when no `score_from` is given, and
+#: the fewest such points (set with the NAB bench, bench/detect_nab.py, for one-go judging)
+WARMUP_SHARE = 0.15
+MIN_WARMUP_POINTS = 48
+#: streaming: while the history before the regular refit is under `MIN_MODEL_POINTS`, refit this
+#: often (hours), so a new or short series is judged as soon as it has `MIN_HISTORY_POINTS`
+#: (the stream's cost at this cadence is bench/detect_scale.py's)
+WARMUP_REFIT_HOURS = 1.0
+#: streaming: fewest history points a model is fitted on
+MIN_HISTORY_POINTS = 24
 
 
 def score_window(
@@ -91,7 +101,7 @@ def score_window(
     frame = _judge(model, y, start)
     if start is not None:
         frame = frame[pd.DatetimeIndex(frame.index) >= _aligned(start, pd.DatetimeIndex(frame.index))]
-    frame["is_anomaly"] = alarms(frame, model.config.alarm_merge_points)
+    frame["is_anomaly"] = alarms(frame, model.config.alarms.merge_points)
     return frame
 
 
@@ -106,10 +116,10 @@ def detect_and_clean(
     """Detect and clean one series; one output row per input row, in input order.
 
     Points before `score_from` are history only (the model is profiled and fitted on them);
-    without it, the first `warmup_share` of the points (at least `min_warmup_points`) are.
+    without it, the first `WARMUP_SHARE` of the points (at least `MIN_WARMUP_POINTS`) are.
     Returns a DataFrame indexed like `y` with columns value, expected, score, is_anomaly,
     detector, clean_value, filled, sustained (flagged, but in a run longer than
-    `max_anomaly_run`: a level shift or burst whose values are kept). History-only rows have no expected value or score and
+    `cleaning.max_anomaly_run`: a level shift or burst whose values are kept). History-only rows have no expected value or score and
     are never flagged; their short gaps are still filled (bridged between their neighbours, or
     from the last value seen).
     """
@@ -117,7 +127,7 @@ def detect_and_clean(
     work = prepare(y)
     if score_from is None:
         n = len(work)
-        n_warm = min(n, max(int(round(cfg.warmup_share * n)), cfg.min_warmup_points))
+        n_warm = min(n, max(int(round(WARMUP_SHARE * n)), MIN_WARMUP_POINTS))
         score_from = work.index[n_warm] if n_warm < n else None
     if score_from is None:
         history = work
@@ -126,7 +136,7 @@ def detect_and_clean(
     model = fit_series_model(history, cfg, profile=profile, detector=detector, metric=metric)
     start = score_from if score_from is not None else (work.index[-1] + pd.Timedelta(1, "ns") if len(work) else None)
     frame = _judge(model, y, start)
-    frame["is_anomaly"] = alarms(frame, model.config.alarm_merge_points)
+    frame["is_anomaly"] = alarms(frame, model.config.alarms.merge_points)
     frame.attrs["reason"] = model.reason
     frame.attrs["profile"] = model.profile
     return frame
@@ -163,23 +173,23 @@ def _judge_timestamps(model: FittedSeriesModel, work: pd.Series, start: pd.Times
             judged &= resid > model.tau_
         flag = judged & (norm > model.threshold_)
         alarm = judged & (norm > model.alarm_threshold_)
-    if cfg.alarm_run_points > 0 and np.isfinite(model.run_threshold_) and model.detector_name in RESIDUAL_DETECTORS:
+    if cfg.alarms.run_points > 0 and np.isfinite(model.run_threshold_) and model.detector_name in RESIDUAL_DETECTORS:
         # a level shift or burst under the one-point alarm: a run of deviations on one side
         signed = np.where(judged, (raw - expected) / model.residual_scale_, np.nan)
-        alarm = alarm | (judged & (run_scores(signed, cfg.alarm_run_points) > model.run_threshold_))
-    min_height = cfg.spike_height_factor * model.excursion_scale_ if np.isfinite(model.excursion_scale_) else 0.0
+        alarm = alarm | (judged & (run_scores(signed, cfg.alarms.run_points) > model.run_threshold_))
+    min_height = cfg.cleaning.spike_height_factor * model.excursion_scale_ if np.isfinite(model.excursion_scale_) else 0.0
     # a move still open at the end of the data cannot be told from a step of the demand yet
-    min_open = cfg.open_move_factor * model.step_scale_ if np.isfinite(model.step_scale_) else 0.0
+    min_open = cfg.cleaning.open_move_factor * model.step_scale_ if np.isfinite(model.step_scale_) else 0.0
     transient = transients(
-        flag, raw, expected, model.tau_, cfg.max_anomaly_run, min_height, cfg.spike_max_shoulder, min_open
+        flag, raw, expected, model.tau_, cfg.cleaning.max_anomaly_run, min_height, cfg.cleaning.spike_max_shoulder, min_open
     )
     sustained = flag & ~transient
     fault, fault_value = collapses(
-        flag, raw, expected, model.tau_, cfg.max_fault_run, cfg.fault_drop_share, longest_drop(model)
+        flag, raw, expected, model.tau_, cfg.cleaning.max_fault_run, FAULT_DROP_SHARE, longest_drop(model)
     )
     sustained &= ~fault
     reset, reset_value = resets_by_shape(
-        raw, np.isfinite(expected) & ~(flag & transient) & ~fault, model.tau_, cfg.max_fault_run, cfg.fault_drop_share
+        raw, np.isfinite(expected) & ~(flag & transient) & ~fault, model.tau_, cfg.cleaning.max_fault_run, FAULT_DROP_SHARE
     )
     if reset.any():
         sustained &= ~reset
@@ -203,7 +213,7 @@ def _judge_timestamps(model: FittedSeriesModel, work: pd.Series, start: pd.Times
     kept = np.where(fault, fault_value, raw)
     clean = np.where(fault, fault_value, np.where(spikes, bridge(kept, spikes, expected), raw))
     filled = np.zeros(len(work), dtype=bool)
-    gaps = short_gaps(raw, cfg.max_fill_gap_points)
+    gaps = short_gaps(raw, MAX_FILL_GAP_POINTS)
     if gaps.any():
         carried = ffill_array(np.where(np.isfinite(clean), clean, np.nan))
         # a leading gap has no past to carry: ffill_array would back-fill it, so it stays missing
@@ -276,9 +286,9 @@ def refit_anchors(index: pd.DatetimeIndex, valid: np.ndarray, config: RouterConf
 
     A point at t is judged by the model fitted on the history in [a - history_days, a),
     a = t floored to `refit_every_hours` (counted from the Unix epoch, so the pipeline and
-    the CLI agree on it), when that history holds at least `min_model_points` valid points;
-    otherwise (a new or short series) a = t floored to `warmup_refit_hours`, when that
-    history holds at least `min_history_points`; otherwise the point is not judged.
+    the CLI agree on it), when that history holds at least `MIN_MODEL_POINTS` valid points;
+    otherwise (a new or short series) a = t floored to `WARMUP_REFIT_HOURS`, when that
+    history holds at least `MIN_HISTORY_POINTS`; otherwise the point is not judged.
     `valid` marks the timestamps with a finite value.
     """
     idx = pd.DatetimeIndex(index)
@@ -292,9 +302,9 @@ def refit_anchors(index: pd.DatetimeIndex, valid: np.ndarray, config: RouterConf
         return np.searchsorted(vt, a, side="left") - np.searchsorted(vt, (anchor - span).asi8, side="left")
 
     regular = _floor(idx, config.refit_every_hours)
-    warm = _floor(idx, config.warmup_refit_hours)
-    use_regular = count(regular) >= config.min_model_points
-    use_warm = ~use_regular & (count(warm) >= config.min_history_points)
+    warm = _floor(idx, WARMUP_REFIT_HOURS)
+    use_regular = count(regular) >= MIN_MODEL_POINTS
+    use_warm = ~use_regular & (count(warm) >= MIN_HISTORY_POINTS)
     out = np.where(use_regular, regular.asi8, np.where(use_warm, warm.asi8, np.iinfo("int64").min))
     return _from_i8(out, idx)
 
@@ -334,9 +344,9 @@ def stream_detect(
     history, with routing re-decided at each refit. `model_for(anchor, history)` returns
     the model for an anchor (the pipeline's stored one, or a fit); by default each anchor's
     model is fitted here. Alarms (`is_anomaly`) are collapsed per event over the
-    `alarm_merge_points` before `start` too, so judging a file in one go and judging it
+    `alarms.merge_points` before `start` too, so judging a file in one go and judging it
     window by window raise the same alarms. The decision to clean a deviating point looks
-    at up to `max_anomaly_run` later points (a collapse: `max_fault_run` + 2) that are in `y`
+    at up to `cleaning.max_anomaly_run` later points (a collapse: `cleaning.max_fault_run` + 2) that are in `y`
     before `end`; a fault that began before a refit and runs on past it is cleaned as the
     model that saw it begin decided.
 
@@ -353,10 +363,10 @@ def stream_detect(
     work = prepare(y)
     if end is not None:
         work = work[work.index < _aligned(end, work.index)]
-    # judged from `alarm_merge_points` before start, so an event running into the window is known
+    # judged from `alarms.merge_points` before start, so an event running into the window is known
     first = 0
     if start is not None:
-        first = max(0, int(work.index.searchsorted(_aligned(start, work.index), side="left")) - cfg.alarm_merge_points)
+        first = max(0, int(work.index.searchsorted(_aligned(start, work.index), side="left")) - cfg.alarms.merge_points)
     fits: dict[pd.Timestamp, FittedSeriesModel] = {}
 
     def fitted(anchor: pd.Timestamp) -> FittedSeriesModel:
@@ -373,7 +383,7 @@ def stream_detect(
     judged = {c: np.concatenate([pt[c] for pt in parts]) for c in OUTPUT_COLUMNS} if parts else {}
     judged_index = work.index[first:] if parts else work.index[:0]
     if parts:
-        judged["is_anomaly"] = alarm_flags(judged["is_anomaly"].astype(bool), judged_index, cfg.alarm_merge_points)
+        judged["is_anomaly"] = alarm_flags(judged["is_anomaly"].astype(bool), judged_index, cfg.alarms.merge_points)
     out = _onto_rows(judged, judged_index, y[select])
     newest = fits[max(fits)] if fits else None
     out.attrs["models"] = {str(a): (m.detector_name, m.reason) for a, m in sorted(fits.items())}
@@ -397,7 +407,7 @@ def _judge_segments(
     work_values = work.to_numpy(dtype="float64")
     span = pd.Timedelta(hours=24.0 * cfg.history_days)
     # the cleaning decision's look at what follows: a spike's return, or a collapse's whole run
-    ahead = max(cfg.max_anomaly_run, cfg.max_fault_run + 2)
+    ahead = max(cfg.cleaning.max_anomaly_run, cfg.cleaning.max_fault_run + 2)
     # clean values of a fault that runs on past its segment's last row, for the next segment's first rows
     carry = np.array([])
     while pos < n:

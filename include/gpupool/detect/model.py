@@ -23,9 +23,9 @@ from gpupool.detect.base import ModelParamsError, decode_floats, encode_floats, 
 from gpupool.detect.features import profile_series
 from gpupool.detect.prophet import ProphetDetector
 from gpupool.detect.router import DETECTORS, RouterConfig, route
-from gpupool.detect.rules.faults import fault_shaped
+from gpupool.detect.rules.faults import FAULT_DROP_SHARE, fault_shaped
 from gpupool.detect.rules.outages import idle_share
-from gpupool.detect.rules.spikes import peak_height, step_height
+from gpupool.detect.rules.spikes import SPIKE_HEIGHT_QUANTILE, peak_height, step_height
 from gpupool.detect.rules.stuck import repeats
 from gpupool.detect.sr import SpectralResidualDetector
 from gpupool.detect.svr import SVRDetector
@@ -36,6 +36,15 @@ RESIDUAL_DETECTORS = ("svr", "prophet", "zscore")
 CONTEXT_ONLY = ("sr", "zscore")
 #: share of nonzero steps from which a series' typical step floors its residual spread
 MIN_STEP_SHARE = 0.02
+#: the residual spread is at least this x the typical nonzero step of the history (its resolution)
+#: and at least `MIN_RELATIVE_DEVIATION` x its magnitude (median |x| or range); set with
+#: bench/detect_nab.py and bench/detect_cleaning.py
+RESOLUTION_FLOOR = 0.5
+MIN_RELATIVE_DEVIATION = 1e-3
+#: share of exact zeros from which a non-negative history is zero-inflated: its residual spread is
+#: floored at its resolution even when it steps rarely, so a zero next to a small x̂ is not an
+#: anomaly (bench/detect_nab.py)
+ZERO_INFLATED_SHARE = 0.3
 
 
 @dataclass
@@ -63,16 +72,16 @@ class FittedSeriesModel:
     repeat_share_: float = float("nan")
     #: 0.99 quantile of the lengths of the history's runs of one exact value (points)
     repeat_run_: float = float("nan")
-    #: `spike_height_quantile` of the history's local-peak heights (how far a point stands above or
+    #: `SPIKE_HEIGHT_QUANTILE` of the history's local-peak heights (how far a point stands above or
     #: below both neighbours; NaN: not measured)
     excursion_scale_: float = float("nan")
-    #: share of the history's points in idle spells: runs of more than `max_anomaly_run` points at or
-    #: below `fault_drop_share` x its median (NaN: not measured)
+    #: share of the history's points in idle spells: runs of more than `cleaning.max_anomaly_run` points at or
+    #: below `FAULT_DROP_SHARE` x its median (NaN: not measured)
     idle_share_: float = float("nan")
-    #: the smallest deviation (in residual spreads) that all of a run of `alarm_run_points` points must
+    #: the smallest deviation (in residual spreads) that all of a run of `alarms.run_points` points must
     #: exceed, on one side, to raise an alarm (NaN: no run alarms)
     run_threshold_: float = float("nan")
-    #: `spike_height_quantile` of the history's one-step changes |x_t - x_t-1|, faults' shapes left
+    #: `SPIKE_HEIGHT_QUANTILE` of the history's one-step changes |x_t - x_t-1|, faults' shapes left
     #: out (NaN: not measured): how far the series ordinarily moves in one step
     step_scale_: float = float("nan")
     extra: dict = field(default_factory=dict)
@@ -158,18 +167,18 @@ def make_detector(name: str, profile: dict, config: RouterConfig | None = None):
     """An unfitted detector of kind `name`, parametrised from the profile and config."""
     cfg = config or RouterConfig()
     if name == "sr":
-        return SpectralResidualDetector(window=cfg.sr_window)
+        return SpectralResidualDetector(window=cfg.sr.window)
     if name == "svr":
         period = profile.get("period")
         acf_p = profile.get("acf_period")
         n_valid = profile.get("n_valid") or 0
         # a seasonal lag only helps when the season is real and the history covers it twice
         use = period if (period and acf_p is not None and acf_p >= 0.3 and n_valid >= 2 * period + 20) else None
-        return SVRDetector(n_lags=cfg.svr_lags, period=use, max_train=cfg.svr_max_train)
+        return SVRDetector(n_lags=cfg.svr.lags, period=use, max_train=cfg.svr.max_train)
     if name == "prophet":
-        return ProphetDetector.from_profile(profile, max_train=cfg.prophet_max_train)
+        return ProphetDetector.from_profile(profile, max_train=cfg.prophet.max_train)
     if name == "zscore":
-        return ZScoreDetector(window=cfg.zscore_window)
+        return ZScoreDetector(window=cfg.zscore.window)
     raise ValueError(f"unknown detector {name!r}; expected one of {DETECTORS}")
 
 
@@ -243,11 +252,11 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     values = history.to_numpy(dtype="float64")
     finite = values[np.isfinite(values)]
     model.nonnegative_ = bool(cfg.nonnegative) if cfg.nonnegative is not None else bool(finite.size and finite.min() >= 0.0)
-    zero_inflated = bool(model.nonnegative_ and finite.size and np.mean(finite == 0.0) >= cfg.zero_inflated_share)
+    zero_inflated = bool(model.nonnegative_ and finite.size and np.mean(finite == 0.0) >= ZERO_INFLATED_SHARE)
     magnitude = max(float(np.median(np.abs(finite))), float(np.ptp(finite))) if finite.size else 0.0
     # a constant or perfectly predicted history has no residual spread at all: a change then
-    # counts, but one below `min_relative_deviation` of the series' magnitude never does
-    floor = max(1e-12, cfg.min_relative_deviation * magnitude)
+    # counts, but one below `MIN_RELATIVE_DEVIATION` of the series' magnitude never does
+    floor = max(1e-12, MIN_RELATIVE_DEVIATION * magnitude)
     # counts (GPUs allocated, pending) move in whole steps and are mostly flat, so their
     # residuals are mostly exactly zero; without a floor at the series' resolution every
     # ordinary one-GPU step would be an anomaly. Only a series that steps often has a
@@ -260,14 +269,14 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     # few % of the steps of a flat count, the typical step and the 0.99 quantile of peak heights
     # would otherwise be the faults' own sizes, and τ and the spike bar would let the next ones pass
     typical = values
-    if cfg.scales_without_fault_shapes:
-        shaped = fault_shaped(values, cfg.fault_drop_share, cfg.max_anomaly_run, cfg.spike_height_factor)
+    if cfg.cleaning.scales_without_fault_shapes:
+        shaped = fault_shaped(values, FAULT_DROP_SHARE, cfg.cleaning.max_anomaly_run, cfg.cleaning.spike_height_factor)
         typical = np.where(shaped, np.nan, values)
     kept = typical[np.isfinite(typical)]
     diffs = np.abs(np.diff(kept))
     steps = diffs[diffs > 0]
     if diffs.size and steps.size and (steps.size >= MIN_STEP_SHARE * diffs.size or zero_inflated):
-        floor = max(floor, cfg.resolution_floor * float(np.median(steps)))
+        floor = max(floor, RESOLUTION_FLOOR * float(np.median(steps)))
     resid = np.asarray(getattr(det, "history_residuals_", np.array([])), dtype="float64")
     model.residual_scale_ = robust_sigma(resid, floor=floor)
     if model.detector_name in RESIDUAL_DETECTORS:
@@ -281,22 +290,22 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
         model.score_center_ = float(np.median(finite_scores)) if finite_scores.size else 0.0
         model.score_scale_ = robust_sigma(finite_scores, floor=1e-6) if finite_scores.size else 1.0
         history_norm = (scores - model.score_center_) / model.score_scale_
-        base = cfg.sr_threshold
+        base = cfg.sr.threshold
     model.extra["history_quantiles"] = tail_quantiles(history_norm)
     model.repeat_share_, model.repeat_run_ = repeats(values)
-    model.excursion_scale_ = peak_height(typical, cfg.spike_height_quantile)
-    model.step_scale_ = step_height(typical, cfg.spike_height_quantile)
-    model.idle_share_ = idle_share(values, cfg.fault_drop_share, cfg.max_anomaly_run)
+    model.excursion_scale_ = peak_height(typical, SPIKE_HEIGHT_QUANTILE)
+    model.step_scale_ = step_height(typical, SPIKE_HEIGHT_QUANTILE)
+    model.idle_share_ = idle_share(values, FAULT_DROP_SHARE, cfg.cleaning.max_anomaly_run)
     model.threshold_ = base
-    least = cfg.alarm_tau_scale * base
+    least = cfg.alarms.tau_scale * base
     # the detector choice (`fallback`) compares alarm sizes under the whole history's budget
-    model.extra["selection_threshold"] = max(least, budget_threshold(history_norm, cfg.alarm_history_share))
-    events, peaks = excursions(history_norm, base, cfg.alarm_merge_points)
-    skip = int(cfg.alarm_history_skip_per_day * span_days(history)
-               + cfg.alarm_history_skip_per_1000_points * len(history) / 1000.0)
+    model.extra["selection_threshold"] = max(least, budget_threshold(history_norm, cfg.alarms.history_share))
+    events, peaks = excursions(history_norm, base, cfg.alarms.merge_points)
+    skip = int(cfg.alarms.history_skip_per_day * span_days(history)
+               + cfg.alarms.history_skip_per_1000_points * len(history) / 1000.0)
     order = np.argsort(-peaks, kind="stable")
     budget_norm = np.where(np.isin(events, order[:skip]), np.nan, history_norm) if skip and peaks.size else history_norm
-    model.alarm_threshold_ = max(least, budget_threshold(budget_norm, cfg.alarm_history_share))
+    model.alarm_threshold_ = max(least, budget_threshold(budget_norm, cfg.alarms.history_share))
     # what the bench needs to read the budget for another skip: the largest excursions' peaks,
     # the largest score outside any excursion, and the history's span
     rest = history_norm[(events < 0) & np.isfinite(history_norm)]
@@ -311,4 +320,4 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
     if model.detector_name in RESIDUAL_DETECTORS:
         model.tau_ = model.threshold_ * model.residual_scale_
     else:
-        model.tau_ = cfg.sr_min_residual * model.residual_scale_
+        model.tau_ = cfg.sr.min_residual * model.residual_scale_

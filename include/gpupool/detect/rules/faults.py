@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: a collapse starts at a value at most this share of x̂ (bench/detect_cleaning.py)
+FAULT_DROP_SHARE = 0.1
+
 
 def fault_shaped(values: np.ndarray, drop_share: float, max_run: int, spike_factor: float) -> np.ndarray:
     """Points of a history shaped like an exporter's faults, whatever the detector made of them:

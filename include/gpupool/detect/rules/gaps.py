@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: longest run of missing points that is filled (longer gaps stay missing)
+MAX_FILL_GAP_POINTS = 3
+
 
 def bridge(values: np.ndarray, mask: np.ndarray, fallback: np.ndarray) -> np.ndarray:
     """Replacement values for the runs of `mask`: a straight line from the value before each run

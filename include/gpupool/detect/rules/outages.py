@@ -31,13 +31,13 @@ def idle_share(values: np.ndarray, drop_share: float, max_run: int) -> float:
 def longest_drop(model: FittedSeriesModel) -> int:
     """The longest flat fall to zero (points) that `collapses` cleans, as its `max_drop_run`.
 
-    As short as a spike (`max_anomaly_run`): demand that went away for a while is idle. On a
-    series whose history hardly idles (`idle_share_` at most `outage_max_idle_share`) a fall as
-    long as a counter reset's (`max_fault_run`, returned as 0) is an outage of the exporter: the
+    As short as a spike (`cleaning.max_anomaly_run`): demand that went away for a while is idle. On a
+    series whose history hardly idles (`idle_share_` at most `cleaning.outage_max_idle_share`) a fall as
+    long as a counter reset's (`cleaning.max_fault_run`, returned as 0) is an outage of the exporter: the
     demand does not vanish for an hour to come back where it was.
     """
     cfg = model.config
     share = model.idle_share_
-    if cfg.outage_max_idle_share is not None and np.isfinite(share) and share <= cfg.outage_max_idle_share:
+    if cfg.cleaning.outage_max_idle_share is not None and np.isfinite(share) and share <= cfg.cleaning.outage_max_idle_share:
         return 0
-    return cfg.max_anomaly_run
+    return cfg.cleaning.max_anomaly_run

@@ -6,6 +6,11 @@ import numpy as np
 
 from gpupool.detect.rules.stuck import MIN_REPEAT_STEPS
 
+#: quantile of the history's local-peak heights (how far a point stands above or below both
+#: neighbours) and one-step changes that measures a series' ordinary excursions
+#: (bench/detect_cleaning.py)
+SPIKE_HEIGHT_QUANTILE = 0.99
+
 
 def transients(
     flag: np.ndarray,
@@ -33,7 +38,7 @@ def transients(
       that begins inside another excursion does not: it is that excursion's tail (the end of
       a burst a slow x̂ has not followed, or the points after a spike whose x̂ the spike
       shaped). `min_height` is the history's ordinary local-peak height times
-      `spike_height_factor`, so a series whose own noise and short surges reach τ keeps
+      `cleaning.spike_height_factor`, so a series whose own noise and short surges reach τ keeps
       them, and only what towers over them is cleaned (0: no such test);
     - it rises from the level and falls back to it at once: the values on both sides of it
       carry at most `max_shoulder` of its deviation from x̂_t0 (a surge of real demand
@@ -41,7 +46,7 @@ def transients(
 
     A run still open at the end of the data may as well be the start of a new level: it is
     cleaned only when it also moved more than `min_open` from the point before it (the
-    history's ordinary one-step change times `open_move_factor`: the demand does not move
+    history's ordinary one-step change times `cleaning.open_move_factor`: the demand does not move
     like that, an exporter's spike does; 0: no such test).
 
     The decision waits for at most `max_run` later points; judging each point stays causal.

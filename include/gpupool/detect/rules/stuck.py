@@ -13,6 +13,14 @@ if TYPE_CHECKING:
 
 #: fewest history steps a repeat statistic is read from
 MIN_REPEAT_STEPS = 48
+#: a stuck run is longer than this x the 0.99 quantile of the history's run lengths
+#: (bench/detect_cleaning.py)
+STUCK_RUN_FACTOR = 2.0
+#: a series can be stuck only if at most this share of its history's steps repeat the value
+#: before: a flat or step-like series holds values for hours, and a count that repeats more often
+#: stands still in clustered plateaus, which a stuck exporter cannot be told from
+#: (bench/detect_cleaning.py)
+STUCK_MAX_REPEAT_SHARE = 0.1
 
 
 def repeats(values: np.ndarray) -> tuple[float, float]:
@@ -37,10 +45,10 @@ def stuck_runs(
     """Points of an exporter stuck on one value: the repeats in a run of one exact value that
     is longer than the series' history makes plausible.
 
-    Only a series whose history varies (at most `stuck_max_repeat_share` of its steps repeat
+    Only a series whose history varies (at most `STUCK_MAX_REPEAT_SHARE` of its steps repeat
     the value before) can be stuck: a flat or step-like series holds values for hours. A run
-    of `n` points is stuck when `n` > both `min_stuck_run` and `stuck_run_factor` x the 0.99
-    quantile of the history's run lengths, and, with `max_stuck_run` > 0, `n` <= it (a
+    of `n` points is stuck when `n` > both `cleaning.min_stuck_run` and `STUCK_RUN_FACTOR` x the 0.99
+    quantile of the history's run lengths, and, with `cleaning.max_stuck_run` > 0, `n` <= it (a
     longer run is the demand itself standing still). A run at zero of a non-negative series
     is idle, not stuck (a collapse is the drop rule's); so is a run entered by a step of more
     than τ: a jump to a new level (the burst rule judges it), not an exporter repeating an
@@ -56,11 +64,11 @@ def stuck_runs(
     out = np.zeros(raw.size, dtype=bool)
     values = np.full(raw.size, np.nan)
     share, typical = model.repeat_share_, model.repeat_run_
-    if cfg.min_stuck_run <= 0 or not (np.isfinite(share) and np.isfinite(typical)):
+    if cfg.cleaning.min_stuck_run <= 0 or not (np.isfinite(share) and np.isfinite(typical)):
         return out, values
-    if share > cfg.stuck_max_repeat_share or raw.size < 2:
+    if share > STUCK_MAX_REPEAT_SHARE or raw.size < 2:
         return out, values
-    least = max(cfg.min_stuck_run, cfg.stuck_run_factor * typical)
+    least = max(cfg.cleaning.min_stuck_run, STUCK_RUN_FACTOR * typical)
     with np.errstate(invalid="ignore"):
         same = np.isfinite(raw[1:]) & (raw[1:] == raw[:-1])
     edges = np.diff(np.concatenate([[0], same.astype(np.int8), [0]]))
@@ -69,7 +77,7 @@ def stuck_runs(
         n_points = b - a + 1
         if n_points <= least:
             continue
-        if cfg.max_stuck_run > 0 and n_points > cfg.max_stuck_run:
+        if cfg.cleaning.max_stuck_run > 0 and n_points > cfg.cleaning.max_stuck_run:
             continue
         if model.nonnegative_ and raw[a] == 0.0:
             continue
