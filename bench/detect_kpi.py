@@ -40,8 +40,8 @@ tuning half of (b), ranked by PA-F1 + event F1, among the settings whose NAB sta
 same settings (the issue's bar; SVR and Prophet alone are not rerun here, bench/detect_nab.py
 measures them; the rolling z-score alone is printed beside, no guard: it scores higher on NAB
 with some settings and far lower on this proxy), and reports the choice on the held-out half; then, the other settings at their defaults, the
-excursions left out of the budget per 1,000 history points (`alarm_history_skip_per_1000_points`)
-and the run alarm (`alarm_run_points` x `alarm_run_share`: a run of deviations on one side
+excursions left out of the budget per 1,000 history points (`alarms.history_skip_per_1000_points`)
+and the run alarm (`alarms.run_points` x `alarms.run_share`: a run of deviations on one side
 beyond a share of the alarm τ), under the same NAB guard.
 
 Last, why the default router misses segments: an alarm merged into an event that began
@@ -86,15 +86,15 @@ DEFAULT_HELIOS = DEFAULT_NAB.parent / "helios"
 HELIOS_VCS = ("vc6YE", "vcLJZ", "vcMod", "vcSoL", "vchbv", "vcpDC")
 PLAIN_WINDOW = 288
 PLAIN_T = (3.0, 4.0, 5.0, 6.0)
-# router alarm settings searched by --tune (budgets must be among clean.TAIL_LEVELS)
+# router alarm settings searched by --tune (budgets must be among gpupool.detect.alarms.TAIL_LEVELS)
 TUNE_SCALE = (1.0, 1.25, 1.5, 2.0)
 TUNE_BUDGET = (None, 0.01, 0.005, 0.002, 0.001, 0.0005, 0.0)
 TUNE_MERGE = (0, 6, 12, 48)
 NAB_BAR = 40.0
 # excursions per 1,000 history points left out of the false-alarm budget, searched by --tune
 TUNE_SKIP_PER_1000 = (0.0, 0.2, 0.3, 0.4, 0.5, 1.0)
-# run alarms searched by --tune: (alarm_run_points, alarm_run_share); 0 points: off. The cache
-# keeps the history's run excursions for these (gpupool.detect.clean.RUN_KEPT)
+# run alarms searched by --tune: (alarms.run_points, alarms.run_share); 0 points: off. The cache
+# keeps the history's run excursions for these (gpupool.detect.alarms.RUN_KEPT)
 TUNE_RUNS = ((0, 0.5), (3, 0.5), (5, 0.35), (5, 0.5), (5, 0.75), (10, 0.5))
 
 
@@ -217,12 +217,12 @@ def plain_z(values: np.ndarray, window: int = PLAIN_WINDOW) -> np.ndarray:
 
 
 def router_alarms(per: dict, config: RouterConfig, setting: tuple | None = None) -> np.ndarray:
-    scale, budget, merge = setting or (config.alarm_tau_scale, config.alarm_history_share, config.alarm_merge_points)
+    scale, budget, merge = setting or (config.alarms.tau_scale, config.alarms.history_share, config.alarms.merge_points)
     return routed_flags(per, "fallback_all", config, scale, budget, merge)
 
 
 def single_alarms(res: dict, config: RouterConfig, setting: tuple | None = None) -> np.ndarray:
-    scale, budget, merge = setting or (config.alarm_tau_scale, config.alarm_history_share, config.alarm_merge_points)
+    scale, budget, merge = setting or (config.alarms.tau_scale, config.alarms.history_share, config.alarms.merge_points)
     dev, _ = deviations(res, config, scale, budget)
     return merge_alarms(dev, merge)
 
@@ -234,8 +234,8 @@ def misses(items: list[dict], config: RouterConfig, labels: dict[str, np.ndarray
     for it in items:
         per = it["per"]
         alarm = router_alarms(per, config)
-        deviating = router_alarms(per, config, (config.alarm_tau_scale, config.alarm_history_share, 0))
-        no_budget = router_alarms(per, config, (config.alarm_tau_scale, None, 0))
+        deviating = router_alarms(per, config, (config.alarms.tau_scale, config.alarms.history_share, 0))
+        no_budget = router_alarms(per, config, (config.alarms.tau_scale, None, 0))
         idx, mid, models = per["auto"]["index"], per["auto"]["model_id"], per["auto"]["models"]
         lab = labels.get(it["rel"])
         for a, b in it["segs"]:
@@ -298,12 +298,12 @@ def tally(items: list[dict], alarms_of) -> dict:
 
 def method_rows(items: list[dict], config: RouterConfig, plain_t: float, tuned: tuple | None) -> dict[str, dict]:
     rows = {"router (auto, default)": tally(items, lambda it: router_alarms(it["per"], config))}
-    if config.alarm_run_points:
-        no_run = config.model_copy(update={"alarm_run_points": 0})
+    if config.alarms.run_points:
+        no_run = config.merged({"alarms": {"run_points": 0}})
         rows["router, run alarm off"] = tally(items, lambda it: router_alarms(it["per"], no_run))
         rows["--detector zscore, run alarm off"] = tally(items, lambda it: single_alarms(it["per"]["zscore"], no_run))
-    if config.alarm_history_skip_per_1000_points or config.alarm_run_points:
-        before = config.model_copy(update={"alarm_history_skip_per_1000_points": 0.0, "alarm_run_points": 0})
+    if config.alarms.history_skip_per_1000_points or config.alarms.run_points:
+        before = config.merged({"alarms": {"history_skip_per_1000_points": 0.0, "run_points": 0}})
         rows["router, earlier default (no per-point skip, no run)"] = tally(
             items, lambda it: router_alarms(it["per"], before))
         rows["--detector zscore, earlier default"] = tally(
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             mark = "  <- passes the NAB guard" if (s, r, std, alone, z) in ok else ""
             print(f"  {fmt_setting(s):<48} {r['pa_f1']:>6.3f} {r['ev_f1']:>6.3f} {std:>6.1f} {alone:>6.1f} {z:>7.1f}{mark}")
         s, r, std, alone, _ = ok[0] if ok else (None, None, None, None, None)
-        default = (config.alarm_tau_scale, config.alarm_history_share, config.alarm_merge_points)
+        default = (config.alarms.tau_scale, config.alarms.history_share, config.alarms.merge_points)
         if s is None or s == default:
             print(f"chosen: the default {fmt_setting(default)}; no other setting in the grid keeps NAB >= {NAB_BAR:g} "
                   f"and above SR alone" + ("" if s is None else " with a better tuning-half score"))
@@ -448,13 +448,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.tune:
         # excursions left out of the budget per 1,000 history points, and the run alarm; other settings the default's
         print(f"--tune: excursions per 1,000 history points left out of the false-alarm budget "
-              f"(alarm_history_skip_per_1000_points) x run alarm (alarm_run_points x alarm_run_share), tuning half "
+              f"(alarms.history_skip_per_1000_points) x run alarm (alarms.run_points x alarms.run_share), tuning half "
               f"of (b); NAB standard (all {len(nab)} files) of the router, the z-score alone and SR alone:")
         print(f"  {'per 1,000 points':<17} {'run':<9} {'PA-F1':>6} {'evF1':>6} {'NAB':>6} {'zscore':>7} {'sr':>6}")
         found = []
         for rate, (points, share) in itertools.product(TUNE_SKIP_PER_1000, TUNE_RUNS):
-            c = config.model_copy(update={"alarm_history_skip_per_1000_points": rate, "alarm_run_points": points,
-                                          "alarm_run_share": share})
+            c = config.merged({"alarms": {"history_skip_per_1000_points": rate, "run_points": points,
+                                          "run_share": share}})
             r = tally(tune_b, lambda it: router_alarms(it["per"], c))
             std = nab_standard(nab, by_file, lambda per: router_alarms(per, c))
             z = nab_standard(nab, by_file, lambda per: single_alarms(per["zscore"], c))
@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {rate:<17g} {run:<9} {r['pa_f1']:>6.3f} {r['ev_f1']:>6.3f} {std:>6.1f} {z:>7.1f} {sr:>6.1f}"
                   + ("  <- passes the NAB guard" if ok else ""))
         best = max((t for t in found if t[5]), key=lambda t: t[1]["pa_f1"] + t[1]["ev_f1"], default=None)
-        default = (config.alarm_history_skip_per_1000_points, config.alarm_run_points, config.alarm_run_share)
+        default = (config.alarms.history_skip_per_1000_points, config.alarms.run_points, config.alarms.run_share)
         print(f"chosen: {best[0] if best else 'none'} (per 1,000 points, run points, run share); default {default}")
         out["tune_skip_runs"] = [{"setting": t[0], "pa_f1": t[1]["pa_f1"], "ev_f1": t[1]["ev_f1"], "nab": t[2],
                                   "zscore": t[3], "sr": t[4], "nab_guard": t[5]} for t in found]

@@ -64,7 +64,7 @@ import tempfile  # noqa: E402
 from detect_nab_collect import collect, dedupe_csv, line_ranges  # noqa: E402
 from nab_scoring import PROFILES, FileScorer, normalised, probation_rows, windowed_gaussian_z  # noqa: E402
 
-from gpupool.detect.clean import TAIL_LEVELS  # noqa: E402
+from gpupool.detect.alarms import TAIL_LEVELS  # noqa: E402
 from gpupool.detect.router import RouterConfig  # noqa: E402
 
 DEFAULT_NAB = Path(__file__).resolve().parents[2] / "shared" / "data" / "nab"
@@ -123,8 +123,8 @@ def model_thresholds(models: list[dict], config: RouterConfig, scale: float, bud
                      skip: tuple[float, float] = (0.0, 0.0), points: list[int] | None = None) -> np.ndarray:
     """Each model's alarm threshold had the router used this τ scale and false-alarm budget.
 
-    `budget` is `alarm_history_share`: None none, 0 the history's largest score. `skip` is
-    (`alarm_history_skip_per_day`, `alarm_history_skip_per_1000_points`), `points` each
+    `budget` is `alarms.history_share`: None none, 0 the history's largest score. `skip` is
+    (`alarms.history_skip_per_day`, `alarms.history_skip_per_1000_points`), `points` each
     model's history rows; the skip is applied with budget 0 only (the cache keeps the
     history's largest excursion peaks, not its quantiles without them).
     """
@@ -132,7 +132,7 @@ def model_thresholds(models: list[dict], config: RouterConfig, scale: float, bud
     per_day, per_1000 = skip
     out = np.empty(len(models))
     for i, m in enumerate(models):
-        base = config.tau_multiplier if m["residual"] else config.sr_threshold
+        base = config.tau_multiplier if m["residual"] else config.sr.threshold
         q = m["quantiles"][level] if (level is not None and m["quantiles"] and m["quantiles"][level] is not None) else 0.0
         exc = m.get("excursions")
         if (per_day or per_1000) and budget == 0 and exc is not None and q > 0.0:
@@ -160,11 +160,11 @@ def deviations(res: dict, config: RouterConfig, scale: float, budget: float,
     """Per point: deviates beyond its model's threshold; and the detectable size θσ of its model.
 
     The size (what `fallback` compares) is read under the whole history's budget; `skip`
-    (default: the config's `alarm_history_skip_per_day` and `alarm_history_skip_per_1000_points`)
+    (default: the config's `alarms.history_skip_per_day` and `alarms.history_skip_per_1000_points`)
     moves the threshold only.
     """
     if skip is None:
-        skip = (config.alarm_history_skip_per_day, config.alarm_history_skip_per_1000_points)
+        skip = (config.alarms.history_skip_per_day, config.alarms.history_skip_per_1000_points)
     points = history_points(res, config) if any(skip) else None
     thr = model_thresholds(res["models"], config, scale, budget, skip, points)
     thr_whole = model_thresholds(res["models"], config, scale, budget)
@@ -177,8 +177,8 @@ def deviations(res: dict, config: RouterConfig, scale: float, budget: float,
         scale_r = np.array([m["residual_scale"] for m in res["models"]] or [np.nan])
         is_sr = ok & sr[np.where(ok, mid, 0)]
         resid = np.abs(res["value"] - res["expected"])
-        dev &= ~is_sr | (resid > config.sr_min_residual * scale_r[np.where(ok, mid, 0)])
-    if config.alarm_run_points > 0:
+        dev &= ~is_sr | (resid > config.sr.min_residual * scale_r[np.where(ok, mid, 0)])
+    if config.alarms.run_points > 0:
         dev |= run_alarms(res, config, scale, budget, skip)
     size = np.array([t * m["residual_scale"] if m["residual"] else np.inf for t, m in zip(thr_whole, res["models"])]
                     or [np.inf])
@@ -187,16 +187,16 @@ def deviations(res: dict, config: RouterConfig, scale: float, budget: float,
 
 def run_thresholds(res: dict, config: RouterConfig, scale: float, budget: float | None,
                    skip: tuple[float, float]) -> np.ndarray:
-    """Each model's run-alarm threshold (`alarm_run_points`, `alarm_run_share`) from the history's
+    """Each model's run-alarm threshold (`alarms.run_points`, `alarms.run_share`) from the history's
     run excursions the cache keeps (budget 0 or none; NaN: no run alarms for that model)."""
-    key = f"{config.alarm_run_points}:{config.alarm_run_share:g}"
+    key = f"{config.alarms.run_points}:{config.alarms.run_share:g}"
     points = history_points(res, config)
     out = np.full(len(res["models"]), np.nan)
     for i, m in enumerate(res["models"]):
         kept = m.get("run_excursions")
         if not m["residual"] or not kept or key not in kept or not np.isfinite(m.get("run_threshold", np.nan)):
             continue
-        level = config.alarm_run_share * scale * config.tau_multiplier
+        level = config.alarms.run_share * scale * config.tau_multiplier
         peaks = [p for p in kept[key] if p > level]
         exc = m.get("excursions") or {"days": 0.0}
         k = int(skip[0] * exc["days"] + skip[1] * points[i] / 1000.0) if budget == 0 else 0
@@ -206,12 +206,12 @@ def run_thresholds(res: dict, config: RouterConfig, scale: float, budget: float 
 
 def run_alarms(res: dict, config: RouterConfig, scale: float, budget: float | None,
                skip: tuple[float, float]) -> np.ndarray:
-    """Per point: a run of `alarm_run_points` deviations on one side beyond its model's run threshold.
+    """Per point: a run of `alarms.run_points` deviations on one side beyond its model's run threshold.
 
     As stream_detect judges them: a run lies within one model's rows (a refitted model has no
     expected value before its first point), in units of that model's residual spread.
     """
-    from gpupool.detect.clean import run_scores
+    from gpupool.detect.alarms import run_scores
 
     thr = run_thresholds(res, config, scale, budget, skip)
     mid = res["model_id"]
@@ -225,7 +225,7 @@ def run_alarms(res: dict, config: RouterConfig, scale: float, budget: float | No
             continue
         m = res["models"][k]
         signed = (res["value"][a:b] - res["expected"][a:b]) / m["residual_scale"]
-        out[a:b] = run_scores(signed, config.alarm_run_points) > thr[k]
+        out[a:b] = run_scores(signed, config.alarms.run_points) > thr[k]
     return out
 
 
@@ -477,10 +477,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def alarms_of(f: dict, m: str) -> np.ndarray:
         if m == "auto":
-            return routed_flags(f["per"], "fallback_all", config, config.alarm_tau_scale, config.alarm_history_share,
-                                config.alarm_merge_points)
-        dev, _ = deviations(f["per"][m], config, config.alarm_tau_scale, config.alarm_history_share)
-        return merge_alarms(dev, config.alarm_merge_points)
+            return routed_flags(f["per"], "fallback_all", config, config.alarms.tau_scale, config.alarms.history_share,
+                                config.alarms.merge_points)
+        dev, _ = deviations(f["per"][m], config, config.alarms.tau_scale, config.alarms.history_share)
+        return merge_alarms(dev, config.alarms.merge_points)
 
     if args.verify:
         from gpupool.detect.clean import stream_detect

@@ -24,16 +24,19 @@ import numpy as np
 import pandas as pd
 
 from gpupool.detect._robust import as_sorted_unique
-from gpupool.detect.clean import RESIDUAL_DETECTORS, stream_detect
+from gpupool.detect.clean import stream_detect
+from gpupool.detect.model import RESIDUAL_DETECTORS
 from gpupool.detect.router import RouterConfig
 from gpupool.tsio import read_series_csv
 
 
-#: settings that change what is cleaned, never what is flagged: not part of the cache key
-CLEANING_ONLY = ("max_fault_run", "fault_drop_share")
+#: settings (section, field of RouterConfig) that change what is cleaned, never what is flagged:
+#: not part of the cache key
+CLEANING_ONLY = (("cleaning", "max_fault_run"),)
 #: settings that move only the alarm threshold, which the bench reads again from what the
 #: cache keeps (scores, each model's history tails and largest excursions): not part of the key
-ALARM_ONLY = ("alarm_history_skip_per_day", "alarm_history_skip_per_1000_points", "alarm_run_points", "alarm_run_share")
+ALARM_ONLY = (("alarms", "history_skip_per_day"), ("alarms", "history_skip_per_1000_points"),
+              ("alarms", "run_points"), ("alarms", "run_share"))
 
 
 def dedupe_csv(path: Path, workdir: Path) -> tuple[Path, list[int]]:
@@ -66,7 +69,9 @@ def line_ranges(lines: list[int]) -> str:
 
 
 def cache_key(rel: str, method: str, config: RouterConfig, content: bytes = b"") -> str:
-    settings = {k: v for k, v in config.model_dump().items() if k not in CLEANING_ONLY + ALARM_ONLY}
+    settings = config.model_dump()
+    for section, name in CLEANING_ONLY + ALARM_ONLY:
+        settings[section] = {k: v for k, v in settings[section].items() if k != name}
     blob = json.dumps([rel, method, settings, hashlib.sha1(content).hexdigest()], sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 

@@ -169,7 +169,10 @@ class DetectConfig(_Strict):
 
     #: platform-level series feed the demand forecast; add "node" or "gpu" to clean those too
     entity_kinds: list[str] = Field(default_factory=lambda: ["platform"])
-    #: RouterConfig fields to override, e.g. {tau_multiplier: 5, overrides: {gpu_util: {detector: sr}}}
+    #: RouterConfig fields to override, e.g. {tau_multiplier: 5, overrides: {gpu_util: {detector: sr}}}:
+    #: the operator's knobs (detector, tau_multiplier, fallback, spiky_detector, refit_every_hours,
+    #: history_days, nonnegative, overrides); the benchmark-chosen rules sit in sections
+    #: (routing, alarms, cleaning, sr, svr, prophet, zscore), e.g. {cleaning: {outage_max_idle_share: null}}
     router: dict = Field(default_factory=dict)
 
     @field_validator("router")

@@ -18,6 +18,7 @@ import logging
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.detect.base import (
     ModelParamsError,
@@ -40,6 +41,14 @@ def _quiet_prophet() -> None:
     for name in ("prophet", "prophet.plot", "cmdstanpy"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
+
+class ProphetConfig(BaseModel):
+    """Prophet's settings as the router builds it (`RouterConfig.prophet`); the training cap
+    chosen with bench/detect_scale.py (Prophet is the slowest detector to fit)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_train: int = Field(1000, ge=20, description="most points Prophet trains on (history averaged down to it)")
 
 class ProphetDetector:
     """Prophet's seasonal prediction plus a past-residual level correction; score = |x_t - x̂_t|."""

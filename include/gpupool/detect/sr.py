@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
-from scipy.ndimage import uniform_filter1d
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.detect._robust import ffill_array
 from gpupool.detect.base import (
@@ -42,6 +42,21 @@ from gpupool.detect.base import (
 _EPS = 1e-8
 _CHUNK = 4096
 
+
+class SRConfig(BaseModel):
+    """Spectral Residual's settings: its window and the flagging thresholds of its score.
+
+    Chosen with bench/detect_nab.py (NAB's scoring); the router keeps one per config
+    (`RouterConfig.sr`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: int = Field(123, ge=23, description="sliding window (points)")
+    threshold: float = Field(4.0, gt=0, description="flag when the normalised SR score exceeds this")
+    min_residual: float = Field(
+        2.0, ge=0, description="a flag also needs |x - x̂| above this many robust residual spreads"
+    )
 
 class SpectralResidualDetector:
     """Streaming Spectral Residual scores; expected value from a past-only rolling median."""
@@ -140,6 +155,9 @@ class SpectralResidualDetector:
 
     def _saliency_scores(self, x: np.ndarray, first: int) -> np.ndarray:
         """O(x_e) for every e >= first, each from the `window` points ending at e."""
+        # imported here: the router's config (SRConfig) must not pull SciPy into every config load
+        from scipy.ndimage import uniform_filter1d
+
         w, m, z = self.window, self.m, self.z
         # points too early for a full window see it padded with the first value
         xp = np.concatenate([np.full(w - 1, x[0]), x])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from sklearn.svm import SVR
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.detect._robust import ffill_array, robust_sigma, step_seconds
 from gpupool.detect.base import (
@@ -35,6 +35,15 @@ from gpupool.detect.base import (
     to_frame,
 )
 
+
+class SVRConfig(BaseModel):
+    """SVR's settings as the router builds it (`RouterConfig.svr`); chosen with bench/detect_nab.py,
+    the training cap with bench/detect_scale.py (the daily refit of many series)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lags: int = Field(12, ge=1, description="lagged values the SVR sees")
+    max_train: int = Field(1500, ge=20, description="newest history points the SVR trains on")
 
 class RBFSupportVectors:
     """The decision function of a fitted RBF-kernel SVR, from its stored arrays.
@@ -251,6 +260,9 @@ class SVRDetector:
         return det
 
     def _fit_rows(self, X: np.ndarray, target: np.ndarray, rows: np.ndarray) -> None:
+        # imported here: the router's config (SVRConfig) must not pull scikit-learn into every config load
+        from sklearn.svm import SVR
+
         self.model_ = SVR(C=self.C, epsilon=self.epsilon, gamma=self.gamma, cache_size=200)
         self.model_.fit(X[rows], target[rows])
         # the epsilon tube leaves the intercept free by up to epsilon; on a series that is

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.detect.base import (
     ModelParamsError,
@@ -24,6 +25,14 @@ from gpupool.detect.base import (
     to_frame,
 )
 
+
+class ZScoreConfig(BaseModel):
+    """The rolling z-score's settings (`RouterConfig.zscore`); its window chosen with
+    bench/detect_nab.py."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: int = Field(288, ge=12, description="points in the rolling z-score's past median")
 
 class ZScoreDetector:
     """Past-window median as x̂_t; score = |x_t - x̂_t|."""

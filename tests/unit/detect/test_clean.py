@@ -12,12 +12,14 @@ import pytest
 from gpupool.detect.clean import (
     OUTPUT_COLUMNS,
     FittedSeriesModel,
-    _stuck,
     detect_and_clean,
     fit_series_model,
     score_window,
 )
+from gpupool.detect.alarms import AlarmRules
 from gpupool.detect.router import RouterConfig
+from gpupool.detect.rules import CleaningRules
+from gpupool.detect.rules.stuck import stuck_runs
 
 
 @pytest.mark.parametrize("detector", ["auto", "sr", "svr"])
@@ -69,7 +71,7 @@ def test_short_gaps_filled_long_gaps_kept_missing_never_zero(make_seasonal):
     y.iloc[800:802] = np.nan  # short: filled
     y.iloc[900:950] = np.nan  # long: stays missing
     y.iloc[100] = np.nan  # short gap in the history-only part: bridged from its neighbours
-    out = detect_and_clean(y, detector="svr", config=RouterConfig(max_fill_gap_points=3))
+    out = detect_and_clean(y, detector="svr")  # gaps of up to MAX_FILL_GAP_POINTS (3) points are filled
     assert out["filled"].iloc[800:802].all() and out["clean_value"].iloc[800:802].notna().all()
     assert out["clean_value"].iloc[800:802].between(10, 30).all()
     assert out["clean_value"].iloc[900:950].isna().all() and not out["filled"].iloc[900:950].any()
@@ -148,12 +150,14 @@ def test_hourly_shape_matches_one_go_after_a_json_round_trip(spiky):
 def test_threshold_multiplier_is_configuration(spiky):
     y, _ = spiky
     # without the spike-height test, which keeps excursions the size of the series' own noise
-    loose = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=2.0, spike_height_factor=0))
-    strict = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=8.0, spike_height_factor=0))
+    no_bar = CleaningRules(spike_height_factor=0)
+    loose = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=2.0, cleaning=no_bar))
+    strict = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=8.0, cleaning=no_bar))
     assert loose["cleaned"].sum() > strict["cleaned"].sum()
     # alarms follow τ too once the history budget is off
-    loose = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=2.0, alarm_history_share=None))
-    strict = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=8.0, alarm_history_share=None))
+    no_budget = AlarmRules(history_share=None)
+    loose = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=2.0, alarms=no_budget))
+    strict = detect_and_clean(y, detector="svr", config=RouterConfig(tau_multiplier=8.0, alarms=no_budget))
     assert loose["is_anomaly"].sum() > strict["is_anomaly"].sum()
 
 
@@ -183,7 +187,8 @@ def test_a_burst_is_kept_and_short_spikes_are_cleaned(detector, make_seasonal):
     for i in (1600, 1700, 1701) if detector == "svr" else (1600, 1700):
         assert out["cleaned"].iloc[i] and out["clean_value"].iloc[i] == pytest.approx(out["expected"].iloc[i], abs=1.5)
     # the limit is configuration: without it the burst's flagged points are "cleaned" away
-    loose = detect_and_clean(y, detector=detector, score_from=y.index[1000], config=RouterConfig(max_anomaly_run=0))
+    every = RouterConfig(cleaning=CleaningRules(max_anomaly_run=0))
+    loose = detect_and_clean(y, detector=detector, score_from=y.index[1000], config=every)
     assert loose["is_anomaly"].iloc[1300] and loose["cleaned"].iloc[1300] and not loose["sustained"].any()
     assert loose["clean_value"].iloc[1300] < y.iloc[1300] - 5
 
@@ -253,7 +258,8 @@ def test_a_stuck_run_on_a_varying_series_is_cleaned_with_one_alarm(detector, mak
     err_clean = np.abs(out["clean_value"].iloc[run] - truth.iloc[run]).mean()
     assert err_clean < 0.8 * err_raw
     # the rule is configuration
-    off = detect_and_clean(y, detector=detector, score_from=y.index[1000], config=RouterConfig(min_stuck_run=0))
+    rule_off = RouterConfig(cleaning=CleaningRules(min_stuck_run=0))
+    off = detect_and_clean(y, detector=detector, score_from=y.index[1000], config=rule_off)
     assert not off["cleaned"].iloc[1590:1605].any()
 
 
@@ -282,8 +288,8 @@ def test_an_idle_run_at_zero_is_not_stuck(make_seasonal):
     model = fit_series_model(y.iloc[:1000], detector="svr")
     assert model.nonnegative_
     nan = np.full(y.size, np.nan)
-    assert not _stuck(y.to_numpy(), nan, model)[0].any()
-    assert _stuck(_stuck_at(y, 1600, 20).to_numpy(), nan, model)[0][1601:1621].all()
+    assert not stuck_runs(y.to_numpy(), nan, model)[0].any()
+    assert stuck_runs(_stuck_at(y, 1600, 20).to_numpy(), nan, model)[0][1601:1621].all()
 
 
 def test_repeat_statistics_round_trip_and_old_params_read_as_off(make_seasonal):
@@ -298,22 +304,22 @@ def test_repeat_statistics_round_trip_and_old_params_read_as_off(make_seasonal):
     old = FittedSeriesModel.from_params(params)
     assert np.isnan(old.repeat_share_) and np.isnan(old.repeat_run_)
     nan = np.full(y.size, np.nan)
-    assert not _stuck(_stuck_at(y, 500, 30).to_numpy(), nan, old)[0].any()
-    assert _stuck(_stuck_at(y, 500, 30).to_numpy(), nan, again)[0][501:531].all()
+    assert not stuck_runs(_stuck_at(y, 500, 30).to_numpy(), nan, old)[0].any()
+    assert stuck_runs(_stuck_at(y, 500, 30).to_numpy(), nan, again)[0][501:531].all()
 
 
 def test_runs_too_long_or_entered_by_a_jump_are_kept(make_seasonal):
     y = make_seasonal(n=2016, seed=4)
     model = fit_series_model(y.iloc[:1000], detector="svr")
     nan = np.full(y.size, np.nan)
-    assert _stuck(_stuck_at(y, 1500, 60).to_numpy(), nan, model)[0][1501:1561].all()
+    assert stuck_runs(_stuck_at(y, 1500, 60).to_numpy(), nan, model)[0][1501:1561].all()
     # longer than max_stuck_run: the demand itself stood still
-    capped = dataclasses.replace(model, config=model.config.model_copy(update={"max_stuck_run": 50}))
-    assert not _stuck(_stuck_at(y, 1500, 60).to_numpy(), nan, capped)[0].any()
+    capped = dataclasses.replace(model, config=model.config.merged({"cleaning": {"max_stuck_run": 50}}))
+    assert not stuck_runs(_stuck_at(y, 1500, 60).to_numpy(), nan, capped)[0].any()
     # a jump to a new level held exactly: a burst for the burst rule, not a stuck reading
     jumped = y.copy()
     jumped.iloc[1500:1520] = y.iloc[1499] + 20 * model.tau_
-    assert not _stuck(jumped.to_numpy(), nan, model)[0].any()
+    assert not stuck_runs(jumped.to_numpy(), nan, model)[0].any()
 
 
 def test_excursion_scale_is_the_historys_peak_height_and_round_trips(make_seasonal):

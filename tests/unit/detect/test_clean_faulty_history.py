@@ -8,12 +8,14 @@ import json
 import numpy as np
 import pandas as pd
 
-from gpupool.detect.clean import FittedSeriesModel, _fault_shaped, fit_series_model, score_window
+from gpupool.detect.clean import FittedSeriesModel, fit_series_model, score_window
 from gpupool.detect.router import RouterConfig
+from gpupool.detect.rules import CleaningRules
+from gpupool.detect.rules.faults import fault_shaped
 
 #: both rules are off by default (README, the fault regime); these tests turn them on
-ROBUST = RouterConfig(scales_without_fault_shapes=True)
-OPEN = RouterConfig(open_move_factor=3.0)
+ROBUST = RouterConfig(cleaning=CleaningRules(scales_without_fault_shapes=True))
+OPEN = RouterConfig(cleaning=CleaningRules(open_move_factor=3.0))
 
 
 def gpu_count(n: int = 2016, seed: int = 7, level: float = 80.0, step_p: float = 0.08) -> pd.Series:
@@ -41,7 +43,7 @@ def test_fault_shapes_are_drops_between_readings_and_towering_single_points():
     v = np.array([90, 90, 0, 90, 90, 0, 0, 90, 300, 90, 0, 24, 48, 90, 0, 0, 5, 0, 0, 0, 0, 8, 0], dtype=float)
     # drops of 1 and 2 points, a spike, a reset's fall, a fall between two readings; a count
     # idling at zero for longer, or rising from zero, has no such points
-    assert list(np.flatnonzero(_fault_shaped(v, 0.1, 3, 3.0))) == [2, 5, 6, 8, 10, 14, 15]
+    assert list(np.flatnonzero(fault_shaped(v, 0.1, 3, 3.0))) == [2, 5, 6, 8, 10, 14, 15]
 
 
 def test_a_faulty_historys_scales_are_its_demands_not_its_faults():
@@ -55,7 +57,7 @@ def test_a_faulty_historys_scales_are_its_demands_not_its_faults():
     assert faulty.step_scale_ <= clean.step_scale_ + 1.6
     again = FittedSeriesModel.from_params(json.loads(json.dumps(faulty.to_params(), allow_nan=False)))
     assert again.step_scale_ == faulty.step_scale_
-    assert again.config.scales_without_fault_shapes
+    assert again.config.cleaning.scales_without_fault_shapes
     # off (the default), and on a fault-free history, the rule changes nothing
     assert fit_series_model(with_faults(truth), detector="zscore").excursion_scale_ > 10 * faulty.excursion_scale_
     assert fit_series_model(truth, detector="zscore").excursion_scale_ == clean.excursion_scale_
@@ -78,7 +80,7 @@ def test_an_ordinary_step_at_the_end_of_the_data_is_kept_a_spike_is_not():
     y = gpu_count(n=2100, seed=3, step_p=0.15)
     model = fit_series_model(y.iloc[:2016], OPEN, detector="svr")
     start = y.index[2016]
-    bar = model.config.open_move_factor * model.step_scale_
+    bar = model.config.cleaning.open_move_factor * model.step_scale_
     assert model.tau_ < bar  # a step between the two is flagged, and is the demand's own size
     stepped = y.iloc[:2060].copy()
     stepped.iloc[-1] = stepped.iloc[-2] + 0.5 * (model.tau_ + bar)

@@ -8,6 +8,7 @@ import pytest
 
 from gpupool.detect.clean import FittedSeriesModel, detect_and_clean, fit_series_model, stream_detect
 from gpupool.detect.router import RouterConfig
+from gpupool.detect.rules import CleaningRules
 
 
 def level_series(n: int = 1200, seed: int = 5, level: float = 10.0) -> pd.Series:
@@ -92,7 +93,7 @@ def test_an_outage_on_a_series_that_never_idles_is_cleaned_unless_switched_off()
     default = stream_detect(y, detector="svr")
     assert default["cleaned"].iloc[900:912].all()
     assert (default["clean_value"].iloc[900:912] - 10.0).abs().max() < 2.0
-    off = stream_detect(y, RouterConfig(outage_max_idle_share=None), detector="svr")
+    off = stream_detect(y, RouterConfig(cleaning=CleaningRules(outage_max_idle_share=None)), detector="svr")
     assert not off["cleaned"].iloc[900:912].any()
 
 

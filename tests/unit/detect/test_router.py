@@ -5,7 +5,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from gpupool.detect.router import RouterConfig, route
+from gpupool.detect.router import RouterConfig, RoutingRules, route
 
 SEASONAL = {
     "n_valid": 2016, "constant": False, "period": 288, "period_source": "daily", "acf_period": 0.9,
@@ -40,9 +40,9 @@ def test_prophet_needs_enough_cycles_and_few_gaps():
 
 
 def test_thresholds_are_configuration():
-    assert route(SEASONAL, RouterConfig(prophet_min_acf=0.95))[0] != "prophet"
-    assert route(SEASONAL, RouterConfig(prophet_enabled=False))[0] != "prophet"
-    assert route(STRUCTURED, RouterConfig(sr_min_noise_ratio=0.05))[0] == "zscore"
+    assert route(SEASONAL, RouterConfig(routing=RoutingRules(prophet_min_acf=0.95)))[0] != "prophet"
+    assert route(SEASONAL, RouterConfig(routing=RoutingRules(prophet_enabled=False)))[0] != "prophet"
+    assert route(STRUCTURED, RouterConfig(routing=RoutingRules(sr_min_noise_ratio=0.05)))[0] == "zscore"
 
 
 def test_forced_detector_and_per_metric_override():
@@ -61,3 +61,20 @@ def test_config_rejects_unknown_fields_and_bad_values():
         RouterConfig(tau_multiplier=0)
     with pytest.raises(pydantic.ValidationError):
         RouterConfig(overrides={"m": {"no_such_field": 1}}).for_metric("m")
+
+
+def test_a_section_in_an_override_keeps_the_bases_other_settings():
+    base = RouterConfig(
+        routing=RoutingRules(prophet_min_acf=0.7),
+        overrides={"gpu_pending": {"routing": {"prophet_enabled": False}, "tau_multiplier": 6.0}},
+    )
+    merged = base.for_metric("gpu_pending")
+    assert merged.routing == RoutingRules(prophet_min_acf=0.7, prophet_enabled=False)
+    assert merged.tau_multiplier == 6.0 and merged.overrides == {}
+    assert base.merged({"alarms": {"run_points": 0}}).alarms.run_points == 0
+    assert base.merged({"alarms": {"run_points": 0}}).alarms.merge_points == RouterConfig().alarms.merge_points
+    with pytest.raises(pydantic.ValidationError):
+        base.merged({"alarms": {"run_points": -1}})
+    # a tuned constant is no operator knob: the old flat name is refused, not silently ignored
+    with pytest.raises(pydantic.ValidationError):
+        RouterConfig(alarm_history_share=0.001)

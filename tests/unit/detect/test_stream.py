@@ -9,9 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpupool.detect.alarms import AlarmRules
 from gpupool.detect.clean import OUTPUT_COLUMNS, refit_anchors, stream_detect
 from gpupool.detect.io import detect_csv
-from gpupool.detect.router import RouterConfig
+from gpupool.detect.router import RouterConfig, RoutingRules
+from gpupool.detect.rules import CleaningRules
 from gpupool.tsio import SeriesInputError
 
 
@@ -42,7 +44,7 @@ def test_a_burst_raises_one_alarm_and_is_kept_a_spike_is_alarmed_and_cleaned():
 def test_alarm_merge_is_configuration():
     y = level_series()
     y.iloc[[300, 305]] = 25.0  # two glitches five points apart: one event by default
-    every = stream_detect(y, RouterConfig(alarm_merge_points=0), detector="svr")
+    every = stream_detect(y, RouterConfig(alarms=AlarmRules(merge_points=0)), detector="svr")
     merged = stream_detect(y, detector="svr")
     assert every["is_anomaly"].iloc[[300, 305]].all()
     assert merged["is_anomaly"].iloc[300] and not merged["is_anomaly"].iloc[305]
@@ -173,31 +175,32 @@ def test_false_alarm_budget_raises_the_alarm_threshold_on_a_heavy_tailed_history
     y = level_series(n=2000)
     bursts = rng.choice(2000, 60, replace=False)
     y.iloc[bursts] += rng.exponential(4.0, 60)  # frequent ordinary bursts: a heavy upper tail
-    off = fit_series_model(y, RouterConfig(alarm_history_share=None), detector="zscore")
-    budget = fit_series_model(y, RouterConfig(alarm_history_share=0.005), detector="zscore")
-    assert off.alarm_threshold_ == RouterConfig().alarm_tau_scale * RouterConfig().tau_multiplier
+    off = fit_series_model(y, RouterConfig(alarms=AlarmRules(history_share=None)), detector="zscore")
+    budget = fit_series_model(y, RouterConfig(alarms=AlarmRules(history_share=0.005)), detector="zscore")
+    assert off.alarm_threshold_ == RouterConfig().alarms.tau_scale * RouterConfig().tau_multiplier
     assert budget.alarm_threshold_ > off.alarm_threshold_
     assert budget.threshold_ == off.threshold_, "the budget is for alarms; cleaning keeps τ"
     # a budget never lowers the alarm threshold below the τ scale's
-    calm = fit_series_model(level_series(n=2000), RouterConfig(alarm_history_share=0.005), detector="zscore")
+    calm = fit_series_model(level_series(n=2000), RouterConfig(alarms=AlarmRules(history_share=0.005)), detector="zscore")
     assert calm.alarm_threshold_ >= off.alarm_threshold_
 
 
 @pytest.mark.parametrize("seed", [7, 8])
 def test_fallback_keeps_the_detector_that_alarms_at_the_smaller_deviation(seed):
-    from gpupool.detect.clean import _alarm_size, fit_series_model
+    from gpupool.detect.clean import fit_series_model
+    from gpupool.detect.model import alarm_size
 
     rng = np.random.default_rng(seed)
     idx = pd.date_range("2025-01-06", periods=2016, freq="5min", tz="UTC")
     # heavy-tailed noise around a slowly moving level: SVR and the z-score are close rivals
     y = pd.Series(50 + np.cumsum(rng.normal(0, 0.05, 2016)) + rng.standard_t(2, 2016), index=idx)
-    cfg = RouterConfig(sr_min_noise_ratio=10.0, prophet_enabled=False)  # the features say SVR
+    cfg = RouterConfig(routing=RoutingRules(sr_min_noise_ratio=10.0, prophet_enabled=False))  # the features say SVR
     off = fit_series_model(y, cfg.model_copy(update={"fallback": False}))
     assert off.detector_name == "svr"
     zs = fit_series_model(y, cfg, detector="zscore")
     routed = fit_series_model(y, cfg)
-    assert _alarm_size(routed) == min(_alarm_size(off), _alarm_size(zs))
-    assert routed.detector_name == ("zscore" if _alarm_size(zs) < _alarm_size(off) else "svr")
+    assert alarm_size(routed) == min(alarm_size(off), alarm_size(zs))
+    assert routed.detector_name == ("zscore" if alarm_size(zs) < alarm_size(off) else "svr")
     assert ("fallback" in routed.reason) == (routed.detector_name == "zscore")
 
 
@@ -211,7 +214,7 @@ def test_a_counter_reset_is_cleaned_as_one_fault_a_lasting_fall_is_kept():
     assert reset["cleaned"].iloc[:15].all(), "the ramp's points far below the level are replaced"
     assert (reset["clean_value"].iloc[:15] > 8.5).all() and (reset["clean_value"].iloc[:15] < 11.5).all()
     assert out["is_anomaly"].iloc[900] and not out["cleaned"].iloc[900:1100].any()
-    rule_off = stream_detect(y, RouterConfig(max_fault_run=0), detector="svr")
+    rule_off = stream_detect(y, RouterConfig(cleaning=CleaningRules(max_fault_run=0)), detector="svr")
     assert rule_off["cleaned"].iloc[500:515].sum() < 5
 
 
@@ -230,7 +233,7 @@ def test_a_fall_to_zero_longer_than_a_spike_is_idle_not_a_fault_without_the_outa
     y = level_series(n=1200, seed=5)
     y.iloc[700:703] = 0.0  # the exporter read zero for three points: a fault
     y.iloc[900:912] = 0.0  # an hour with no demand at all: the series' own life
-    out = stream_detect(y, RouterConfig(outage_max_idle_share=None), detector="svr")
+    out = stream_detect(y, RouterConfig(cleaning=CleaningRules(outage_max_idle_share=None)), detector="svr")
     assert out["cleaned"].iloc[700:703].all()
     assert not out["cleaned"].iloc[900:912].any()
     assert out["is_anomaly"].iloc[900]  # still an alarm: the series deviated
@@ -278,7 +281,8 @@ def test_a_surge_of_real_demand_is_kept_a_glitch_of_the_same_size_is_cleaned():
     # the series' ordinary noise is never cleaned, though a few points exceed τ
     assert out["cleaned"].sum() <= 3
     # both rules are configuration
-    loose = stream_detect(y, RouterConfig(spike_max_shoulder=1.0, spike_height_factor=0.0), detector="svr")
+    loose_rules = CleaningRules(spike_max_shoulder=1.0, spike_height_factor=0.0)
+    loose = stream_detect(y, RouterConfig(cleaning=loose_rules), detector="svr")
     assert loose["cleaned"].iloc[1500:1505].any()
 
 
@@ -292,7 +296,7 @@ def _week_with_two_anomalies(seed: int = 3) -> pd.Series:
 
 def test_an_earlier_anomaly_in_the_history_does_not_hide_a_smaller_later_one():
     y = _week_with_two_anomalies()
-    out = stream_detect(y, RouterConfig(alarm_history_skip_per_day=1.0), detector="zscore")
+    out = stream_detect(y, RouterConfig(alarms=AlarmRules(history_skip_per_day=1.0)), detector="zscore")
     assert out["is_anomaly"].iloc[288 * 3 + 100]
     assert out["is_anomaly"].iloc[288 * 6 + 100], "the day-3 spike must not raise the bar for the week after it"
     assert out["is_anomaly"].sum() <= 6
@@ -311,26 +315,26 @@ def test_a_history_with_many_large_excursions_keeps_its_raised_bar():
     y = level_series(n=288 * 7)
     bursts = rng.choice(y.size, 80, replace=False)
     y.iloc[bursts] += rng.uniform(5.0, 10.0, 80)  # ordinary bursts, about eleven a day
-    cfg = RouterConfig(alarm_history_skip_per_day=1.0)
+    cfg = RouterConfig(alarms=AlarmRules(history_skip_per_day=1.0))
     skipped = fit_series_model(y, cfg, detector="zscore")
-    least = cfg.alarm_tau_scale * cfg.tau_multiplier
+    least = cfg.alarms.tau_scale * cfg.tau_multiplier
     assert skipped.alarm_threshold_ > 2 * least, "seven skipped excursions leave dozens as large"
-    whole = fit_series_model(y, cfg.model_copy(update={"alarm_history_skip_per_day": 0.0}), detector="zscore")
+    whole = fit_series_model(y, cfg.merged({"alarms": {"history_skip_per_day": 0.0}}), detector="zscore")
     assert least < skipped.alarm_threshold_ <= whole.alarm_threshold_
 
 
 def test_excursions_join_points_as_alarms_do():
-    from gpupool.detect.clean import _excursions
+    from gpupool.detect.alarms import excursions
 
     # 1 and 4 are 3 points apart: one excursion; 4 and 9 are 5 apart, 9 and 13 are 4 apart: three in all
     norm = np.array([0, 9, 0, 0, 8, 0, 0, 0, 0, 7, np.nan, 0, 0, 5], dtype=float)
-    events, peaks = _excursions(norm, 4.0, merge_points=3)
+    events, peaks = excursions(norm, 4.0, merge_points=3)
     assert events.tolist() == [-1, 0, 0, 0, 0, -1, -1, -1, -1, 1, -1, -1, -1, 2]
     assert peaks.tolist() == [9.0, 7.0, 5.0]
-    events, peaks = _excursions(norm, 4.0, merge_points=4)
+    events, peaks = excursions(norm, 4.0, merge_points=4)
     assert events.tolist() == [-1, 0, 0, 0, 0, -1, -1, -1, -1, 1, 1, 1, 1, 1]
     assert peaks.tolist() == [9.0, 7.0]
-    events, peaks = _excursions(norm, 10.0, merge_points=3)
+    events, peaks = excursions(norm, 10.0, merge_points=3)
     assert (events == -1).all() and peaks.size == 0
 
 
@@ -346,7 +350,7 @@ def test_a_week_of_minute_points_leaves_three_excursions_out_of_the_budget_five_
     from gpupool.detect.clean import fit_series_model
 
     cfg = RouterConfig()
-    least = cfg.alarm_tau_scale * cfg.tau_multiplier
+    least = cfg.alarms.tau_scale * cfg.tau_multiplier
     minutes = _minutes(7)
     five = level_series(n=288 * 7, seed=4)
     for y in (minutes, five):
@@ -359,7 +363,7 @@ def test_a_week_of_minute_points_leaves_three_excursions_out_of_the_budget_five_
     slow = fit_series_model(five, cfg, detector="zscore")
     assert slow.alarm_threshold_ > 4 * least
     # without the per-point skip the minute series keeps its raised bar too
-    whole = fit_series_model(minutes, cfg.model_copy(update={"alarm_history_skip_per_1000_points": 0.0}),
+    whole = fit_series_model(minutes, cfg.merged({"alarms": {"history_skip_per_1000_points": 0.0}}),
                              detector="zscore")
     assert whole.alarm_threshold_ > 4 * least
     assert fast.extra["excursions"]["points"] == minutes.size
@@ -372,7 +376,7 @@ def test_on_a_minute_series_an_earlier_anomaly_does_not_hide_a_smaller_later_one
     out = stream_detect(y, detector="zscore")
     assert out["is_anomaly"].iloc[1440 * 3 + 100]
     assert out["is_anomaly"].iloc[1440 * 6 + 100], "the day-3 spike must not raise the bar for the week after it"
-    before = stream_detect(y, RouterConfig(alarm_history_skip_per_1000_points=0.0), detector="zscore")
+    before = stream_detect(y, RouterConfig(alarms=AlarmRules(history_skip_per_1000_points=0.0)), detector="zscore")
     assert not before["is_anomaly"].iloc[1440 * 6 + 100]
     assert out["cleaned"].equals(before["cleaned"])
 
@@ -387,7 +391,7 @@ def test_a_small_level_shift_raises_one_alarm_from_its_run_of_deviations_by_defa
     alarms = np.flatnonzero(out["is_anomaly"].to_numpy())
     assert alarms.size == 1 and start <= alarms[0] < start + 7, "one alarm, within the shift's first points"
     # the run alarm is the only thing that sees it
-    off = stream_detect(y, RouterConfig(alarm_run_points=0), **kw)
+    off = stream_detect(y, RouterConfig(alarms=AlarmRules(run_points=0)), **kw)
     assert not off["is_anomaly"].iloc[start : start + 30].any()
     # alarms only: what is cleaned, and the values, are the same
     assert out["cleaned"].equals(off["cleaned"])
@@ -401,13 +405,14 @@ def test_runs_the_history_has_every_day_raise_no_run_alarm():
     y = level_series(n=288 * 7, seed=1)
     for day in range(7):
         y.iloc[288 * day + 100 : 288 * day + 130] += 2.0  # the same small shift every day: ordinary
-    cfg = RouterConfig(alarm_run_points=5)
+    cfg = RouterConfig(alarms=AlarmRules(run_points=5))
     model = fit_series_model(y, cfg, detector="zscore")
-    level = cfg.alarm_run_share * cfg.alarm_tau_scale * cfg.tau_multiplier
+    level = cfg.alarms.run_share * cfg.alarms.tau_scale * cfg.tau_multiplier
     assert model.run_threshold_ > level, "the history's own runs set the bar"
     quiet = fit_series_model(level_series(n=288 * 7, seed=1), cfg, detector="zscore")
     assert quiet.run_threshold_ == pytest.approx(level)
     # SR's score is no residual: no run alarms
     assert np.isnan(fit_series_model(y, cfg, detector="sr").run_threshold_)
     # 0 points: off
-    assert np.isnan(fit_series_model(y, RouterConfig(alarm_run_points=0), detector="zscore").run_threshold_)
+    off = RouterConfig(alarms=AlarmRules(run_points=0))
+    assert np.isnan(fit_series_model(y, off, detector="zscore").run_threshold_)
