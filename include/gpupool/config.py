@@ -14,7 +14,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from gpupool.errors import UserError
-from gpupool.allocate.policy import PLAN_HORIZON_HOURS
 
 PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
 #: the kinds reached through an API, whose connection `conn_id` names
@@ -33,6 +32,12 @@ def check_section(model: type[BaseModel], value: dict) -> dict:
             raise ValueError(f"unknown key {key!r}; known: {', '.join(model.model_fields)}") from None
         raise ValueError(f"{key}: {first['msg']}") from None
     return value
+
+#: hours of demand the plan looks ahead, in the pipeline (``limits.plan_horizon_hours``) and in
+#: ``gpupool simulate`` (``Policy.plan_horizon_hours``) alike; chosen on the tuning groupings of
+#: ``bench/allocate_helios.py`` (``bench/allocate_tune.py``, reactive). The forecast stage
+#: forecasts further (``limits.horizon_hours``); the plan reads the first hours.
+PLAN_HORIZON_HOURS = 2
 
 class ConfigError(UserError, ValueError):
     """A configuration file that cannot be used; the message names file, key and reason."""
@@ -141,7 +146,7 @@ class LimitsConfig(_Strict):
     #: forecasts as far (`sim.study.FORECAST_HOURS`)
     horizon_hours: int = Field(default=6, ge=1)
     #: hours of demand the plan looks ahead (the first hours of the forecast); `gpupool simulate`
-    #: plans with the same default (`allocate.policy.PLAN_HORIZON_HOURS`)
+    #: plans with the same default (PLAN_HORIZON_HOURS)
     plan_horizon_hours: int = Field(default=PLAN_HORIZON_HOURS, ge=1)
     max_actuation_age_hours: float = Field(default=2.0, ge=0)
     #: whether a release may evict running GPU work (Kubernetes Eviction API, respecting PDBs),

@@ -27,18 +27,14 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gpupool.config import PLAN_HORIZON_HOURS
+
 PolicyKind = Literal["static", "reactive", "predictive", "oracle"]
 #: every policy kind, the what-if's choice (``gpupool simulate --policy``, the report's table)
 POLICY_KINDS: tuple[str, ...] = get_args(PolicyKind)
 #: the kinds the pipeline can plan with (``gpupool plan``/``run``, the DAG's Param): the oracle
 #: needs the true future, which only the what-if has
 PLANNED_KINDS: tuple[str, ...] = tuple(k for k in POLICY_KINDS if k != "oracle")
-
-#: hours of demand the plan looks ahead, in the pipeline (``limits.plan_horizon_hours``) and in
-#: ``gpupool simulate`` alike; chosen on the tuning groupings of ``bench/allocate_helios.py``
-#: (``bench/allocate_tune.py``, reactive). The forecast stage forecasts further
-#: (``limits.horizon_hours``); the plan reads the first hours.
-PLAN_HORIZON_HOURS = 2
 
 
 class Policy(BaseModel):

@@ -23,7 +23,7 @@ from gpupool.values import jsonable
 log = logging.getLogger(__name__)
 
 #: points judged before a window so an event running into it raises no second alarm (above
-#: the router's `alarm_merge_points` at the pipeline's 5-minute step)
+#: the router's `alarms.merge_points` at the pipeline's 5-minute step)
 DETECT_ALARM_LOOKBACK = timedelta(hours=6)
 
 

@@ -23,6 +23,10 @@ ABOVE = {"pipeline", "cli", "poolview", "report", "airflow_glue", "platforms", "
 SIMULATOR = {"sim", "emulator"}
 #: modules every layer may use; they import nothing from gpupool
 LEAVES = {"errors", "values"}
+#: the one edge the rules allow against the flow, and why: loading platforms.yaml checks its
+#: ``detect.router`` section against the router's own settings model (inside a validator, so a
+#: stage that reads its config does not load a detector)
+ALLOWED_EDGES = {("config", "detect.router")}
 #: what a fitted model must never be read back through
 UNPICKLERS = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "joblib", "marshal", "shelve"}
 
@@ -81,6 +85,8 @@ def graph(root: Path = PKG) -> dict[str, tuple[frozenset, frozenset]]:
             continue
         name = _module_name(path, root)
         internal, external = scan(path, root)
+        internal = {m for m in internal if not any(src == name and (dst == m or dst.startswith(m + "."))
+                                                   for src, dst in ALLOWED_EDGES)}
         out[name] = (frozenset(internal - {name}), frozenset(external))
     return out
 
