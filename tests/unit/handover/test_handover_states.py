@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from gpupool.allocate import handover as ho
-from gpupool.staging.schema import action_audit, allocation_plan
+from gpupool.staging.schema import action_audit, allocation_plan, handover
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 
@@ -75,7 +75,7 @@ def test_second_open_handover_for_a_node_is_refused(engine, datacenter):
     # a failed handover blocks too, until it is rolled back
     ho.get_handover(engine, first)
     with engine.begin() as conn:
-        conn.execute(ho.handover.update().values(state=ho.FAILED))
+        conn.execute(handover.update().values(state=ho.FAILED))
     with pytest.raises(ho.HandoverConflict):
         _open(engine, dst="openstack")
     ho.rollback(engine, first, datacenter[1], at=T0)
