@@ -647,10 +647,22 @@ def _rollback_locked(engine: Engine, h: Handover, actuators: Mapping[str, Actuat
             raise
         _set(engine, h, at, state=ROLLED_BACK, error=f"rolled back from {h.state}")
         return {"id": h.id, "state": ROLLED_BACK, "action": f"returned to {h.from_platform}"}
+    _refuse_superseded(engine, h)
     rid = _open_reverse(engine, h, at, timeout, f"rolled back from {h.state}")
     if src is not None and dst is not None:
         _advance(engine, get_handover(engine, rid), actuators, at)
     return {"id": h.id, "state": ROLLED_BACK, "action": "reverse handover opened", "reverse_id": rid}
+
+
+def _refuse_superseded(engine: Engine, h: Handover) -> None:
+    """A handover that a later live one of the node followed is not sent back: the node is no
+    longer where ``h`` put it, and a reverse would open it a second time elsewhere."""
+    later = [x for x in list_handovers(engine, node=h.node)
+             if x.id > h.id and not x.dry_run and x.state != ROLLED_BACK]
+    if later:
+        x = min(later, key=lambda y: y.id)
+        raise HandoverError(f"handover #{h.id}: node {h.node!r} was moved on by handover #{x.id} "
+                            f"({x.from_platform} -> {x.to_platform}, {x.state}); roll that one back instead")
 
 
 def _rollback_on_paper(engine: Engine, h: Handover, actuators: Mapping[str, Actuator]) -> dict[str, Any]:
@@ -672,6 +684,7 @@ def _rollback_on_paper(engine: Engine, h: Handover, actuators: Mapping[str, Actu
             send_audited(engine, h.id, None, cmd, dry_run=True)
         return {"id": h.id, "state": h.state, "action": "would return the node to its source",
                 "would_send": [asdict(c) for c in cmds], "dry_run": True}
+    _refuse_superseded(engine, h)
     reason = moving_reason(h.from_platform)
     if dst is None:
         cmds = [Command(h.to_platform, h.node, "release",

@@ -284,3 +284,20 @@ def test_arrival_mig_layout_comes_from_the_plan(sqlite_engine, datacenter):
 def test_open_rejects_same_platform(sqlite_engine):
     with pytest.raises(ho.HandoverError, match="both"):
         ho.open_handover(sqlite_engine, "n1", "slurm", "slurm", T0)
+
+
+def test_rollback_of_a_handover_a_later_one_moved_on_is_refused(engine, datacenter):
+    """n1 went slurm -> kubernetes -> openstack: sending the first move back would open n1 on
+    slurm while it is open on openstack."""
+    dc, acts = datacenter
+    first = _open(engine)
+    ho.advance_all(engine, acts, T0, dry_run=False)
+    second = ho.open_handover(engine, "n1", "kubernetes", "openstack", T0 + timedelta(minutes=5), dry_run=False)
+    ho.advance_all(engine, acts, T0 + timedelta(minutes=5), dry_run=False)
+    assert dc.open_on("n1") == ["openstack"]
+    for dry_run in (True, False):
+        with pytest.raises(ho.HandoverError, match=f"moved on by handover #{second}"):
+            ho.rollback(engine, first, acts, at=T0 + timedelta(minutes=10), dry_run=dry_run)
+    assert ho.get_handover(engine, first).state == ho.DONE and dc.open_on("n1") == ["openstack"]
+    ho.rollback(engine, second, acts, at=T0 + timedelta(minutes=10))  # the latest one may go back
+    assert dc.open_on("n1") == ["kubernetes"]

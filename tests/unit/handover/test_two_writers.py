@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpupool.allocate import handover as ho
+from gpupool.staging.schema import handover
 from memplatform import make
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
@@ -122,3 +123,65 @@ def test_rollback_of_a_planned_handover_the_advancer_starts_meanwhile(engine, mo
     assert out["state"] == ho.ROLLED_BACK
     _records_match_platforms(engine, dc, "n1", "slurm")
     assert ho.get_handover(engine, hid).state == ho.ROLLED_BACK
+
+
+def test_a_state_changed_under_the_lock_stops_the_writer_before_it_sends(engine):
+    """Beneath the lock every write is a compare-and-set: a writer that does not take the lock
+    (here, a direct update while the drain is out) makes the advancer stop, report the conflict
+    and send nothing for a state it did not win."""
+    dc, acts = make(("slurm", "kubernetes"), {"n1": "slurm"})
+    hid = ho.open_handover(engine, "n1", "slurm", "kubernetes", T0, dry_run=False)
+
+    def failed_meanwhile():
+        with engine.begin() as conn:
+            conn.execute(handover.update().where(handover.c.id == hid).values(state=ho.FAILED, error="elsewhere"))
+
+    _during(acts["slurm"], "send", lambda cmd: cmd.action == "drain", failed_meanwhile)
+    rep = ho.advance_all(engine, acts, T0, dry_run=False)
+    (entry,) = rep["handovers"]
+    assert entry["state"] == ho.FAILED and "another writer changed it" in entry["conflict"]
+    assert [f["id"] for f in rep["failed"]] == [hid]  # still failed: the task fails and alerts
+    assert acts["kubernetes"].sent == []  # never attached
+    assert [(r["action"], r["status"]) for r in ho.audit_rows(engine, hid)] == [("drain", "ok")]
+    # the next pass settles it the usual way: gpupool's hold lifted, node back at its source
+    ho.advance_all(engine, acts, T0 + timedelta(minutes=5), dry_run=False)
+    assert ho.get_handover(engine, hid).state == ho.ROLLED_BACK and dc.open_on("n1") == ["slurm"]
+
+
+def test_a_command_is_audited_and_sent_only_in_the_state_it_was_read_in(engine):
+    dc, acts = make(("slurm", "kubernetes"), {"n1": "slurm"})
+    hid = ho.open_handover(engine, "n1", "slurm", "kubernetes", T0, dry_run=False)
+    cmd = acts["slurm"].release_commands("n1", "gpupool: moving to kubernetes")[0]
+    with pytest.raises(ho.HandoverConflict, match=f"#{hid} is planned now, not releasing"):
+        ho.send_audited(engine, hid, acts["slurm"], cmd, dry_run=False, expected_state=ho.RELEASING)
+    assert ho.audit_rows(engine, hid) == [] and acts["slurm"].sent == []
+    ho.send_audited(engine, hid, acts["slurm"], cmd, dry_run=False, expected_state=ho.PLANNED)
+    assert [r["status"] for r in ho.audit_rows(engine, hid)] == ["ok"] and len(acts["slurm"].sent) == 1
+
+
+def test_a_rollback_waits_for_no_one(engine):
+    """The node lock never blocks: while the handover DAG holds the node, ``gpupool rollback``
+    answers at once that the node is busy, on another thread too."""
+    import threading
+
+    from gpupool.staging import handovers as store
+
+    dc, acts = make(("slurm", "kubernetes"), {"n1": "slurm"})
+    hid = ho.open_handover(engine, "n1", "slurm", "kubernetes", T0, dry_run=False)
+    answers: list = []
+
+    def operator():
+        try:
+            answers.append(ho.rollback(engine, hid, acts, at=T0))
+        except ho.HandoverConflict as exc:
+            answers.append(exc)
+
+    with store.node_lock(engine, "n1") as held:
+        assert held
+        t = threading.Thread(target=operator)
+        t.start()
+        t.join(timeout=30)
+        assert not t.is_alive()
+    assert isinstance(answers[0], ho.HandoverConflict) and "being changed by another writer" in str(answers[0])
+    assert ho.get_handover(engine, hid).state == ho.PLANNED
+    assert ho.rollback(engine, hid, acts, at=T0)["state"] == ho.ROLLED_BACK  # once free, it goes through
