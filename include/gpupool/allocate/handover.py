@@ -19,16 +19,14 @@ Safety rules, enforced here and re-checked by every actuator:
 
 * one blocking handover per node (``planned``..``attaching`` and ``failed``): a second is
   refused (:class:`HandoverConflict`), checked under a per-node lock on PostgreSQL;
-* one writer per node at a time: :func:`advance_all`, :func:`advance_one` and :func:`rollback`
-  hold the node's writer lock (:func:`gpupool.staging.handovers.node_lock`) from the moment they
-  read a handover until its commands are sent and its state written, so no writer acts on a
-  state another one is changing — the handover DAG, ``gpupool rollback`` and a fast path alike
-  (the one-slot Airflow pool does not cover the CLI). A writer that finds the node busy does
-  nothing: the advancer reports it under ``busy`` and retries next run, a rollback raises
-  :class:`HandoverConflict`. Beneath the lock every state change is a compare-and-set on the
-  state the writer read, and every command's audit row is written only while the handover is
-  still in that state: a writer that loses stops with :class:`HandoverConflict` and sends
-  nothing;
+* one writer per node: :func:`advance_all`, :func:`advance_one` and :func:`rollback` hold the
+  node's lock (:func:`gpupool.staging.handovers.node_lock`) from their read of a handover until
+  its commands are sent and its state written — the handover DAG, ``gpupool rollback`` and a
+  fast path alike (the one-slot Airflow pool does not cover the CLI). A writer that finds the
+  node busy does nothing: the advancer lists it under ``busy`` (next run retries), a rollback
+  raises :class:`HandoverConflict`. Beneath the lock each state change is a compare-and-set on
+  the state read, and a command is audited (then sent) only while that state holds: a writer
+  that loses stops with :class:`HandoverConflict`, sending nothing;
 * the target is attached only after the source reported the node released, and only while the
   source still holds it — a node is never open for work on two platforms at once;
 * every command is written to ``action_audit`` (``pending``) and committed before it is sent,
@@ -320,9 +318,8 @@ def advance_all(
     the module's safety rules). ``allow_evict`` lets actuators that can evict (the Kubernetes
     Eviction API) ask running GPU work to leave; otherwise release waits for it.
 
-    Each handover is advanced under its node's writer lock and re-read once the lock is held;
-    one whose node another writer holds is left alone and listed under ``busy`` (the next run
-    retries it).
+    Each handover is re-read under its node's lock; one whose node another writer holds is
+    left alone and listed under ``busy`` (the next run retries it).
 
     Returns ``{"handovers": [{id, node, from, to, before, state, error}], "skipped": [ids],
     "busy": [ids], "failed": [...]}``; ``failed`` lists the handovers that failed or timed out

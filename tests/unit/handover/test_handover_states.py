@@ -301,3 +301,25 @@ def test_rollback_of_a_handover_a_later_one_moved_on_is_refused(engine, datacent
     assert ho.get_handover(engine, first).state == ho.DONE and dc.open_on("n1") == ["openstack"]
     ho.rollback(engine, second, acts, at=T0 + timedelta(minutes=10))  # the latest one may go back
     assert dc.open_on("n1") == ["kubernetes"]
+
+
+def test_an_idle_node_moves_in_one_pass_step_by_step(engine, datacenter):
+    """Each step that completes at once is followed by the next in the same pass (the drain of an
+    idle node leaves it released, so it is attached at once), at most ``max_steps`` of them;
+    the state of each step is written before its commands go out."""
+    dc, acts = datacenter
+    seen = []
+    for platform in ("slurm", "kubernetes", "openstack"):
+        real = acts[platform].send
+        acts[platform].send = lambda cmd, real=real: seen.append(
+            (cmd.node, cmd.action, ho.list_handovers(engine, node=cmd.node)[0].state)) or real(cmd)
+    hid = _open(engine)
+    ho.advance_all(engine, acts, T0, dry_run=False, max_steps=2)
+    assert ho.get_handover(engine, hid).state == ho.RELEASED and dc.open_on("n1") == []
+    other = _open(engine, node="n2", src="kubernetes", dst="openstack")
+    rep = ho.advance_all(engine, acts, T0, dry_run=False)
+    assert [(e["id"], e["before"], e["state"]) for e in rep["handovers"]] == [
+        (hid, ho.RELEASED, ho.DONE), (other, ho.PLANNED, ho.DONE)]
+    assert dc.open_on("n1") == ["kubernetes"] and dc.open_on("n2") == ["openstack"]
+    assert seen == [("n1", "drain", ho.RELEASING), ("n1", "resume", ho.ATTACHING),
+                    ("n2", "drain", ho.RELEASING), ("n2", "resume", ho.ATTACHING)]
