@@ -19,6 +19,14 @@ Safety rules, enforced here and re-checked by every actuator:
 
 * one blocking handover per node (``planned``..``attaching`` and ``failed``): a second is
   refused (:class:`HandoverConflict`), checked under a per-node lock on PostgreSQL;
+* one writer per node: :func:`advance_all`, :func:`advance_one` and :func:`rollback` hold the
+  node's lock (:func:`gpupool.staging.handovers.node_lock`) from their read of a handover until
+  its commands are sent and its state written — the handover DAG, ``gpupool rollback`` and a
+  fast path alike (the one-slot Airflow pool does not cover the CLI). A writer that finds the
+  node busy does nothing: the advancer lists it under ``busy`` (next run retries), a rollback
+  raises :class:`HandoverConflict`. Beneath the lock each state change is a compare-and-set on
+  the state read, and a command is audited (then sent) only while that state holds: a writer
+  that loses stops with :class:`HandoverConflict`, sending nothing;
 * the target is attached only after the source reported the node released, and only while the
   source still holds it — a node is never open for work on two platforms at once;
 * every command is written to ``action_audit`` (``pending``) and committed before it is sent,
@@ -44,6 +52,11 @@ Safety rules, enforced here and re-checked by every actuator:
 * a ``dry_run`` handover writes the audit rows of every command it would send (status
   ``dry_run``) in one pass, sends nothing and ends ``done``.
 
+A pass takes as many steps as complete at once (up to :data:`MAX_STEPS`, the length of the
+path ``planned`` -> ``done``): a node that drains at once is released and attached in the same
+pass; a step that must wait (work still running, a MIG re-layout) ends the pass, and the next
+one resumes there. Every table access goes through :mod:`gpupool.staging.handovers`.
+
 Nothing here reads the wall clock to decide: the caller passes ``at``. Audit rows carry the
 wall-clock times at which commands really went out.
 """
@@ -51,14 +64,11 @@ wall-clock times at which commands really went out.
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import pandas as pd
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from gpupool.errors import UserError
@@ -69,7 +79,9 @@ from gpupool.allocate.actuators.base import (
     ForeignHoldError,
     moving_reason,
 )
-from gpupool.staging.schema import action_audit, allocation_plan, handover
+from gpupool.staging import handovers as store
+from gpupool.staging import reads
+from gpupool.values import utc_datetime
 
 PLANNED, RELEASING, RELEASED, ATTACHING, DONE, FAILED, ROLLED_BACK = (
     "planned", "releasing", "released", "attaching", "done", "failed", "rolled_back",
@@ -90,7 +102,8 @@ class HandoverError(UserError, ValueError):
 
 
 class HandoverConflict(HandoverError):
-    """The node already has a handover that is open or failed."""
+    """The node already has a handover that is open or failed, or another writer holds the
+    node or changed the handover's state under this one."""
 
 
 class HandoverFailed(RuntimeError):
@@ -124,13 +137,13 @@ class Handover:
 
     @classmethod
     def from_row(cls, row) -> "Handover":
-        """Build from a SQLAlchemy row, with times in UTC."""
-        m = row._mapping
+        """Build from a ``handover`` row (a mapping or a SQLAlchemy row), with times in UTC."""
+        m = getattr(row, "_mapping", row)
         return cls(
             id=int(m["id"]), node=m["node"], from_platform=m["from_platform"], to_platform=m["to_platform"],
             state=m["state"], plan_id=m["plan_id"], reason=m["reason"], error=m["error"], dry_run=bool(m["dry_run"]),
-            created_at=_utc(m["created_at"]), updated_at=_utc(m["updated_at"]),
-            deadline=None if m["deadline"] is None else _utc(m["deadline"]),
+            created_at=utc_datetime(m["created_at"]), updated_at=utc_datetime(m["updated_at"]),
+            deadline=None if m["deadline"] is None else utc_datetime(m["deadline"]),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -167,34 +180,20 @@ def open_handover(
         raise HandoverError(f"node {node!r}: source and target are both {source!r}")
     if state not in (PLANNED, RELEASING):
         raise HandoverError(f"a handover opens as planned or releasing, not {state!r}")
-    at = _utc(at)
-    with engine.begin() as conn:
-        _lock_node(conn, node)
-        _refuse_blocking(conn, node)
-        res = conn.execute(handover.insert().values(
+    at = utc_datetime(at)
+    try:
+        return store.insert_handover(engine, dict(
             node=node, from_platform=source, to_platform=target, state=state, plan_id=plan_id,
             reason=reason, error=None, dry_run=dry_run, created_at=at, updated_at=at, deadline=at + timeout,
-        ))
-        new_id = int(res.inserted_primary_key[0])
-        # a concurrent writer that slipped past the check shows up here: undo ours
-        n = conn.execute(sa.select(sa.func.count()).select_from(handover).where(
-            handover.c.node == node, handover.c.state.in_(BLOCKING_STATES))).scalar_one()
-        if n > 1:
-            raise HandoverConflict(f"node {node!r}: another handover was opened concurrently")
-    return new_id
+        ), BLOCKING_STATES)
+    except store.Blocked as exc:
+        raise _blocked(exc) from None
 
 
-def _lock_node(conn: sa.Connection, node: str) -> None:
-    if conn.dialect.name == "postgresql":
-        key = zlib.crc32(f"gpupool-handover:{node}".encode())
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
-
-
-def _refuse_blocking(conn: sa.Connection, node: str) -> None:
-    row = conn.execute(sa.select(handover.c.id, handover.c.state).where(
-        handover.c.node == node, handover.c.state.in_(BLOCKING_STATES)).limit(1)).first()
-    if row is not None:
-        raise HandoverConflict(f"node {node!r} already has handover #{row.id} in state {row.state!r}")
+def _blocked(exc: store.Blocked) -> HandoverConflict:
+    if exc.id is None:
+        return HandoverConflict(f"node {exc.node!r}: another handover was opened concurrently")
+    return HandoverConflict(f"node {exc.node!r} already has handover #{exc.id} in state {exc.state!r}")
 
 
 # ------------------------------------------------------------------------------------ reading
@@ -202,8 +201,7 @@ def _refuse_blocking(conn: sa.Connection, node: str) -> None:
 
 def get_handover(engine: Engine, handover_id: int) -> Handover:
     """One handover by id; :class:`HandoverError` when there is none."""
-    with engine.connect() as conn:
-        row = conn.execute(sa.select(handover).where(handover.c.id == handover_id)).first()
+    row = store.get_handover(engine, handover_id)
     if row is None:
         raise HandoverError(f"no handover #{handover_id}")
     return Handover.from_row(row)
@@ -212,24 +210,12 @@ def get_handover(engine: Engine, handover_id: int) -> Handover:
 def list_handovers(engine: Engine, states: tuple[str, ...] | None = None, node: str | None = None,
                    limit: int | None = None) -> list[Handover]:
     """Handovers, newest first, optionally only in ``states`` / of ``node``."""
-    q = sa.select(handover).order_by(handover.c.id.desc())
-    if states:
-        q = q.where(handover.c.state.in_(states))
-    if node:
-        q = q.where(handover.c.node == node)
-    if limit:
-        q = q.limit(limit)
-    with engine.connect() as conn:
-        return [Handover.from_row(r) for r in conn.execute(q)]
+    return [Handover.from_row(r) for r in store.handover_rows(engine, states, node=node, limit=limit)]
 
 
 def audit_rows(engine: Engine, handover_id: int | None = None) -> list[dict[str, Any]]:
     """``action_audit`` rows in the order they were written (of one handover, or all)."""
-    q = sa.select(action_audit).order_by(action_audit.c.id)
-    if handover_id is not None:
-        q = q.where(action_audit.c.handover_id == handover_id)
-    with engine.connect() as conn:
-        return [dict(r._mapping) for r in conn.execute(q)]
+    return store.audit_rows(engine, handover_id)
 
 
 # ------------------------------------------------------------------------------------ audit
@@ -241,19 +227,22 @@ def _wall() -> datetime:
 
 
 def send_audited(engine: Engine, handover_id: int | None, actuator: Actuator | None, command: Command,
-                 dry_run: bool) -> Any:
+                 dry_run: bool, expected_state: str | None = None) -> Any:
     """Write the command to ``action_audit`` and commit, then send it and record the answer.
 
     With ``dry_run`` (or no actuator) the row is written with status ``dry_run`` and nothing is
-    sent. A failure is recorded on the row and re-raised as :class:`ActuationError`.
+    sent. A failure is recorded on the row and re-raised as :class:`ActuationError`. With
+    ``expected_state`` the row is written (and the command sent) only while the handover is
+    still in that state; otherwise :class:`HandoverConflict` and nothing is written or sent.
     """
     dry = dry_run or actuator is None
-    with engine.begin() as conn:
-        audit_id = conn.execute(action_audit.insert().values(
-            handover_id=handover_id, platform=command.platform, node=command.node, action=command.action,
-            request=_jsonable(command.request), status="dry_run" if dry else "pending", response=None,
-            dry_run=dry, created_at=_wall(), finished_at=_wall() if dry else None,
-        )).inserted_primary_key[0]
+    audit_id = store.insert_audit(engine, dict(
+        handover_id=handover_id, platform=command.platform, node=command.node, action=command.action,
+        request=command.request, status="dry_run" if dry else "pending", response=None,
+        dry_run=dry, created_at=_wall(), finished_at=_wall() if dry else None,
+    ), handover_state=expected_state)
+    if audit_id is None:
+        raise _lost(engine, handover_id, expected_state, f"{command.action} to {command.platform} not sent")
     if dry:
         return None
     try:
@@ -261,34 +250,37 @@ def send_audited(engine: Engine, handover_id: int | None, actuator: Actuator | N
     except Exception as exc:
         err = exc if isinstance(exc, ActuationError) else ActuationError(
             command.platform, command.node, command.action, f"{type(exc).__name__}: {exc}")
-        _finish_audit(engine, audit_id, "failed", str(err))
+        store.finish_audit(engine, audit_id, "failed", str(err), _wall())
         raise err from exc
-    _finish_audit(engine, audit_id, "ok", json.dumps(_jsonable(answer), default=str))
+    store.finish_audit(engine, audit_id, "ok", json.dumps(store.audit_json(answer), default=str), _wall())
     return answer
 
 
-def _finish_audit(engine: Engine, audit_id: int, status: str, response: str) -> None:
-    with engine.begin() as conn:
-        conn.execute(action_audit.update().where(action_audit.c.id == audit_id).values(
-            status=status, response=response, finished_at=_wall()))
+def _send(engine: Engine, h: Handover, actuator: Actuator, command: Command) -> Any:
+    """Send one real command of ``h``, audited, while ``h`` is still in the state it was read in."""
+    return send_audited(engine, h.id, actuator, command, dry_run=False, expected_state=h.state)
 
 
 def _target_touched(engine: Engine, h: Handover) -> bool:
     """Whether any real command of this handover went (or may have gone) to the target."""
-    with engine.connect() as conn:
-        n = conn.execute(sa.select(sa.func.count()).select_from(action_audit).where(
-            action_audit.c.handover_id == h.id, action_audit.c.platform == h.to_platform,
-            action_audit.c.dry_run.is_(False))).scalar_one()
-    return n > 0
+    return store.real_commands_to(engine, h.id, h.to_platform) > 0
 
 
 # ------------------------------------------------------------------------------------ state
 
 
+def _lost(engine: Engine, handover_id: int | None, expected: str | None, what: str) -> HandoverConflict:
+    row = store.get_handover(engine, handover_id) if handover_id is not None else None
+    now = "gone" if row is None else f"{row['state']} now"
+    return HandoverConflict(f"handover #{handover_id} is {now}, not {expected}: another writer changed it; {what}")
+
+
 def _set(engine: Engine, h: Handover, at: datetime, **values: Any) -> Handover:
+    """Write ``values`` on ``h`` if it is still in the state it was read in (compare-and-set);
+    :class:`HandoverConflict` when another writer changed it meanwhile (nothing written)."""
     values["updated_at"] = at
-    with engine.begin() as conn:
-        conn.execute(handover.update().where(handover.c.id == h.id).values(**values))
+    if not store.compare_and_set(engine, h.id, h.state, values):
+        raise _lost(engine, h.id, h.state, "this writer stops")
     fields = {k: v for k, v in values.items() if k in Handover.__dataclass_fields__}
     return Handover(**{**asdict(h), **fields})
 
@@ -297,9 +289,8 @@ def _arrival_layout(engine: Engine, h: Handover) -> str | None:
     """The MIG layout the plan wants the node to arrive with (``None``: leave it)."""
     if h.plan_id is None:
         return None
-    with engine.connect() as conn:
-        moves = conn.execute(sa.select(allocation_plan.c.moves).where(allocation_plan.c.id == h.plan_id)).scalar()
-    for m in moves or []:
+    row = reads.plan_by_id(engine, h.plan_id)
+    for m in (row.moves if row is not None else None) or []:
         if m.get("node") == h.node and m.get("to") == h.to_platform:
             layout = m.get("mig_layout")
             return layout or None
@@ -327,33 +318,57 @@ def advance_all(
     the module's safety rules). ``allow_evict`` lets actuators that can evict (the Kubernetes
     Eviction API) ask running GPU work to leave; otherwise release waits for it.
 
+    Each handover is re-read under its node's lock; one whose node another writer holds is
+    left alone and listed under ``busy`` (the next run retries it).
+
     Returns ``{"handovers": [{id, node, from, to, before, state, error}], "skipped": [ids],
-    "failed": [...]}``; ``failed`` lists the handovers that failed or timed out in this pass
-    or are still failed, for the caller to raise :class:`HandoverFailed` on.
+    "busy": [ids], "failed": [...]}``; ``failed`` lists the handovers that failed or timed out
+    in this pass or are still failed, for the caller to raise :class:`HandoverFailed` on. An
+    entry whose state another writer changed under this pass carries ``conflict``.
     """
-    at = _utc(at)
-    report: dict[str, Any] = {"at": at.isoformat(), "handovers": [], "skipped": [], "failed": []}
-    for h in sorted(list_handovers(engine, BLOCKING_STATES), key=lambda x: x.id):
-        if h.dry_run:
-            if h.state == FAILED:
+    at = utc_datetime(at)
+    report: dict[str, Any] = {"at": at.isoformat(), "handovers": [], "skipped": [], "busy": [], "failed": []}
+    for listed in sorted(list_handovers(engine, BLOCKING_STATES), key=lambda x: x.id):
+        with store.node_lock(engine, listed.node) as held:
+            if not held:
+                report["busy"].append(listed.id)
                 continue
-            after = _complete_on_paper(engine, h, actuators, at)
-        elif dry_run:
-            if h.state != FAILED and not _past_deadline(h, at):
+            h = get_handover(engine, listed.id)
+            if h.state not in BLOCKING_STATES:  # another writer ended it since the listing
+                continue
+            conflict = None
+            try:
+                after = _advance_locked(engine, h, actuators, at, dry_run, allow_evict, max_steps)
+            except HandoverConflict as exc:  # a writer that does not take the lock changed it
+                conflict, after = str(exc), get_handover(engine, h.id)
+            if after is None:
                 report["skipped"].append(h.id)
                 continue
-            why = f"timed out in state {h.state}" if h.state != FAILED else None
-            after = _settle(engine, h, actuators, at, may_send_back=False, why=why)
-        elif h.state == FAILED:
-            after = _settle(engine, h, actuators, at, may_send_back=True)
-        else:
-            after = advance_one(engine, h, actuators, at, allow_evict=allow_evict, max_steps=max_steps)
         entry = {"id": h.id, "node": h.node, "from": h.from_platform, "to": h.to_platform,
                  "before": h.state, "state": after.state, "error": after.error}
+        if conflict is not None:
+            entry["conflict"] = conflict
         report["handovers"].append(entry)
-        if _failed(h, after, at):
+        if (after.state == FAILED) if conflict is not None else _failed(h, after, at):
             report["failed"].append(entry)
     return report
+
+
+def _advance_locked(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime, dry_run: bool,
+                    allow_evict: bool, max_steps: int) -> Handover | None:
+    """One handover's turn in :func:`advance_all`, its node's lock held; None: skipped."""
+    if h.dry_run:
+        if h.state == FAILED:
+            return None
+        return _complete_on_paper(engine, h, actuators, at)
+    if dry_run:
+        if h.state != FAILED and not _past_deadline(h, at):
+            return None
+        why = f"timed out in state {h.state}" if h.state != FAILED else None
+        return _settle(engine, h, actuators, at, may_send_back=False, why=why)
+    if h.state == FAILED:
+        return _settle(engine, h, actuators, at, may_send_back=True)
+    return _advance(engine, h, actuators, at, allow_evict=allow_evict, max_steps=max_steps)
 
 
 def _past_deadline(h: Handover, at: datetime) -> bool:
@@ -371,8 +386,24 @@ def _failed(before: Handover, after: Handover, at: datetime) -> bool:
 
 def advance_one(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime,
                 allow_evict: bool = False, max_steps: int = MAX_STEPS) -> Handover:
-    """Advance one live handover (see :func:`advance_all`); returns it as it ends up."""
-    at = _utc(at)
+    """Advance one live handover (see :func:`advance_all`); returns it as it ends up.
+
+    Takes the node's writer lock and re-reads the handover under it; :class:`HandoverConflict`
+    when another writer holds the node, or changed the handover under this one.
+    """
+    at = utc_datetime(at)
+    with store.node_lock(engine, h.node) as held:
+        if not held:
+            raise HandoverConflict(f"handover #{h.id}: node {h.node!r} is being changed by another writer")
+        fresh = get_handover(engine, h.id)
+        if fresh.state not in OPEN_STATES:
+            return fresh
+        return _advance(engine, fresh, actuators, at, allow_evict=allow_evict, max_steps=max_steps)
+
+
+def _advance(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime,
+             allow_evict: bool = False, max_steps: int = MAX_STEPS) -> Handover:
+    """:func:`advance_one` with the node's lock held: step while each step completes at once."""
     src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
     missing = [p for p, a in ((h.from_platform, src), (h.to_platform, dst)) if a is None]
     if missing:
@@ -399,7 +430,12 @@ def advance_one(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], 
 
 
 def _step(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetime, allow_evict: bool) -> Handover | None:
-    """One transition, or None when the handover must wait (its error says why, if anything failed)."""
+    """One transition, or None when the handover must wait (its error says why, if anything failed).
+
+    The state a step's commands belong to is written first (``releasing`` before the drain,
+    ``attaching`` before the attach), and each command is audited only while the handover is
+    still in the state read.
+    """
     node = h.node
     if h.state == PLANNED:
         st = src.owner_state(node)
@@ -418,15 +454,15 @@ def _step(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetim
         src.refuse_foreign(st, "release")
         if not st.held_by_gpupool:
             for cmd in src.release_commands(node, moving_reason(h.to_platform)):
-                send_audited(engine, h.id, src, cmd, dry_run=False)
+                _send(engine, h, src, cmd)
         if allow_evict and src.can_evict:
             for cmd in src.evict_commands(node):
                 try:
-                    send_audited(engine, h.id, src, cmd, dry_run=False)
+                    _send(engine, h, src, cmd)
                 except ForeignHoldError:
                     raise
                 except ActuationError as exc:  # a PodDisruptionBudget says not now: keep waiting
-                    _set(engine, h, at, error=f"waiting: {exc}")
+                    h = _set(engine, h, at, error=f"waiting: {exc}")
         if src.is_released(node):
             return _set(engine, h, at, state=RELEASED, error=None)
         busy = src.owner_state(node).busy
@@ -445,12 +481,12 @@ def _step(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetim
                         error=f"{h.from_platform} opened node {node!r} again (hold lifted outside gpupool); not attaching")
         layout = _arrival_layout(engine, h)
         for cmd in dst.prepare_commands(node, layout):
-            send_audited(engine, h.id, dst, cmd, dry_run=False)
+            _send(engine, h, dst, cmd)
         if not dst.is_prepared(node, layout):
             _set(engine, h, at, error=f"waiting: MIG layout {layout} not applied yet")
             return None
         for cmd in dst.attach_commands(node):
-            send_audited(engine, h.id, dst, cmd, dry_run=False)
+            _send(engine, h, dst, cmd)
         st_t = dst.owner_state(node)
         if st_t.present and st_t.schedulable:
             return _set(engine, h, at, state=DONE, error=None)
@@ -467,6 +503,7 @@ def _settle(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: 
     reason is gpupool's) and end ``rolled_back``. Target touched: open a reverse handover that
     sends the node back (only when ``may_send_back``: a dry-run pass sends no drain), else stay
     ``failed``. A lift that fails keeps the handover ``failed``; the next run tries again.
+    The node's writer lock is held by the caller.
     """
     why = why or (h.error or f"failed in state {h.state}")
     src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
@@ -486,7 +523,7 @@ def _settle(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: 
         return _set(engine, h, at, state=FAILED, error=f"{why}; {note}; needs `gpupool rollback {h.id}`")
     rid = _open_reverse(engine, h, at, DEFAULT_TIMEOUT, f"{why}; sent back")
     if src is not None and dst is not None:
-        advance_one(engine, get_handover(engine, rid), actuators, at)
+        _advance(engine, get_handover(engine, rid), actuators, at)
     return get_handover(engine, h.id)
 
 
@@ -495,23 +532,26 @@ def _lift_source_hold(engine: Engine, h: Handover, src: Actuator) -> bool:
     st = src.owner_state(h.node)
     if st.held_by_gpupool:
         for cmd in src.attach_commands(h.node):
-            send_audited(engine, h.id, src, cmd, dry_run=False)
+            _send(engine, h, src, cmd)
         return True
     return False
 
 
 def _open_reverse(engine: Engine, h: Handover, at: datetime, timeout: timedelta, error: str) -> int:
-    """Close ``h`` as rolled back and open its reverse target -> source, atomically."""
-    with engine.begin() as conn:
-        _lock_node(conn, h.node)
-        conn.execute(handover.update().where(handover.c.id == h.id).values(
-            state=ROLLED_BACK, error=f"{error}: reverse handover opened", updated_at=at))
-        _refuse_blocking(conn, h.node)
-        return int(conn.execute(handover.insert().values(
-            node=h.node, from_platform=h.to_platform, to_platform=h.from_platform, state=PLANNED,
-            plan_id=None, reason=f"rollback of handover #{h.id}", error=None, dry_run=False,
-            created_at=at, updated_at=at, deadline=at + timeout,
-        )).inserted_primary_key[0])
+    """Close ``h`` as rolled back (if still in the state read) and open its reverse target ->
+    source, atomically; :class:`HandoverConflict` when either cannot be done (nothing written)."""
+    try:
+        rid = store.close_and_reverse(
+            engine, h.id, h.state, dict(state=ROLLED_BACK, error=f"{error}: reverse handover opened", updated_at=at),
+            dict(node=h.node, from_platform=h.to_platform, to_platform=h.from_platform, state=PLANNED,
+                 plan_id=None, reason=f"rollback of handover #{h.id}", error=None, dry_run=False,
+                 created_at=at, updated_at=at, deadline=at + timeout),
+            BLOCKING_STATES)
+    except store.Blocked as exc:
+        raise _blocked(exc) from None
+    if rid is None:
+        raise _lost(engine, h.id, h.state, "no reverse handover opened")
+    return rid
 
 
 def _complete_on_paper(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime) -> Handover:
@@ -526,7 +566,7 @@ def _complete_on_paper(engine: Engine, h: Handover, actuators: Mapping[str, Actu
     rows += _would_send(dst, h.to_platform, h.node, "attach", lambda a: a.attach_commands(h.node), {})
     notes = []
     for cmd, note in rows:
-        send_audited(engine, h.id, None, cmd, dry_run=True)
+        send_audited(engine, h.id, None, cmd, dry_run=True, expected_state=h.state)
         if note:
             notes.append(note)
     return _set(engine, h, at, state=DONE, error="; ".join(notes) or None)
@@ -545,7 +585,6 @@ def _would_send(act: Actuator | None, platform: str, node: str, kind: str, build
     except Exception as exc:  # a read failed: a dry run still says what it would have done
         return [(Command(platform, node, kind, {**generic, "unknown": f"{type(exc).__name__}: {exc}"}),
                  f"could not read {platform}: {exc}")]
-
 
 # ------------------------------------------------------------------------------------ rollback
 
@@ -569,32 +608,33 @@ def rollback(
 
     ``at`` defaults to now (an operator's command). A dry-run handover is just closed.
 
+    The rollback holds the node's writer lock and reads the handover under it:
+    :class:`HandoverConflict` when another writer (the handover DAG, another rollback) holds
+    the node or changed the handover under it — nothing is then sent; try again.
+
     With ``dry_run`` nothing is sent and no state changes: the commands the rollback would send
     are written to ``action_audit`` with status ``dry_run`` and returned under ``would_send``.
     """
-    at = _utc(at) if at is not None else _wall()
-    h = get_handover(engine, handover_id)
+    at = utc_datetime(at) if at is not None else _wall()
+    if dry_run:
+        return _rollback_on_paper(engine, get_handover(engine, handover_id), actuators)
+    node = get_handover(engine, handover_id).node
+    with store.node_lock(engine, node) as held:
+        if not held:
+            raise HandoverConflict(f"handover #{handover_id}: node {node!r} is being changed by another writer "
+                                   f"(the handover DAG or another rollback); nothing sent, try again")
+        return _rollback_locked(engine, get_handover(engine, handover_id), actuators, at, timeout)
+
+
+def _rollback_locked(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime,
+                     timeout: timedelta) -> dict[str, Any]:
     if h.state == ROLLED_BACK:
         raise HandoverError(f"handover #{h.id} is already rolled back")
     if h.dry_run or h.state == PLANNED:
-        if dry_run:
-            return {"id": h.id, "state": h.state, "action": "would close it (nothing was sent)", "would_send": [],
-                    "dry_run": True}
         _set(engine, h, at, state=ROLLED_BACK, error="rolled back before anything was sent")
         return {"id": h.id, "state": ROLLED_BACK, "action": "closed"}
     src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
     if not _target_touched(engine, h) and h.state in _SOURCE_SIDE + (FAILED,):
-        if dry_run:
-            if src is None:
-                cmds = [Command(h.from_platform, h.node, "attach",
-                                {"note": "no actuator for this platform: described, not built; "
-                                         "lifts gpupool's hold only if the reason is gpupool's"})]
-            else:
-                cmds = src.attach_commands(h.node) if src.owner_state(h.node).held_by_gpupool else []
-            for cmd in cmds:
-                send_audited(engine, h.id, None, cmd, dry_run=True)
-            return {"id": h.id, "state": h.state, "action": "would return the node to its source",
-                    "would_send": [asdict(c) for c in cmds], "dry_run": True}
         if src is None:
             raise HandoverError(f"handover #{h.id}: no actuator for {h.from_platform} to lift the hold")
         try:
@@ -604,32 +644,52 @@ def rollback(
             raise
         _set(engine, h, at, state=ROLLED_BACK, error=f"rolled back from {h.state}")
         return {"id": h.id, "state": ROLLED_BACK, "action": f"returned to {h.from_platform}"}
-    if dry_run:
-        reason = moving_reason(h.from_platform)
-        if dst is None:
-            cmds = [Command(h.to_platform, h.node, "release",
-                            {"reason": reason, "note": "no actuator for this platform: described, not built"})]
-        else:
-            cmds = dst.release_commands(h.node, reason)
-        for cmd in cmds:
-            send_audited(engine, h.id, None, cmd, dry_run=True)
-        return {"id": h.id, "state": h.state,
-                "action": f"would open a reverse handover {h.to_platform} -> {h.from_platform}",
-                "would_send": [asdict(c) for c in cmds], "dry_run": True}
+    _refuse_superseded(engine, h)
     rid = _open_reverse(engine, h, at, timeout, f"rolled back from {h.state}")
     if src is not None and dst is not None:
-        advance_one(engine, get_handover(engine, rid), actuators, at)
+        _advance(engine, get_handover(engine, rid), actuators, at)
     return {"id": h.id, "state": ROLLED_BACK, "action": "reverse handover opened", "reverse_id": rid}
 
 
-# ------------------------------------------------------------------------------------ helpers
+def _refuse_superseded(engine: Engine, h: Handover) -> None:
+    """A handover that a later live one of the node followed is not sent back: the node is no
+    longer where ``h`` put it, and a reverse would open it a second time elsewhere."""
+    later = [x for x in list_handovers(engine, node=h.node)
+             if x.id > h.id and not x.dry_run and x.state != ROLLED_BACK]
+    if later:
+        x = min(later, key=lambda y: y.id)
+        raise HandoverError(f"handover #{h.id}: node {h.node!r} was moved on by handover #{x.id} "
+                            f"({x.from_platform} -> {x.to_platform}, {x.state}); roll that one back instead")
 
 
-def _utc(ts: Any) -> datetime:
-    t = pd.Timestamp(ts)
-    t = t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
-    return t.to_pydatetime()
-
-
-def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
+def _rollback_on_paper(engine: Engine, h: Handover, actuators: Mapping[str, Actuator]) -> dict[str, Any]:
+    """What :func:`rollback` would send, audited as ``dry_run``; nothing sent, no state changed."""
+    if h.state == ROLLED_BACK:
+        raise HandoverError(f"handover #{h.id} is already rolled back")
+    if h.dry_run or h.state == PLANNED:
+        return {"id": h.id, "state": h.state, "action": "would close it (nothing was sent)", "would_send": [],
+                "dry_run": True}
+    src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
+    if not _target_touched(engine, h) and h.state in _SOURCE_SIDE + (FAILED,):
+        if src is None:
+            cmds = [Command(h.from_platform, h.node, "attach",
+                            {"note": "no actuator for this platform: described, not built; "
+                                     "lifts gpupool's hold only if the reason is gpupool's"})]
+        else:
+            cmds = src.attach_commands(h.node) if src.owner_state(h.node).held_by_gpupool else []
+        for cmd in cmds:
+            send_audited(engine, h.id, None, cmd, dry_run=True)
+        return {"id": h.id, "state": h.state, "action": "would return the node to its source",
+                "would_send": [asdict(c) for c in cmds], "dry_run": True}
+    _refuse_superseded(engine, h)
+    reason = moving_reason(h.from_platform)
+    if dst is None:
+        cmds = [Command(h.to_platform, h.node, "release",
+                        {"reason": reason, "note": "no actuator for this platform: described, not built"})]
+    else:
+        cmds = dst.release_commands(h.node, reason)
+    for cmd in cmds:
+        send_audited(engine, h.id, None, cmd, dry_run=True)
+    return {"id": h.id, "state": h.state,
+            "action": f"would open a reverse handover {h.to_platform} -> {h.from_platform}",
+            "would_send": [asdict(c) for c in cmds], "dry_run": True}

@@ -25,7 +25,6 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 import pandas as pd
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from gpupool.values import utc
@@ -36,8 +35,8 @@ from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SKILL_HOURS, SPREAD_HIS
 from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.allocate.policy import Policy
 from gpupool.forecast.stage import FORECAST_LEVEL
+from gpupool.staging import handovers as handover_store
 from gpupool.staging import reads
-from gpupool.staging.schema import action_audit, allocation_plan, handover
 
 
 # ------------------------------------------------------------------------------------ policy
@@ -262,8 +261,7 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     lookup (inside a task).
     """
     engine = ctx.engine
-    with engine.connect() as conn:
-        row = conn.execute(sa.select(allocation_plan).where(allocation_plan.c.id == plan_id)).first()
+    row = reads.plan_by_id(engine, plan_id)
     if row is None:
         raise ho.HandoverError(f"no allocation plan #{plan_id}")
     decided = utc(row.decided_at).to_pydatetime()
@@ -281,8 +279,7 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     timeout = timedelta(hours=lim.max_actuation_age_hours) if lim.max_actuation_age_hours > 0 else ho.DEFAULT_TIMEOUT
     opened, skipped = [], []
     stale = lim.max_actuation_age_hours > 0 and at - decided > timedelta(hours=lim.max_actuation_age_hours)
-    with engine.connect() as conn:
-        done_nodes = {r.node for r in conn.execute(sa.select(handover.c.node).where(handover.c.plan_id == plan_id))}
+    done_nodes = handover_store.nodes_of_plan(engine, plan_id)
     for m in row.moves or []:
         node, src, dst = m["node"], m["from"], m["to"]
         if stale:
@@ -352,14 +349,7 @@ def list_handovers(engine: Engine, at: datetime | None = None, open_only: bool =
     """Handovers newest first, each with its age (from ``at``, default now) and audit counts."""
     hs = ho.list_handovers(engine, ho.BLOCKING_STATES if open_only else None, limit=limit)
     ref = utc(at) if at is not None else pd.Timestamp.now(tz="UTC")
-    counts: dict[int, dict[str, int]] = {}
-    if hs:
-        with engine.connect() as conn:
-            for hid, status, n in conn.execute(
-                    sa.select(action_audit.c.handover_id, action_audit.c.status, sa.func.count())
-                    .where(action_audit.c.handover_id.in_([h.id for h in hs]))
-                    .group_by(action_audit.c.handover_id, action_audit.c.status)):
-                counts.setdefault(int(hid), {})[status] = int(n)
+    counts = handover_store.audit_counts(engine, [h.id for h in hs])
     out = []
     for h in hs:
         d = h.as_dict()

@@ -385,3 +385,9 @@ def window_record(engine: Engine, start: datetime, end: datetime) -> dict[str, l
             sa.select(allocation_plan).where(allocation_plan.c.decided_at == end).order_by(allocation_plan.c.id.desc()).limit(1)
         ).first()
     return {"extract_runs": runs, "clean": clean, "forecast": fc, "plan": plan}
+
+
+def plan_by_id(engine: Engine, plan_id: int):
+    """The allocation plan row of ``plan_id`` (decided_at, moves, ...), or None."""
+    with engine.connect() as conn:
+        return conn.execute(sa.select(allocation_plan).where(allocation_plan.c.id == plan_id)).first()

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from gpupool.allocate import handover as ho
-from gpupool.staging.schema import action_audit, allocation_plan
+from gpupool.staging.schema import action_audit, allocation_plan, handover
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 
@@ -75,7 +75,7 @@ def test_second_open_handover_for_a_node_is_refused(engine, datacenter):
     # a failed handover blocks too, until it is rolled back
     ho.get_handover(engine, first)
     with engine.begin() as conn:
-        conn.execute(ho.handover.update().values(state=ho.FAILED))
+        conn.execute(handover.update().values(state=ho.FAILED))
     with pytest.raises(ho.HandoverConflict):
         _open(engine, dst="openstack")
     ho.rollback(engine, first, datacenter[1], at=T0)
@@ -284,3 +284,42 @@ def test_arrival_mig_layout_comes_from_the_plan(sqlite_engine, datacenter):
 def test_open_rejects_same_platform(sqlite_engine):
     with pytest.raises(ho.HandoverError, match="both"):
         ho.open_handover(sqlite_engine, "n1", "slurm", "slurm", T0)
+
+
+def test_rollback_of_a_handover_a_later_one_moved_on_is_refused(engine, datacenter):
+    """n1 went slurm -> kubernetes -> openstack: sending the first move back would open n1 on
+    slurm while it is open on openstack."""
+    dc, acts = datacenter
+    first = _open(engine)
+    ho.advance_all(engine, acts, T0, dry_run=False)
+    second = ho.open_handover(engine, "n1", "kubernetes", "openstack", T0 + timedelta(minutes=5), dry_run=False)
+    ho.advance_all(engine, acts, T0 + timedelta(minutes=5), dry_run=False)
+    assert dc.open_on("n1") == ["openstack"]
+    for dry_run in (True, False):
+        with pytest.raises(ho.HandoverError, match=f"moved on by handover #{second}"):
+            ho.rollback(engine, first, acts, at=T0 + timedelta(minutes=10), dry_run=dry_run)
+    assert ho.get_handover(engine, first).state == ho.DONE and dc.open_on("n1") == ["openstack"]
+    ho.rollback(engine, second, acts, at=T0 + timedelta(minutes=10))  # the latest one may go back
+    assert dc.open_on("n1") == ["kubernetes"]
+
+
+def test_an_idle_node_moves_in_one_pass_step_by_step(engine, datacenter):
+    """Each step that completes at once is followed by the next in the same pass (the drain of an
+    idle node leaves it released, so it is attached at once), at most ``max_steps`` of them;
+    the state of each step is written before its commands go out."""
+    dc, acts = datacenter
+    seen = []
+    for platform in ("slurm", "kubernetes", "openstack"):
+        real = acts[platform].send
+        acts[platform].send = lambda cmd, real=real: seen.append(
+            (cmd.node, cmd.action, ho.list_handovers(engine, node=cmd.node)[0].state)) or real(cmd)
+    hid = _open(engine)
+    ho.advance_all(engine, acts, T0, dry_run=False, max_steps=2)
+    assert ho.get_handover(engine, hid).state == ho.RELEASED and dc.open_on("n1") == []
+    other = _open(engine, node="n2", src="kubernetes", dst="openstack")
+    rep = ho.advance_all(engine, acts, T0, dry_run=False)
+    assert [(e["id"], e["before"], e["state"]) for e in rep["handovers"]] == [
+        (hid, ho.RELEASED, ho.DONE), (other, ho.PLANNED, ho.DONE)]
+    assert dc.open_on("n1") == ["kubernetes"] and dc.open_on("n2") == ["openstack"]
+    assert seen == [("n1", "drain", ho.RELEASING), ("n1", "resume", ho.ATTACHING),
+                    ("n2", "drain", ho.RELEASING), ("n2", "resume", ho.ATTACHING)]

@@ -1,0 +1,274 @@
+"""The store of the ``handover`` and ``action_audit`` tables: every write and read of them.
+
+It knows the tables and no stage: the states a caller counts as blocking are passed in, rows
+come back as plain dicts, and a write that depends on what the caller read is a compare-and-set
+whose answer (won or lost) the caller acts on.
+
+Two kinds of lock serialise writers of one node:
+
+* :func:`node_lock` — held by one writer for the whole of its read, decide, audit and send on a
+  node (the handover DAG, ``gpupool rollback``, any fast path), so no other writer can act on
+  the state it read while its command is in flight. It never waits: a second writer is told
+  the node is busy. A session advisory lock on PostgreSQL (on a connection of its own, so the
+  audit rows still commit before each send); an exclusive ``flock`` on a file beside an SQLite
+  database (per open file, so it excludes threads and processes alike); a process lock
+  otherwise.
+* the transaction lock of :func:`insert_handover` / :func:`close_and_reverse` (an advisory
+  transaction lock on PostgreSQL; SQLite's single writer) — the check "no blocking handover of
+  this node" and the insert run as one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import threading
+import zlib
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from gpupool.staging.schema import action_audit, handover
+
+
+class Blocked(Exception):
+    """The node already has a handover in one of the blocking states (``id``, ``state``);
+    ``id`` is None when a concurrent writer's row showed up after the check."""
+
+    def __init__(self, node: str, handover_id: int | None, state: str | None):
+        self.node, self.id, self.state = node, handover_id, state
+        super().__init__(f"node {node!r}: handover #{handover_id} in state {state!r}")
+
+
+def audit_json(value: Any) -> Any:
+    """What ``action_audit`` stores for a request or an answer: the value through JSON, with
+    anything JSON does not know written as its ``str``."""
+    return json.loads(json.dumps(value, default=str))
+
+
+# ------------------------------------------------------------------------------------ locks
+
+
+def _key(namespace: str, node: str) -> int:
+    return zlib.crc32(f"{namespace}:{node}".encode())
+
+
+def lock_node_in(conn: sa.Connection, node: str) -> None:
+    """The per-node transaction lock of ``conn``'s transaction (PostgreSQL; SQLite's single
+    writer already serialises the transaction)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _key("gpupool-handover", node)})
+
+
+_process_locks: dict[tuple[str, str], threading.Lock] = {}
+_process_locks_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def node_lock(engine: Engine, node: str) -> Iterator[bool]:
+    """Hold the writer lock of ``node`` for the ``with`` block; yields False (and holds nothing)
+    when another writer has it. Released when the block ends, or when the process or its
+    database session dies."""
+    key = _key("gpupool-handover-writer", node)
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            got = bool(conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
+            conn.commit()
+            try:
+                yield got
+            finally:
+                if got:
+                    conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                    conn.commit()
+        return
+    path = _sqlite_lock_file(engine, key)
+    if path is None:
+        with _process_lock(engine, node) as got:
+            yield got
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _sqlite_lock_file(engine: Engine, key: int) -> Path | None:
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    folder = Path(f"{database}.handover-locks")
+    folder.mkdir(exist_ok=True)
+    return folder / f"{key:08x}.lock"
+
+
+@contextlib.contextmanager
+def _process_lock(engine: Engine, node: str) -> Iterator[bool]:
+    with _process_locks_guard:
+        lock = _process_locks.setdefault((str(engine.url), node), threading.Lock())
+    got = lock.acquire(blocking=False)
+    try:
+        yield got
+    finally:
+        if got:
+            lock.release()
+
+
+# ------------------------------------------------------------------------------------ handover rows
+
+
+def _blocking_row(conn: sa.Connection, node: str, blocking: tuple[str, ...]):
+    return conn.execute(sa.select(handover.c.id, handover.c.state).where(
+        handover.c.node == node, handover.c.state.in_(blocking)).order_by(handover.c.id).limit(1)).first()
+
+
+def _insert(conn: sa.Connection, values: dict[str, Any]) -> int:
+    return int(conn.execute(handover.insert().values(**values)).inserted_primary_key[0])
+
+
+def insert_handover(engine: Engine, values: dict[str, Any], blocking: tuple[str, ...]) -> int:
+    """Insert a ``handover`` row (``values``: its columns) unless its node has a row in a
+    ``blocking`` state (:class:`Blocked`, nothing written); returns the new id."""
+    node = values["node"]
+    with engine.begin() as conn:
+        lock_node_in(conn, node)
+        row = _blocking_row(conn, node, blocking)
+        if row is not None:
+            raise Blocked(node, int(row.id), row.state)
+        new_id = _insert(conn, values)
+        # a concurrent writer that slipped past the check shows up here: undo ours
+        n = conn.execute(sa.select(sa.func.count()).select_from(handover).where(
+            handover.c.node == node, handover.c.state.in_(blocking))).scalar_one()
+        if n > 1:
+            raise Blocked(node, None, None)
+    return new_id
+
+
+def close_and_reverse(engine: Engine, handover_id: int, expected: str, closing: dict[str, Any],
+                      reverse: dict[str, Any], blocking: tuple[str, ...]) -> int | None:
+    """In one transaction: set ``closing`` on handover ``handover_id`` if it is still in state
+    ``expected``, then insert the ``reverse`` row unless another row of the node blocks
+    (:class:`Blocked`, nothing written). Returns the new id, or None when the handover was no
+    longer in ``expected`` (nothing written)."""
+    node = reverse["node"]
+    with engine.begin() as conn:
+        lock_node_in(conn, node)
+        res = conn.execute(handover.update().where(
+            handover.c.id == handover_id, handover.c.state == expected).values(**closing))
+        if res.rowcount != 1:
+            return None
+        row = _blocking_row(conn, node, blocking)
+        if row is not None:
+            raise Blocked(node, int(row.id), row.state)
+        return _insert(conn, reverse)
+
+
+def compare_and_set(engine: Engine, handover_id: int, expected: str, values: dict[str, Any]) -> bool:
+    """Set ``values`` on handover ``handover_id`` only if its state is still ``expected``;
+    whether it was."""
+    with engine.begin() as conn:
+        res = conn.execute(handover.update().where(
+            handover.c.id == handover_id, handover.c.state == expected).values(**values))
+    return res.rowcount == 1
+
+
+def get_handover(engine: Engine, handover_id: int) -> dict[str, Any] | None:
+    """The ``handover`` row of ``handover_id``, or None."""
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(handover).where(handover.c.id == handover_id)).first()
+    return None if row is None else dict(row._mapping)
+
+
+def handover_rows(engine: Engine, states: tuple[str, ...] | None = None, node: str | None = None,
+                  limit: int | None = None) -> list[dict[str, Any]]:
+    """``handover`` rows newest first, optionally only in ``states`` / of ``node``."""
+    q = sa.select(handover).order_by(handover.c.id.desc())
+    if states:
+        q = q.where(handover.c.state.in_(states))
+    if node:
+        q = q.where(handover.c.node == node)
+    if limit:
+        q = q.limit(limit)
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def nodes_of_plan(engine: Engine, plan_id: int) -> set[str]:
+    """The nodes that allocation plan ``plan_id`` opened a handover for."""
+    with engine.connect() as conn:
+        return {r.node for r in conn.execute(sa.select(handover.c.node).where(handover.c.plan_id == plan_id))}
+
+
+# ------------------------------------------------------------------------------------ audit rows
+
+
+def insert_audit(engine: Engine, values: dict[str, Any], handover_state: str | None = None) -> int | None:
+    """Write an ``action_audit`` row and commit; returns its id.
+
+    With ``handover_state`` the row is written only while its handover (``values["handover_id"]``)
+    is still in that state, checked in the same transaction (None: it was not, nothing written).
+    ``request`` is stored as :func:`audit_json` of it.
+    """
+    values = {**values, "request": audit_json(values["request"])}
+    with engine.begin() as conn:
+        if handover_state is not None:
+            # a no-op update: it takes the row (PostgreSQL) and answers whether the state holds
+            res = conn.execute(handover.update().where(
+                handover.c.id == values["handover_id"], handover.c.state == handover_state
+            ).values(state=handover_state))
+            if res.rowcount != 1:
+                return None
+        return int(conn.execute(action_audit.insert().values(**values)).inserted_primary_key[0])
+
+
+def finish_audit(engine: Engine, audit_id: int, status: str, response: str, finished_at: datetime) -> None:
+    """Record the outcome of an audited command."""
+    with engine.begin() as conn:
+        conn.execute(action_audit.update().where(action_audit.c.id == audit_id).values(
+            status=status, response=response, finished_at=finished_at))
+
+
+def audit_rows(engine: Engine, handover_id: int | None = None) -> list[dict[str, Any]]:
+    """``action_audit`` rows in the order they were written (of one handover, or all)."""
+    q = sa.select(action_audit).order_by(action_audit.c.id)
+    if handover_id is not None:
+        q = q.where(action_audit.c.handover_id == handover_id)
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def real_commands_to(engine: Engine, handover_id: int, platform: str) -> int:
+    """How many commands of handover ``handover_id`` were (or may have been) really sent to
+    ``platform`` (audit rows that are not dry runs)."""
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(action_audit).where(
+            action_audit.c.handover_id == handover_id, action_audit.c.platform == platform,
+            action_audit.c.dry_run.is_(False))).scalar_one())
+
+
+def audit_counts(engine: Engine, handover_ids: list[int]) -> dict[int, dict[str, int]]:
+    """``{handover id: {status: number of audit rows}}`` of the given handovers."""
+    counts: dict[int, dict[str, int]] = {}
+    if not handover_ids:
+        return counts
+    with engine.connect() as conn:
+        for hid, status, n in conn.execute(
+                sa.select(action_audit.c.handover_id, action_audit.c.status, sa.func.count())
+                .where(action_audit.c.handover_id.in_(handover_ids))
+                .group_by(action_audit.c.handover_id, action_audit.c.status)):
+            counts.setdefault(int(hid), {})[status] = int(n)
+    return counts
