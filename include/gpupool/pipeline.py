@@ -120,6 +120,14 @@ class Context:
             names = [n for n in names if n in only]
         return names
 
+    def build_actuators(self, platforms: list[str] | None = None, lookup=None) -> dict:
+        """Actuators of the platforms set to actuate (of ``platforms`` if given), from the same
+        connection lookup as the sources (:func:`gpupool.platforms.build_actuators`). The
+        allocate layer asks the context for them, so it never knows how a platform is reached."""
+        from gpupool.platforms import build_actuators
+
+        return build_actuators(self.config, platforms, lookup=lookup)
+
 
 # --- extract ---------------------------------------------------------------------------
 

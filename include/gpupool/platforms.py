@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from gpupool.allocate.actuators.base import with_pool_names
 from gpupool.config import GpupoolConfig, PlatformConfig
 
 #: the embedded world is generated per calendar quarter (plus this much history before it),
@@ -200,18 +201,6 @@ def build_actuators(cfg: GpupoolConfig, platforms: list[str] | None = None, look
         if not p.actuation or (p.kind == "simulator" and world is None):
             continue
         out[p.name] = build_actuator(p, cfg, lookup, env, world)
-    return out
-
-
-def with_pool_names(cfg: GpupoolConfig, actuators: Mapping[str, Any]) -> dict:
-    """Wrap each actuator so that it takes pool node ids and speaks to its platform in the
-    platform's own node names (``pool.nodes[].names``). Already wrapped ones are left as they are."""
-    from gpupool.allocate.actuators.base import NamedActuator
-
-    out = {}
-    for platform, act in actuators.items():
-        names = {n.node: n.names[platform] for n in cfg.pool.nodes if n.names.get(platform, n.node) != n.node}
-        out[platform] = NamedActuator(act, names) if names and not isinstance(act, NamedActuator) else act
     return out
 
 

@@ -30,7 +30,7 @@ from sqlalchemy.engine import Engine
 from gpupool.values import utc
 from gpupool import mig
 from gpupool.allocate import handover as ho
-from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason
+from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason, with_pool_names
 from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SKILL_HOURS, SPREAD_HISTORY_HOURS, plan_demand
 from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.allocate.policy import Policy
@@ -217,24 +217,8 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
 # ------------------------------------------------------------------------------------ actuators
 
 
-def build_actuators(config, platforms: list[str] | None = None, env: Mapping[str, str] | None = None,
-                    lookup=None) -> dict[str, Actuator]:
-    """Actuators of the platforms configured with ``actuation: true`` (never simulator ones).
-
-    Built by :func:`gpupool.platforms.build_actuators` from the same connection lookup as the
-    sources: Airflow's (``lookup``) inside a task, else ``AIRFLOW_CONN_<CONN_ID>`` (URI or JSON).
-    A platform set to actuate whose connection is missing or unusable raises a one-line error
-    naming the platform and the connection id.
-    """
-    from gpupool.platforms import build_actuators as _build
-
-    return _build(config, platforms, lookup=lookup, env=env)
-
-
 def _named(config, actuators: Mapping[str, Actuator]) -> dict[str, Actuator]:
-    """The actuators, taking pool node ids (see :func:`gpupool.platforms.with_pool_names`)."""
-    from gpupool.platforms import with_pool_names
-
+    """The actuators, taking pool node ids (see :func:`~gpupool.allocate.actuators.base.with_pool_names`)."""
     return with_pool_names(config, actuators)
 
 
@@ -332,12 +316,12 @@ def _actuators_for(ctx, at: datetime, live_ok: bool, actuators: Mapping[str, Act
     """
     if actuators is None:
         if live_ok:
-            actuators = build_actuators(ctx.config, lookup=lookup)
+            actuators = ctx.build_actuators(lookup=lookup)
         else:
             need = sorted({p for h in ho.list_handovers(ctx.engine, ho.BLOCKING_STATES) if not h.dry_run
                            and (h.state == ho.FAILED or (h.deadline is not None and utc(at) >= utc(h.deadline)))
                            for p in (h.from_platform, h.to_platform)})
-            actuators = build_actuators(ctx.config, need, lookup=lookup) if need else {}
+            actuators = ctx.build_actuators(need, lookup=lookup) if need else {}
     return _named(ctx.config, actuators)
 
 
@@ -386,7 +370,7 @@ def rollback_handover(ctx, handover_id: int, actuators: Mapping[str, Actuator] |
     h = ho.get_handover(ctx.engine, handover_id)
     if actuators is None:
         try:
-            actuators = {} if h.dry_run else build_actuators(ctx.config, [h.from_platform, h.to_platform], lookup=lookup)
+            actuators = {} if h.dry_run else ctx.build_actuators([h.from_platform, h.to_platform], lookup=lookup)
         except (ActuationConfigError, ConnectionError_):
             if not dry_run:
                 raise
@@ -396,6 +380,6 @@ def rollback_handover(ctx, handover_id: int, actuators: Mapping[str, Actuator] |
 
 __all__ = [
     "plan_from_staging", "actuate_plan", "advance_handovers", "list_handovers", "format_handovers",
-    "rollback_handover", "build_actuators", "policy_from_config", "pool_nodes", "platform_demand",
+    "rollback_handover", "policy_from_config", "pool_nodes", "platform_demand",
     "ActuationConfigError",
 ]

@@ -55,8 +55,8 @@ def test_dry_run_switched_on_mid_handover_still_enforces_the_deadline(sqlite_eng
     # an operator switches dry_run on; no actuators are passed: the pass builds only the ones
     # of platforms whose live handover needs settling
     asked = []
-    monkeypatch.setattr(service, "build_actuators",
-                        lambda config, platforms=None, env=None, lookup=None: asked.append(platforms) or acts)
+    monkeypatch.setattr(pipeline.Context, "build_actuators",
+                        lambda self, platforms=None, lookup=None: asked.append(platforms) or acts)
     dry = _ctx(sqlite_engine, dry_run=True)
     assert service.advance_handovers(dry, T0 + timedelta(minutes=30), dry_run=True)["skipped"] == [hid]
     assert asked == [] and _drained(dc, "slurm", "n1")  # before the deadline a dry pass touches nothing

@@ -192,15 +192,17 @@ def test_stale_plan_opens_nothing(ctx):
 
 
 def test_build_actuators_reads_airflow_json_connections(tmp_path):
+    from gpupool.platforms import build_actuators
+
     cfg = parse_config({"platforms": [
         {"name": "hpc", "kind": "slurm", "conn_id": "slurm_hpc", "actuation": True},
         {"name": "sim", "kind": "simulator", "actuation": True},
         {"name": "k8s", "kind": "kubernetes", "conn_id": "kubernetes_ai", "actuation": False}]})
     env = {"AIRFLOW_CONN_SLURM_HPC": '{"conn_type": "generic", "extra": {"slurm_conf": "/etc/slurm/slurm.conf"}}'}
-    acts = service.build_actuators(cfg, env=env)
+    acts = build_actuators(cfg, env=env)
     assert list(acts) == ["hpc"] and acts["hpc"].slurm_conf == "/etc/slurm/slurm.conf"
     with pytest.raises(service.ActuationConfigError, match="'hpc'.*slurm_conf.*'slurm_hpc'"):
-        service.build_actuators(cfg, env={"AIRFLOW_CONN_SLURM_HPC": '{"conn_type": "generic"}'})
+        build_actuators(cfg, env={"AIRFLOW_CONN_SLURM_HPC": '{"conn_type": "generic"}'})
 
 
 def test_plan_from_staging_scores_the_forecast_against_demand_as_it_stood(ctx):

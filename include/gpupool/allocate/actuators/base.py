@@ -235,3 +235,13 @@ class NamedActuator(Actuator):
 
     def send(self, command: Command) -> Any:
         return self.inner.send(command)
+
+
+def with_pool_names(cfg, actuators: Mapping[str, Any]) -> dict:
+    """Wrap each actuator so that it takes pool node ids and speaks to its platform in the
+    platform's own node names (``pool.nodes[].names``). Already wrapped ones are left as they are."""
+    out = {}
+    for platform, act in actuators.items():
+        names = {n.node: n.names[platform] for n in cfg.pool.nodes if n.names.get(platform, n.node) != n.node}
+        out[platform] = NamedActuator(act, names) if names and not isinstance(act, NamedActuator) else act
+    return out
