@@ -44,7 +44,7 @@ def pressure_history(engine: Engine, platform: str, metric: str, start: datetime
          .order_by(c.at))
     with engine.connect() as conn:
         rows = conn.execute(q).all()
-    index = pd.DatetimeIndex([utc(r.at) for r in rows], name="ts")
+    index = pd.DatetimeIndex(pd.to_datetime([r.at for r in rows], utc=True), name="ts")
     return pd.Series([float(r.value) for r in rows], index=index, dtype="float64")
 
 
