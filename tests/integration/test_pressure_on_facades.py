@@ -126,3 +126,31 @@ def test_an_unreachable_exporter_names_platform_and_endpoint(facades, monkeypatc
     with pytest.raises(SourceError) as err:
         source.pressure(state.now.to_pydatetime())
     assert err.value.platform == "slurm" and "/api/v1/query" in err.value.endpoint
+
+
+def test_gpupool_fastpath_moves_an_idle_node_to_the_short_platform(facades, tmp_path, monkeypatch, capsys):
+    """`gpupool fastpath` end to end through the real sources: slurm is short, the others have
+    idle nodes; within the latest plan's bounds one idle node starts moving (dry run: audited,
+    not sent), and `gpupool handovers` shows the fast path's move."""
+    from gpupool.cli import main
+    from gpupool.staging import db
+    from gpupool.staging.schema import allocation_plan
+
+    state, _, _ = facades
+    at = state.now.isoformat()
+    url = f"sqlite:///{tmp_path / 'staging.db'}"
+    monkeypatch.setenv("GPUPOOL_STAGING_URL", url)
+    engine = db.make_engine(url)
+    db.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(allocation_plan.insert().values(
+            decided_at=state.now.to_pydatetime() - timedelta(minutes=5), policy="predictive", solver="milp",
+            dry_run=True, moves=[], summary={"platforms": {p: {"demand_upper": [8.0]} for p in
+                                                           ("slurm", "kubernetes", "openstack")}}))
+    assert main(["fastpath", "--config", "config/compose/platforms.yaml", "--at", at]) == 0
+    out = capsys.readouterr().out
+    (move,) = [line for line in out.splitlines() if "MOVE" in line]
+    assert "-> slurm (dry-run handover #1)" in move and "short" in move
+    assert main(["handovers", "--config", "config/compose/platforms.yaml"]) == 0
+    listed = capsys.readouterr().out
+    assert "fast-path moves" in listed and "-> slurm" in listed

@@ -39,6 +39,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from gpupool.errors import UserError
 from gpupool.sources.base import Pressure, SourceError
 from gpupool.values import utc, utc_datetime
 
@@ -302,7 +303,7 @@ def judge(engine, pressure: Pressure, router, step: timedelta = FASTPATH_EVERY) 
 # ------------------------------------------------------------------------------ one tick
 
 
-class FastPathReadError(RuntimeError):
+class FastPathReadError(UserError, RuntimeError):
     """Some platforms' pressure could not be read this tick (the others were decided on); raised
     after the tick was recorded and its moves started, so the task fails and Airflow alerts."""
 
@@ -317,12 +318,13 @@ def _pool_ids(config, p: Pressure) -> Pressure:
 
 
 def read_pressures(ctx, at: datetime, sources: Mapping[str, Any] | None = None,
-                   lookup=None) -> tuple[dict[str, Pressure], dict[str, str]]:
+                   lookup=None) -> tuple[dict[str, Pressure], dict[str, str], dict[str, str]]:
     """Each configured platform's pressure at ``at`` through its source (built from the
-    configuration unless ``sources`` gives it), and why for the platforms not read."""
+    configuration unless ``sources`` gives it); why for the platforms that failed to be read;
+    and the platforms whose source has no instant read (they take no part, and that is no error)."""
     from gpupool.platforms import build_source
 
-    read, unread = {}, {}
+    read, unread, without = {}, {}, {}
     for name in ctx.platforms():
         pcfg = ctx.config.platform(name)
         try:
@@ -331,13 +333,13 @@ def read_pressures(ctx, at: datetime, sources: Mapping[str, Any] | None = None,
             unread[name] = f"source not built: {exc}"
             continue
         if not hasattr(source, "pressure"):
-            unread[name] = f"a {pcfg.kind} source has no instant pressure read"
+            without[name] = f"a {pcfg.kind} source has no instant pressure read: this platform takes no part"
             continue
         try:
             read[name] = source.pressure(at)
         except (SourceError, ValueError) as exc:
             unread[name] = f"pressure not read: {exc}"
-    return read, unread
+    return read, unread, without
 
 
 def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False,
@@ -368,7 +370,7 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
         decisions = decide({}, PlanBounds(None, None), [], [], at, settings)
         store.record_decisions(engine, at, [_row(d, None, True) for d in decisions])
         return {"at": at.isoformat(), "backfill": True, "decisions": store.decisions_at(engine, at), "opened": []}
-    read, unread = read_pressures(ctx, at, sources, lookup)
+    read, unread, without = read_pressures(ctx, at, sources, lookup)
     router = config.detect.router_config()
     judged = {}
     for name, p in read.items():
@@ -380,7 +382,7 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
     recent = [h for h in store.handovers_opened_between(engine, since, at) if not (live_ok and h["dry_run"])]
     open_h = [h.as_dict() for h in ho.list_handovers(engine, ho.BLOCKING_STATES)]
     decisions = decide(judged, bounds, recent, open_h, at, settings)
-    decisions += [Skip(name, why) for name, why in sorted(unread.items())]
+    decisions += [Skip(name, why) for name, why in sorted({**unread, **without}.items())]
     live_platforms = {p.name for p in config.platforms if p.actuation and p.kind != "simulator"}
 
     def live(d) -> bool:
@@ -422,3 +424,19 @@ def _row(d: FastMove | Skip, seen: Mapping[str, Any] | None, dry_run: bool) -> d
     pressure = None if seen is None or d.platform == "*" else (seen.get(d.platform))
     return {"platform": d.platform, "pressure": pressure, "node": None, "source": None, "target": None,
             "reason": d.reason, "dry_run": dry_run, "handover_id": None}
+
+
+def format_decisions(rows: Sequence[Mapping[str, Any]], title: str = "fast path") -> str:
+    """Recent fast-path decisions as lines for ``gpupool plan``/``handovers``/``fastpath``."""
+    if not rows:
+        return f"{title}: no decisions recorded"
+    lines = [f"{title}:"]
+    for r in rows:
+        when = utc(r["decided_at"]).strftime("%Y-%m-%d %H:%M")
+        mode = "dry-run" if r["dry_run"] else "live"
+        if r.get("node"):
+            ho_ = f" handover #{r['handover_id']}" if r.get("handover_id") else ""
+            lines.append(f"  {when}  MOVE {r['node']} {r['source']} -> {r['target']} ({mode}{ho_}): {r['reason']}")
+        else:
+            lines.append(f"  {when}  {r['platform']:<12} no move: {r['reason']}")
+    return "\n".join(lines)
