@@ -32,7 +32,6 @@ Rules :func:`decide` keeps, each a named reason when it says no:
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Sequence
@@ -43,7 +42,6 @@ from gpupool.errors import UserError
 from gpupool.sources.base import Pressure, SourceError
 from gpupool.values import utc, utc_datetime
 
-log = logging.getLogger(__name__)
 
 #: the fast path's cadence (the DAG's schedule and the judge's grid)
 FASTPATH_EVERY = timedelta(minutes=5)

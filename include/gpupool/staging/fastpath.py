@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from gpupool.staging.schema import fastpath_decision, handover, pressure_sample
-from gpupool.values import jsonable, utc, utc_datetime
+from gpupool.values import jsonable, utc_datetime
 
 #: the columns of one decision row a caller passes to :func:`record_decisions`
 DECISION_FIELDS = ("platform", "pressure", "node", "source", "target", "reason", "dry_run", "handover_id")
