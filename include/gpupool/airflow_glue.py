@@ -122,3 +122,17 @@ def advance_from_context(context: Any, lookup=None) -> dict:
         ctx, at=window.end, dry_run=ctx.config.dry_run or is_backfill(context), allow_evict=ctx.config.limits.allow_evict,
         lookup=lookup,
     )
+
+
+def fastpath_from_context(context: Any, lookup=None) -> dict:
+    """One fast-path tick at the run's data interval end: read each platform's pressure, decide,
+    record, start moves. ``dry_run`` (Param, default on) or the configuration's keeps every
+    handover a dry run; a backfill records why it did nothing. XCom gets counts only."""
+    from gpupool.allocate.fastpath import run_fastpath
+
+    window = pipeline.resolve_window({}, context.get("data_interval_start"), context.get("data_interval_end"))
+    ctx = pipeline.Context.load()
+    db.upgrade(ctx.engine)
+    out = run_fastpath(ctx, window.end, dry_run=bool(_params(context).get("dry_run", True)) or ctx.config.dry_run,
+                       backfill=is_backfill(context), allow_evict=ctx.config.limits.allow_evict, lookup=lookup)
+    return {"at": out["at"], "decisions": len(out["decisions"]), "opened": len(out["opened"])}

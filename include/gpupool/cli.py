@@ -93,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--open", action="store_true", help="only open ones")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("fastpath", help="one fast-path tick: read each platform's pressure, decide, start moves")
+    _add_common(p)
+    p.add_argument("--at", help="the tick's time (ISO 8601; default now: pressure is read live)")
+    p.add_argument("--dry-run", action=argparse.BooleanOptionalAction, default=True,
+                   help="audit what would be sent and send nothing (default); --no-dry-run sends where "
+                        "the configuration and both platforms allow")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("rollback", help="roll a handover back (lift gpupool's hold, or send the node back)")
     _add_common(p)
     p.add_argument("handover_id", type=int)
@@ -231,12 +239,26 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(json.dumps(result, indent=2, default=str))
         else:
             print(format_summary(pipeline.summary(ctx, window)))
+            print(_recent_fastpath(ctx, until=at, moves_only=False))
         return 0
     if args.command == "handovers":
         from gpupool.allocate.service import format_handovers, list_handovers
 
         rows = list_handovers(ctx.engine, open_only=args.open)
         print(json.dumps(rows, indent=2, default=str) if args.json else format_handovers(rows))
+        if not args.json:
+            print(_recent_fastpath(ctx, moves_only=True))
+        return 0
+    if args.command == "fastpath":
+        from datetime import datetime, timezone
+
+        from gpupool.allocate.fastpath import format_decisions, run_fastpath
+
+        db.upgrade(ctx.engine)
+        at = pipeline.parse_time(args.at) if args.at else pipeline.parse_time(datetime.now(timezone.utc))
+        out = run_fastpath(ctx, at.replace(microsecond=0), dry_run=args.dry_run, allow_evict=ctx.config.limits.allow_evict)
+        print(json.dumps(out, indent=2, default=str) if args.json
+              else format_decisions(out["decisions"], title=f"fast path at {out['at']}"))
         return 0
     if args.command == "rollback":
         from gpupool.allocate.service import rollback_handover
@@ -269,6 +291,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(json.dumps(s, indent=2, default=str) if args.json else format_summary(s))
         return 0
     raise AssertionError(args.command)
+
+
+def _recent_fastpath(ctx, until=None, moves_only: bool = False) -> str:
+    """The newest fast-path decisions (moves only, for `gpupool handovers`) as lines."""
+    from gpupool.allocate.fastpath import format_decisions
+    from gpupool.staging import fastpath as store
+
+    rows = store.recent_decisions(ctx.engine, limit=10, moves_only=moves_only, until=until)
+    return "\n" + format_decisions(rows, title="fast-path moves (newest first)" if moves_only else "fast-path decisions (newest first)")
 
 
 def _forecast(args: argparse.Namespace) -> int:

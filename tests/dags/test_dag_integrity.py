@@ -65,3 +65,15 @@ def test_importing_dags_stays_light(tmp_path, dags_root, make_airflow_env):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "HEAVY []" in out.stdout, out.stdout
+
+
+def test_fastpath_shape(dagbag):
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    dag = dagbag.dags["gpupool_fastpath"]
+    assert isinstance(dag.timetable, CronDataIntervalTimetable)
+    assert dag.max_active_runs == 1 and dag.catchup is False
+    assert dag.params["dry_run"] is True
+    assert [t.task_id for t in dag.tasks] == ["tick"]  # one light task: nothing else runs when nothing happens
+    assert dag.task_dict["tick"].pool == "gpupool_actuation"
+    assert dag.doc_md and "asset watcher" in dag.doc_md

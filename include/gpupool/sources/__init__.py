@@ -3,7 +3,8 @@
 Every source class takes explicit connection parameters (never Airflow) and offers
 `inventory(at)` (GPU node records, keys `base.INVENTORY_KEYS`) and
 `usage(start, end, step)` (a canonical frame, see `gpupool.canonical`); the live ones
-also offer `snapshot(at)`. Failures raise `base.SourceError(platform, endpoint, window,
+also offer `snapshot(at)` and `pressure(at)` (a cheap instant read for the fast path:
+`base.Pressure`). Failures raise `base.SourceError(platform, endpoint, window,
 reason)`. Modules are imported on demand: each pulls in its platform's client library.
 
     slurm.SlurmSource            Prometheus (Slurm + DCGM exporters) + sinfo/squeue or slurmrestd

@@ -15,9 +15,9 @@ import math
 import random
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable, Protocol, TypeVar, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, TypeVar, runtime_checkable
 
 import pandas as pd
 
@@ -86,6 +86,87 @@ class PermanentError(Exception):
     """A failure that retrying cannot fix (auth, 4xx, malformed payload)."""
 
 
+@dataclass(frozen=True)
+class Pressure:
+    """One platform's pressure now, from a cheap instant read (`pressure(at)`), for the fast path.
+
+    at:              the instant the reading describes
+    gpus_allocated:  GPUs in use on the nodes open to new work
+    gpus_pending:    GPUs asked for by work the platform cannot place now (0 where the platform
+                     has no notion of pending work; `notes` then says so)
+    gpus_capacity:   GPUs of the nodes open to new work (not drained, cordoned, disabled or held)
+    idle_nodes:      names (the platform's own) of whole nodes open to work with nothing running
+    node_gpus:       GPUs of every GPU node the platform reports (open or not), by its own name
+    nodes_open:      how many nodes are open to new work
+    provenance:      field -> where it was read (endpoint, query), as the platform gave it
+    notes:           what a reader must know about the reading (a series absent, a fallback)
+    """
+
+    platform: str
+    at: datetime
+    gpus_allocated: float
+    gpus_pending: float
+    gpus_capacity: float
+    idle_nodes: tuple[str, ...] = ()
+    node_gpus: Mapping[str, int] = field(default_factory=dict)
+    nodes_open: int = 0
+    provenance: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name in ("gpus_allocated", "gpus_pending", "gpus_capacity"):
+            value = getattr(self, name)
+            if not math.isfinite(float(value)) or float(value) < 0:
+                raise ValueError(f"{self.platform} pressure at {format_window(self.at)}: {name} is {value!r}, "
+                                 "not a finite count >= 0")
+        unknown = [n for n in self.idle_nodes if n not in self.node_gpus]
+        if unknown:
+            raise ValueError(f"{self.platform} pressure: idle nodes {unknown} have no GPU count in node_gpus")
+
+    @property
+    def gpus_free(self) -> float:
+        """GPUs open to work and not in use."""
+        return max(0.0, float(self.gpus_capacity) - float(self.gpus_allocated))
+
+    @property
+    def gpus_short(self) -> float:
+        """Pending GPUs beyond the free ones: what the platform cannot place with what it has."""
+        return max(0.0, float(self.gpus_pending) - self.gpus_free)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what staging records as the pressure seen)."""
+        return {
+            "platform": self.platform, "at": as_utc(self.at).isoformat(),
+            "gpus_allocated": float(self.gpus_allocated), "gpus_pending": float(self.gpus_pending),
+            "gpus_capacity": float(self.gpus_capacity), "gpus_free": self.gpus_free,
+            "idle_nodes": list(self.idle_nodes), "nodes_open": int(self.nodes_open),
+            "node_gpus": {k: int(v) for k, v in sorted(self.node_gpus.items())},
+            "provenance": dict(self.provenance), "notes": list(self.notes),
+        }
+
+
+def pressure_from_records(platform: str, at: datetime, records: Iterable[Mapping[str, Any]], *,
+                          pending: float, provenance: Mapping[str, str], notes: Iterable[str] = (),
+                          allocated: float | None = None, capacity: float | None = None) -> Pressure:
+    """A :class:`Pressure` from inventory records (`INVENTORY_KEYS`) and a pending count.
+
+    Capacity and allocation count the nodes open to new work (`schedulable`) unless given (e.g.
+    read from an exporter); a node is idle when it is open to work and none of its GPUs is busy.
+    """
+    recs = list(records)
+    open_ = [r for r in recs if r["schedulable"]]
+    return Pressure(
+        platform=platform, at=as_utc(at, "at"),
+        gpus_allocated=float(sum(r["busy_gpus"] for r in open_)) if allocated is None else float(allocated),
+        gpus_pending=float(pending),
+        gpus_capacity=float(sum(r["gpus"] for r in open_)) if capacity is None else float(capacity),
+        idle_nodes=tuple(sorted(r["node"] for r in open_ if int(r["busy_gpus"]) == 0 and int(r["gpus"]) > 0)),
+        node_gpus={r["node"]: int(r["gpus"]) for r in recs},
+        nodes_open=len(open_),
+        provenance=dict(provenance), notes=tuple(notes),
+    )
+
+
 @runtime_checkable
 class Source(Protocol):
     """The interface every platform source implements."""
@@ -100,6 +181,10 @@ class Source(Protocol):
 
         A source that can read a platform in parts also takes `shard=NodeShard(...)` and
         has `node_names(start, end, step)`: the nodes whose series exist in the window."""
+
+    def pressure(self, at: datetime) -> Pressure:
+        """The platform's pressure now (a cheap instant read, not a window): GPUs allocated,
+        pending and open, and its idle whole nodes. Live only, like `inventory`."""
 
 
 @dataclass(frozen=True)

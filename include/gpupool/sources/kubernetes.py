@@ -38,6 +38,7 @@ from gpupool.canonical import empty_samples, normalize_samples
 from gpupool.sources.base import (
     NodeShard,
     PermanentError,
+    Pressure,
     RetryPolicy,
     SourceError,
     TransientError,
@@ -45,6 +46,7 @@ from gpupool.sources.base import (
     call_with_retry,
     format_window,
     inventory_record,
+    pressure_from_records,
     redact_url,
 )
 from gpupool.sources.prometheus import DEFAULT_CHUNK_POINTS, MetricQuery, PrometheusReader
@@ -238,6 +240,41 @@ class KubernetesSource:
             drain_reason=reason,
             busy_gpus=min(int(busy), gpus) if gpus else int(busy),
         )
+
+    def pressure(self, at: datetime) -> Pressure:
+        """Pressure now from one listing of nodes and one of pods: allocated = GPUs requested
+        by pods bound to an open node and not finished, pending = GPUs requested by Pending
+        pods no node was given yet, capacity = allocatable GPUs of open nodes (not cordoned,
+        tainted NoSchedule/NoExecute or NotReady); idle = open nodes with no GPU pod."""
+        at = as_utc(at, "at")
+        window = format_window(at)
+        nodes = list(self._list_all(self._core.list_node, "GET /api/v1/nodes", window))
+        pods = list(self._list_all(self._core.list_pod_for_all_namespaces, "GET /api/v1/pods", window))
+        busy: dict[str, float] = {}
+        pending = 0.0
+        for pod in pods:
+            node = pod.spec.node_name if pod.spec else None
+            phase = pod.status.phase if pod.status else None
+            if phase in ("Succeeded", "Failed"):
+                continue
+            if node:
+                busy[node] = busy.get(node, 0) + self._pod_gpus(pod)
+            elif phase == "Pending":
+                pending += self._pod_gpus(pod)
+        records = []
+        for node in nodes:
+            try:
+                rec = self._node_record(node, busy.get(node.metadata.name, 0))
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise SourceError(self.platform, f"{self.host} GET /api/v1/nodes", window,
+                                  f"malformed node object ({type(exc).__name__})") from exc
+            if rec:
+                records.append(rec)
+        prov = {"nodes": f"{self.host} GET /api/v1/nodes",
+                "gpus_allocated": f"{self.host} GET /api/v1/pods ({self.gpu_resource} of bound pods)",
+                "gpus_pending": f"{self.host} GET /api/v1/pods ({self.gpu_resource} of unbound Pending pods)",
+                "gpus_capacity": f"{self.host} GET /api/v1/nodes (allocatable {self.gpu_resource} of open nodes)"}
+        return pressure_from_records(self.platform, at, records, pending=pending, provenance=prov)
 
     def _pod_gpus(self, pod: Any) -> float:
         """GPUs a pod holds or wants: max(sum over containers, largest init container)."""

@@ -15,7 +15,7 @@ import pandas as pd
 
 from gpupool import mig as mig_table
 from gpupool.canonical import normalize_samples
-from gpupool.sources.base import SourceError, as_utc, format_window, inventory_record
+from gpupool.sources.base import Pressure, SourceError, as_utc, format_window, inventory_record, pressure_from_records
 
 _ENDPOINT = "libnvidia-ml (NVML)"
 
@@ -125,6 +125,16 @@ class NvmlSource:
                 busy_gpus=sum(1 for g in gpus if g["busy"]),
             )
         ]
+
+    def pressure(self, at: datetime) -> Pressure:
+        """This node's pressure: capacity = its GPUs when none is lost (a node with a lost GPU
+        is not open to work), allocated = GPUs with a compute process, pending 0 (a bare node
+        has no queue), idle when open and nothing runs."""
+        at = as_utc(at, "at")
+        prov = {k: _ENDPOINT for k in ("nodes", "gpus_allocated", "gpus_capacity")}
+        prov["gpus_pending"] = "none: a bare node has no queue"
+        return pressure_from_records(self.platform, at, self.inventory(at), pending=0.0, provenance=prov,
+                                     notes=("a bare node has no queue: pending is 0",))
 
     def snapshot(self, at: datetime) -> pd.DataFrame:
         """Capacity and busy GPUs of the node, utilisation and memory per GPU, stamped `at`.

@@ -24,6 +24,7 @@ import pandas as pd
 from gpupool.canonical import CANONICAL_METRICS, CanonicalFrameError, empty_samples, normalize_samples
 from gpupool.sources.base import (
     PermanentError,
+    Pressure,
     RetryPolicy,
     SourceError,
     TransientError,
@@ -32,6 +33,7 @@ from gpupool.sources.base import (
     call_with_retry,
     format_window,
     inventory_record,
+    pressure_from_records,
     step_seconds,
 )
 
@@ -300,6 +302,41 @@ class OpenStackSource:
         frame = pd.DataFrame(rows, columns=["platform", "cluster", "entity_kind", "entity_id", "metric", "ts",
                                             "value", "unit"])
         return normalize_samples(frame, where=f"{self.platform} placement snapshot [{format_window(at)}]")
+
+    def pressure(self, at: datetime, step: str = "5min") -> Pressure:
+        """Pressure now from Placement (+ Nova): capacity and allocation of the open compute
+        nodes' GPU inventories and usages, idle = open nodes with no GPU in use.
+
+        OpenStack has no queue: a boot that does not fit fails (NoValidHost) instead of
+        waiting. Pending is the newest point of a configured `gpu_pending` Gnocchi meter (a
+        site's own count of refused or queued GPU requests) over the last three `step`s; with
+        no such meter it is 0 and `notes` says so.
+        """
+        at = as_utc(at, "at")
+        records = self.inventory(at)
+        placement = "placement /resource_providers (+ inventories, usages)"
+        prov = {"nodes": placement + (" + compute os-services" if self.with_nova else ""),
+                "gpus_allocated": placement, "gpus_capacity": placement}
+        notes: list[str] = []
+        meter = self.gnocchi_meters.get("gpu_pending")
+        if meter is None:
+            pending = 0.0
+            prov["gpus_pending"] = "none: OpenStack does not queue GPU requests"
+            notes.append("OpenStack has no notion of pending GPU demand and no gpu_pending meter is configured: "
+                         "pending read as 0")
+        else:
+            step_s = step_seconds(step)
+            first = datetime.fromtimestamp((at.timestamp() // step_s - 2) * step_s, tz=at.tzinfo)
+            window = format_window(first, at)
+            payload = self._gnocchi_aggregates(meter, first, at, step_s, window)
+            frame = gnocchi_groups_to_frame(payload, self.platform, self.cluster, "gpu_pending", meter, window)
+            frame = frame[frame["ts"] <= pd.Timestamp(at)]
+            newest = frame.sort_values("ts").groupby("entity_id")["value"].last() if len(frame) else frame["value"]
+            pending = float(newest.sum()) if len(newest) else 0.0
+            prov["gpus_pending"] = f"metric /v1/aggregates {meter.metric} ({meter.aggregation})"
+            if not len(newest):
+                notes.append(f"gpu_pending: Gnocchi has no point of {meter.metric} in {window}; read as 0")
+        return pressure_from_records(self.platform, at, records, pending=pending, provenance=prov, notes=notes)
 
     # -------------------------------------------------------------- usage
     def usage(self, start: datetime, end: datetime, step: str = "5min") -> pd.DataFrame:

@@ -210,9 +210,39 @@ class PrometheusReader:
                             names.add(name)
         return sorted(names)
 
+    def instant_sum(self, expr: str, at: datetime, what: str) -> float | None:
+        """The sum over the series `expr` answers at the instant `at` (`/api/v1/query`), or None
+        when it answers no series at all. `what` names the reading in errors. NaN/Inf points
+        (PromQL's "no value") count as absent."""
+        endpoint = redact_url(f"{self.url}/api/v1/query")
+        window = format_window(at)
+
+        def describe(exc: BaseException) -> SourceError:
+            return SourceError(self.platform, endpoint, window, f"{what} ({expr}): {exc}")
+
+        def fetch() -> list[dict[str, Any]]:
+            return self._classified(lambda: self._client.custom_query(expr, params={"time": at.timestamp()}))
+
+        result = call_with_retry(fetch, policy=self.retry, describe=describe)
+        if not isinstance(result, list):
+            raise describe(PermanentError(f"malformed payload: result is {type(result).__name__}, not a vector"))
+        values = []
+        for series in result:
+            try:
+                values.append(float(series["value"][1]))
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise describe(PermanentError("malformed payload: a sample is not [ts, value]")) from exc
+        values = [v for v in values if np.isfinite(v)]
+        return float(sum(values)) if values else None
+
     def _fetch(self, expr: str, lo: datetime, hi: datetime, step_s: int) -> list[dict[str, Any]]:
+        return self._classified(
+            lambda: self._client.custom_query_range(expr, start_time=lo, end_time=hi, step=str(step_s)))
+
+    def _classified(self, call) -> Any:
+        """Run one client call, classifying its failures as transient or permanent."""
         try:
-            return self._client.custom_query_range(expr, start_time=lo, end_time=hi, step=str(step_s))
+            return call()
         except (requests.Timeout, requests.ConnectionError) as exc:
             raise TransientError(f"{type(exc).__name__}: no answer within {self.timeout}s") from exc
         except PrometheusApiClientException as exc:

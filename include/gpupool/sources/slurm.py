@@ -22,6 +22,7 @@ from gpupool.canonical import normalize_samples
 from gpupool.sources.base import (
     NodeShard,
     PermanentError,
+    Pressure,
     RetryPolicy,
     SourceError,
     TransientError,
@@ -29,6 +30,7 @@ from gpupool.sources.base import (
     call_with_retry,
     format_window,
     inventory_record,
+    pressure_from_records,
 )
 from gpupool.sources.prometheus import DEFAULT_CHUNK_POINTS, MetricQuery, PrometheusReader, as_query_tuple
 from gpupool.sources.slurmrestd import SlurmRestd
@@ -263,6 +265,46 @@ class SlurmSource:
         frame = pd.DataFrame(rows, columns=["platform", "cluster", "entity_kind", "entity_id", "metric", "ts",
                                             "value", "unit"])
         return normalize_samples(frame, where=f"{self.platform} slurm snapshot [{window}]")
+
+    def pressure(self, at: datetime) -> Pressure:
+        """Pressure now: node states from Slurm (sinfo or slurmrestd: which nodes are open and
+        idle), allocated and pending GPUs from the Slurm exporter by one instant query each
+        (the sums of the `gpu_allocated` and `gpu_pending` queries at `at`).
+
+        Without a Prometheus (or without a `gpu_pending` query) allocation comes from Slurm's
+        own `gres_used` and pending from `squeue`'s PENDING jobs, and `provenance` says so.
+        `at` must be within `live_tolerance` of now: node state is live only.
+        """
+        at = as_utc(at, "at")
+        records = self.inventory(at)
+        window = format_window(at)
+        prov = {"nodes": self._node_endpoint(), "gpus_capacity": f"{self._node_endpoint()} (open nodes' GRES)"}
+        notes: list[str] = []
+        allocated = pending = None
+        if self._prom is not None:
+            for field_, metric in (("gpus_allocated", "gpu_allocated"), ("gpus_pending", "gpu_pending")):
+                queries = as_query_tuple(self.queries[metric]) if metric in self.queries else ()
+                if not queries:
+                    continue
+                expr = f"sum({queries[0].expr})"
+                value = self._prom.instant_sum(expr, at, metric)
+                prov[field_] = f"{self._prom.url}/api/v1/query {expr}"
+                if value is None:
+                    notes.append(f"{metric}: the exporter answered no series at {window}; read as 0")
+                    value = 0.0
+                if field_ == "gpus_allocated":
+                    allocated = value
+                else:
+                    pending = value
+        if allocated is None:
+            prov["gpus_allocated"] = f"{self._node_endpoint()} (gres_used of open nodes)"
+        if pending is None:
+            jobs = self._read_jobs(window)
+            pending = float(sum(job_gpus(j, self.gres_name) for j in jobs if j.get("job_state") == "PENDING"))
+            prov["gpus_pending"] = (self._restd.endpoint("jobs") if self._restd
+                                    else f"squeue --json (SLURM_CONF={self.slurm_conf or 'default'})")
+        return pressure_from_records(self.platform, at, records, pending=pending, provenance=prov, notes=notes,
+                                     allocated=allocated)
 
     def _read_jobs(self, window: str) -> list[Mapping[str, Any]]:
         endpoint = (self._restd.endpoint("jobs") if self._restd

@@ -216,3 +216,35 @@ action_audit = Table(
     Column("created_at", TS, nullable=False),
     Column("finished_at", TS),
 )
+
+#: the fast path's instant pressure readings (`Source.pressure`), one row per platform, metric
+#: (gpu_allocated_now, gpu_pending_now, gpu_capacity_now) and reading time: the history each new
+#: reading is judged against before the fast path acts on it
+pressure_sample = Table(
+    "pressure_sample",
+    metadata,
+    Column("platform", String(64), nullable=False),
+    Column("metric", String(64), nullable=False),
+    Column("at", TS, nullable=False),
+    Column("value", Float, nullable=False),
+    PrimaryKeyConstraint("platform", "metric", "at", name="pk_pressure_sample"),
+)
+
+#: every fast-path decision: the pressure it saw, the move it started (node, source, target) or
+#: none, why, and the handover it opened. `platform` is the platform the decision is about
+#: (the target of a move; "*" for one about the whole tick, e.g. a backfill)
+fastpath_decision = Table(
+    "fastpath_decision",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("decided_at", TS, nullable=False),
+    Column("platform", String(64), nullable=False),
+    Column("pressure", JSON),
+    Column("node", String(256)),
+    Column("source", String(64)),
+    Column("target", String(64)),
+    Column("reason", Text, nullable=False),
+    Column("dry_run", Boolean, nullable=False),
+    Column("handover_id", Integer),
+    Index("ix_fastpath_decision_decided", "decided_at"),
+)

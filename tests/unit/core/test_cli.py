@@ -11,7 +11,8 @@ import pytest
 from gpupool.cli import build_parser, main
 from gpupool.staging import db
 
-COMMANDS = ["version", "db", "run", "extract", "summary", "detect", "forecast", "plan", "handovers", "rollback", "report", "simulate"]
+COMMANDS = ["version", "db", "run", "extract", "summary", "detect", "forecast", "plan", "handovers", "rollback", "report",
+            "simulate", "fastpath"]
 
 
 def _gpupool(*args, env=None):

@@ -109,3 +109,12 @@ def test_real_pynvml():
 def test_no_history():
     with pytest.raises(SourceError, match="cannot be recovered"):
         _source(FakeNvml([FakeGpu()])).usage(AT - timedelta(hours=1), AT)
+
+
+def test_pressure_of_a_bare_node():
+    busy = _source(FakeNvml([FakeGpu(util=93, processes=[(4242, 2**30)]), FakeGpu(util=0)])).pressure(AT)
+    assert (busy.gpus_capacity, busy.gpus_allocated, busy.gpus_pending, busy.idle_nodes) == (2, 1, 0, ())
+    assert busy.node_gpus == {"spare-07": 2} and busy.nodes_open == 1
+    assert any("no queue" in n for n in busy.notes)
+    idle = _source(FakeNvml([FakeGpu(util=0), FakeGpu(util=0)])).pressure(AT)
+    assert idle.idle_nodes == ("spare-07",) and idle.gpus_free == 2

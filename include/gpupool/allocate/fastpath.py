@@ -1,0 +1,440 @@
+"""The fast path: every few minutes, answer a burst at once within what the hourly plan allows.
+
+The hourly plan is the strategy (where nodes wait, who may lend, what each platform keeps);
+this is the tactic. Each tick reads every platform's pressure through its own source
+(`Source.pressure`: GPUs allocated, pending and open, idle whole nodes), judges each reading
+with the detect stage's streaming rules before trusting it, and where pending demand exceeds
+free capacity moves one idle whole node from the platform with the largest surplus to the one
+with the largest shortage (the greedy rule of issue 30), through the same audited handover as
+the plan (:func:`gpupool.allocate.handover.open_handover` + ``advance_all``).
+
+* :func:`decide` is pure: readings, the plan's bounds, recent moves, open handovers, the time
+  and :class:`Settings` in; a list of :class:`FastMove` and :class:`Skip` out, each with its reason.
+* :func:`run_fastpath` is one tick: read, stage the readings, judge, decide, record every
+  decision in staging (``fastpath_decision``), open the moves' handovers and advance them.
+
+Rules :func:`decide` keeps, each a named reason when it says no:
+
+* a reading the detect rules flag (pending or allocated GPUs) is not acted on: an exporter
+  glitch gone at the next scrape must not move a node; the next accepted reading decides;
+* only within a plan decided at most ``limits.max_actuation_age_hours`` ago; a platform the
+  plan moves nodes to does not lend, and a lender keeps the GPUs the plan reserves for it
+  (its upper demand for the first hour) and ``min_nodes``;
+* a lender keeps what its own pending work needs (it never lends itself into a shortage);
+* GPUs already on their way to a platform (open handovers) count against its shortage;
+* the move budget: at most ``limits.max_moves_per_decision`` handovers opened in any rolling hour,
+  both paths together; one move per tick;
+* cool-downs: a node moved within ``limits.cooldown_hours`` does not move again, and a platform
+  does not reverse direction within it (one that lent does not borrow, one that borrowed does
+  not lend), so two bursts in turn cannot swap a node back and forth;
+* never a node with an open handover; only pool members; backfill runs never actuate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from gpupool.errors import UserError
+from gpupool.sources.base import Pressure, SourceError
+from gpupool.values import utc, utc_datetime
+
+
+#: the fast path's cadence (the DAG's schedule and the judge's grid)
+FASTPATH_EVERY = timedelta(minutes=5)
+#: the window of the move budget (issue 30: "at most N moves in any hour", both paths)
+BUDGET_WINDOW = timedelta(hours=1)
+#: Pressure field -> the metric its readings are staged (and judged) as
+READING_METRICS = {"gpus_allocated": "gpu_allocated_now", "gpus_pending": "gpu_pending_now",
+                   "gpus_capacity": "gpu_capacity_now"}
+#: the readings judged before acting, with the canonical metric whose router settings judge them.
+#: Capacity is not judged: it changes by whole nodes on purpose whenever the pool moves one.
+JUDGED = {"gpu_pending_now": "gpu_pending", "gpu_allocated_now": "gpu_allocated"}
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A pressure reading and the judged metrics the detect rules flagged in it."""
+
+    pressure: Pressure
+    anomalous: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlanBounds:
+    """What the latest hourly plan allows the fast path: who may lend and what each keeps."""
+
+    plan_id: int | None
+    decided_at: datetime | None
+    keep_gpus: Mapping[str, float] = field(default_factory=dict)
+    no_lend: Mapping[str, str] = field(default_factory=dict)  # platform -> why it may not lend
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The fast path's limits (from ``platforms[]`` and ``limits`` of the configuration)."""
+
+    min_nodes: Mapping[str, int] = field(default_factory=dict)
+    max_moves_per_hour: int = 4
+    cooldown: timedelta = timedelta(hours=1)
+    plan_max_age: timedelta | None = timedelta(hours=2)
+    max_moves_per_tick: int = 1
+    members: frozenset[str] | None = None  # pool node ids that may move (None: any)
+    backfill: bool = False
+
+
+@dataclass(frozen=True)
+class FastMove:
+    """Start a handover of ``node`` (a pool node id) from ``source`` to ``target``."""
+
+    node: str
+    source: str
+    target: str
+    gpus: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Skip:
+    """No move for ``platform`` ("*": the whole tick) this tick, and why."""
+
+    platform: str
+    reason: str
+
+
+# ------------------------------------------------------------------------------ plan bounds
+
+
+def plan_bounds(plan_row: Any, platforms: Iterable[str]) -> PlanBounds:
+    """The bounds a stored ``allocation_plan`` row sets (None: no plan).
+
+    Each platform keeps the GPUs the plan reserves for it, its upper demand for the first
+    planned hour (``summary.platforms[p].demand_upper[0]``); a platform the plan moves nodes
+    to does not lend until the next plan.
+    """
+    if plan_row is None:
+        return PlanBounds(None, None)
+    m = plan_row._mapping if hasattr(plan_row, "_mapping") else plan_row
+    per = ((m["summary"] or {}).get("platforms") or {})
+    keep, no_lend = {}, {}
+    for p in platforms:
+        upper = (per.get(p) or {}).get("demand_upper") or []
+        keep[p] = float(upper[0]) if upper and upper[0] is not None else 0.0
+    for move in m["moves"] or []:
+        no_lend.setdefault(move["to"], f"the plan #{m['id']} moves nodes to it")
+    return PlanBounds(int(m["id"]), utc_datetime(m["decided_at"]), keep, no_lend)
+
+
+def settings_from_config(config, backfill: bool = False) -> Settings:
+    """:class:`Settings` from the configuration's platforms, limits and pool."""
+    lim = config.limits
+    members = None
+    if config.pool.nodes and not config.pool.all_nodes:
+        members = frozenset(n.node for n in config.pool.nodes)
+    return Settings(
+        min_nodes={p.name: p.min_nodes for p in config.platforms},
+        max_moves_per_hour=lim.max_moves_per_decision,
+        cooldown=timedelta(hours=lim.cooldown_hours),
+        plan_max_age=timedelta(hours=lim.max_actuation_age_hours) if lim.max_actuation_age_hours > 0 else None,
+        members=members, backfill=backfill,
+    )
+
+
+# ------------------------------------------------------------------------------ the decision
+
+
+def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_moves: Sequence[Mapping[str, Any]],
+           open_handovers: Sequence[Mapping[str, Any]], at: datetime, settings: Settings) -> list[FastMove | Skip]:
+    """The fast path's decisions at ``at``: moves to start and, for every platform not helped, why.
+
+    ``pressures``: platform -> :class:`Judged` reading, node names already pool node ids;
+    ``recent_moves``: handovers opened (either path) within the budget window and the
+    cool-down before ``at`` (``node``, ``from_platform``, ``to_platform``, ``created_at``);
+    ``open_handovers``: handovers not finished (``node``, ``to_platform``). Pure.
+    """
+    at = utc_datetime(at)
+    if settings.backfill:
+        return [Skip("*", "backfill run: the fast path never actuates a backfill; nothing read, nothing sent")]
+    if plan_bounds.plan_id is None:
+        return [Skip("*", "no hourly plan yet: the fast path acts only within the bounds of one")]
+    age = at - plan_bounds.decided_at
+    if settings.plan_max_age is not None and age > settings.plan_max_age:
+        return [Skip("*", f"the latest plan #{plan_bounds.plan_id} was decided {age} ago, more than "
+                          f"{settings.plan_max_age}: its bounds are stale")]
+    out: list[FastMove | Skip] = []
+    usable: dict[str, Pressure] = {}
+    for p, judged in sorted(pressures.items()):
+        if judged.anomalous:
+            out.append(Skip(p, f"reading judged anomalous by the detect rules ({', '.join(judged.anomalous)}): "
+                               "not acted on; the next accepted reading decides"))
+        else:
+            usable[p] = judged.pressure
+    node_gpus = {n: g for pr in pressures.values() for n, g in pr.pressure.node_gpus.items()}
+    blocked = {h["node"] for h in open_handovers}
+    transit: dict[str, float] = {}
+    for h in open_handovers:
+        if h.get("state") == "failed":  # blocks its node, but nothing is on its way
+            continue
+        transit[h["to_platform"]] = transit.get(h["to_platform"], 0.0) + float(node_gpus.get(h["node"], 0))
+    hour_ago, cool_since = at - BUDGET_WINDOW, at - settings.cooldown
+    budget = settings.max_moves_per_hour - sum(1 for m in recent_moves if utc_datetime(m["created_at"]) > hour_ago)
+    cooling = [m for m in recent_moves if utc_datetime(m["created_at"]) > cool_since]
+    moved_nodes = {m["node"] for m in cooling}
+    lent = {m["from_platform"] for m in cooling}
+    borrowed = {m["to_platform"] for m in cooling}
+    free = {p: pr.gpus_free for p, pr in usable.items()}
+    pending = {p: float(pr.gpus_pending) for p, pr in usable.items()}
+    capacity = {p: float(pr.gpus_capacity) for p, pr in usable.items()}
+    open_nodes = {p: int(pr.nodes_open) for p, pr in usable.items()}
+    idle = {p: [n for n in pr.idle_nodes] for p, pr in usable.items()}
+    short = {p: pending[p] - free[p] - transit.get(p, 0.0) for p in usable}
+    for p in sorted(usable):
+        if short[p] <= 0:
+            on_way = f" + {transit[p]:g} on their way" if transit.get(p) else ""
+            out.append(Skip(p, f"no shortage: {pending[p]:g} GPUs pending, {free[p]:g} free{on_way}"))
+    wanting = sorted((p for p in usable if short[p] > 0), key=lambda p: (-short[p], p))
+    started = 0
+    for q in wanting:
+        if started >= settings.max_moves_per_tick or budget <= 0:
+            why = (f"move budget spent: {settings.max_moves_per_hour} handovers opened in the last hour, both paths"
+                   if budget <= 0 else f"this tick already started {started} move(s)")
+            out.append(Skip(q, f"short {short[q]:g} GPUs but {why}"))
+            continue
+        if q in lent:
+            out.append(Skip(q, f"short {short[q]:g} GPUs but it lent a node within the cool-down ({settings.cooldown})"))
+            continue
+        offers, refusals = [], []
+        for p in sorted(usable):
+            if p == q:
+                continue
+            why = _cannot_lend(p, plan_bounds, settings, borrowed, open_nodes, idle, blocked, moved_nodes)
+            if why:
+                refusals.append(f"{p}: {why}")
+                continue
+            fits = [n for n in idle[p] if n not in blocked and n not in moved_nodes
+                    and (settings.members is None or n in settings.members)
+                    and free[p] - node_gpus[n] >= pending[p]
+                    and capacity[p] - node_gpus[n] >= plan_bounds.keep_gpus.get(p, 0.0)]
+            if not fits:
+                refusals.append(f"{p}: lending a node would leave less than its pending work "
+                                f"({pending[p]:g} GPUs) or the plan's reserve ({plan_bounds.keep_gpus.get(p, 0.0):g})")
+                continue
+            offers.append((free[p] - pending[p], p, fits[0]))
+        if not offers:
+            out.append(Skip(q, f"short {short[q]:g} GPUs; no platform may lend an idle node: " + "; ".join(refusals)))
+            continue
+        surplus, p, node = max(offers, key=lambda o: (o[0], o[1]))
+        gpus = int(node_gpus[node])
+        reason = (f"fast path: {q} short {short[q]:g} GPUs ({pending[q]:g} pending, {free[q]:g} free); "
+                  f"{p} has the largest surplus ({surplus:g} GPUs) and idle node {node} ({gpus} GPUs); "
+                  f"within plan #{plan_bounds.plan_id}")
+        out.append(FastMove(node, p, q, gpus, reason))
+        started += 1
+        budget -= 1
+        free[p] -= gpus
+        capacity[p] -= gpus
+        open_nodes[p] -= 1
+        idle[p].remove(node)
+        blocked.add(node)
+        lent.add(p)
+        borrowed.add(q)
+    return out
+
+
+def _cannot_lend(p: str, bounds: PlanBounds, settings: Settings, borrowed: set, open_nodes: Mapping[str, int],
+                 idle: Mapping[str, list], blocked: set, moved: set) -> str | None:
+    """Why platform ``p`` may not lend now, or None."""
+    if p in bounds.no_lend:
+        return bounds.no_lend[p]
+    if p in borrowed:
+        return f"it received a node within the cool-down ({settings.cooldown})"
+    if open_nodes[p] - 1 < settings.min_nodes.get(p, 0):
+        return f"it holds {open_nodes[p]} open node(s), min_nodes {settings.min_nodes.get(p, 0)}"
+    free_idle = [n for n in idle[p] if n not in blocked and n not in moved
+                 and (settings.members is None or n in settings.members)]
+    if not free_idle:
+        return "no idle whole node it may give (none idle, in a handover, moved within the cool-down or not a pool member)"
+    return None
+
+
+# ------------------------------------------------------------------------------ the judge
+
+
+def judge_reading(history: pd.Series, value: float, at: datetime, router, metric: str,
+                  step: timedelta = FASTPATH_EVERY) -> bool:
+    """Whether the detect stage's streaming rules flag ``value`` read at ``at`` as anomalous,
+    judged on ``history`` (the staged readings before ``at``) like the detect task judges a
+    point: :func:`gpupool.detect.stage.judge_series` with the model of the point's refit anchor.
+    Too short a history is not judged (False), as the detect stage leaves such points alone."""
+    from gpupool.detect.stage import fit_detector, judge_series
+
+    at = utc(at)
+    step = pd.Timedelta(step)
+    hist = history[history.index < at].astype("float64")
+    series = pd.concat([hist, pd.Series([float(value)], index=pd.DatetimeIndex([at]))])
+    series = series[~series.index.duplicated(keep="last")].sort_index()
+    grid = pd.date_range(series.index.min().floor(step), at, freq=step)
+    series = series.reindex(series.index.union(grid))
+    scored = judge_series(series, router, metric, at, at + step,
+                          lambda anchor, h: fit_detector(h, router, metric))
+    return bool(len(scored) and scored["is_anomaly"].iloc[-1])
+
+
+def judge(engine, pressure: Pressure, router, step: timedelta = FASTPATH_EVERY) -> Judged:
+    """``pressure`` with the judged metrics the detect rules flag, on the platform's staged readings."""
+    from gpupool.detect.stage import detect_lookback
+    from gpupool.staging import fastpath as store
+
+    at = utc_datetime(pressure.at)
+    flagged = []
+    for metric, canonical in JUDGED.items():
+        field_ = next(f for f, m in READING_METRICS.items() if m == metric)
+        hist = store.pressure_history(engine, pressure.platform, metric, at - detect_lookback(router), at)
+        if judge_reading(hist, float(getattr(pressure, field_)), at, router, canonical, step):
+            flagged.append(f"{field_} {float(getattr(pressure, field_)):g}")
+    return Judged(pressure, tuple(flagged))
+
+
+# ------------------------------------------------------------------------------ one tick
+
+
+class FastPathReadError(UserError, RuntimeError):
+    """Some platforms' pressure could not be read this tick (the others were decided on); raised
+    after the tick was recorded and its moves started, so the task fails and Airflow alerts."""
+
+
+def _pool_ids(config, p: Pressure) -> Pressure:
+    """``p`` with its node names as pool node ids (``pool.nodes[].names``)."""
+    from dataclasses import replace
+
+    ids = {n: config.pool.node_id(p.platform, n) for n in p.node_gpus}
+    return replace(p, idle_nodes=tuple(ids[n] for n in p.idle_nodes),
+                   node_gpus={ids[n]: g for n, g in p.node_gpus.items()})
+
+
+def read_pressures(ctx, at: datetime, sources: Mapping[str, Any] | None = None,
+                   lookup=None) -> tuple[dict[str, Pressure], dict[str, str], dict[str, str]]:
+    """Each configured platform's pressure at ``at`` through its source (built from the
+    configuration unless ``sources`` gives it); why for the platforms that failed to be read;
+    and the platforms whose source has no instant read (they take no part, and that is no error)."""
+    from gpupool.platforms import build_source
+
+    read, unread, without = {}, {}, {}
+    for name in ctx.platforms():
+        pcfg = ctx.config.platform(name)
+        try:
+            source = (sources or {}).get(name) or build_source(pcfg, ctx.config, lookup)
+        except Exception as exc:  # a missing connection: this platform is out of the tick, and said so
+            unread[name] = f"source not built: {exc}"
+            continue
+        if not hasattr(source, "pressure"):
+            without[name] = f"a {pcfg.kind} source has no instant pressure read: this platform takes no part"
+            continue
+        try:
+            read[name] = source.pressure(at)
+        except (SourceError, ValueError) as exc:
+            unread[name] = f"pressure not read: {exc}"
+    return read, unread, without
+
+
+def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False,
+                 actuators: Mapping[str, Any] | None = None, sources: Mapping[str, Any] | None = None,
+                 lookup=None, allow_evict: bool = False) -> dict[str, Any]:
+    """One fast-path tick at ``at``: read, stage and judge each platform's pressure, decide,
+    record every decision in ``fastpath_decision``, open the moves' handovers and advance all.
+
+    A move is sent for real only when the call (``dry_run=False``), the configuration
+    (``dry_run: false``) and both platforms (``actuation: true``, not ``simulator``) say so;
+    otherwise its handover is a dry run: audited, never sent. A backfill records why it did
+    nothing. A tick is decided once: a re-run at the same ``at`` returns what was recorded.
+    Raises :class:`~gpupool.allocate.handover.HandoverFailed` when a handover failed and
+    :class:`FastPathReadError` when a platform could not be read, after the rest was done.
+    """
+    from gpupool.allocate import handover as ho
+    from gpupool.allocate import service
+    from gpupool.staging import fastpath as store
+    from gpupool.staging import reads
+
+    engine, config = ctx.engine, ctx.config
+    at = utc_datetime(at)
+    done = store.decisions_at(engine, at)
+    if done:
+        return {"at": at.isoformat(), "repeat": True, "decisions": done, "opened": []}
+    settings = settings_from_config(config, backfill=backfill)
+    if backfill:
+        decisions = decide({}, PlanBounds(None, None), [], [], at, settings)
+        store.record_decisions(engine, at, [_row(d, None, True) for d in decisions])
+        return {"at": at.isoformat(), "backfill": True, "decisions": store.decisions_at(engine, at), "opened": []}
+    read, unread, without = read_pressures(ctx, at, sources, lookup)
+    router = config.detect.router_config()
+    judged = {}
+    for name, p in read.items():
+        store.record_pressure(engine, name, at, {m: getattr(p, f) for f, m in READING_METRICS.items()})
+        judged[name] = judge(engine, _pool_ids(config, p), router, pd.Timedelta(config.step))
+    bounds = plan_bounds(reads.latest_plan(engine, at), ctx.platforms())
+    live_ok = (not dry_run) and (not config.dry_run)
+    since = at - max(BUDGET_WINDOW, settings.cooldown)
+    recent = [h for h in store.handovers_opened_between(engine, since, at) if not (live_ok and h["dry_run"])]
+    open_h = [h.as_dict() for h in ho.list_handovers(engine, ho.BLOCKING_STATES)]
+    decisions = decide(judged, bounds, recent, open_h, at, settings)
+    decisions += [Skip(name, why) for name, why in sorted({**unread, **without}.items())]
+    live_platforms = {p.name for p in config.platforms if p.actuation and p.kind != "simulator"}
+
+    def live(d) -> bool:
+        return (live_ok and d.source in live_platforms and d.target in live_platforms
+                and (actuators is None or (d.source in actuators and d.target in actuators)))
+
+    seen = {name: j.pressure.as_dict() | {"anomalous": list(j.anomalous)} for name, j in judged.items()}
+    rows = [_row(d, seen, not (isinstance(d, FastMove) and live(d))) for d in decisions]
+    ids = store.record_decisions(engine, at, rows)
+    lim = config.limits
+    timeout = timedelta(hours=lim.max_actuation_age_hours) if lim.max_actuation_age_hours > 0 else ho.DEFAULT_TIMEOUT
+    opened = []
+    for did, d in zip(ids, decisions):
+        if not isinstance(d, FastMove):
+            continue
+        try:
+            hid = ho.open_handover(engine, d.node, d.source, d.target, at, reason=d.reason, dry_run=not live(d),
+                                   timeout=timeout)
+        except ho.HandoverConflict as exc:
+            store.set_handover(engine, did, None, note=f"not opened: {exc}")
+            continue
+        store.set_handover(engine, did, hid)
+        opened.append({"id": hid, "node": d.node, "from": d.source, "to": d.target, "dry_run": not live(d)})
+    advance = service.advance_handovers(ctx, at, dry_run=dry_run, actuators=actuators, allow_evict=allow_evict,
+                                        lookup=lookup)
+    out = {"at": at.isoformat(), "live": live_ok, "decisions": store.decisions_at(engine, at), "opened": opened,
+           "advance": advance, "unread": unread}
+    if unread:
+        raise FastPathReadError("; ".join(f"{p}: {why}" for p, why in sorted(unread.items())))
+    return out
+
+
+def _row(d: FastMove | Skip, seen: Mapping[str, Any] | None, dry_run: bool) -> dict[str, Any]:
+    """One ``fastpath_decision`` row: a move is recorded under its target platform."""
+    if isinstance(d, FastMove):
+        return {"platform": d.target, "pressure": {p: (seen or {}).get(p) for p in (d.source, d.target)},
+                "node": d.node, "source": d.source, "target": d.target, "reason": d.reason, "dry_run": dry_run,
+                "handover_id": None}
+    pressure = None if seen is None or d.platform == "*" else (seen.get(d.platform))
+    return {"platform": d.platform, "pressure": pressure, "node": None, "source": None, "target": None,
+            "reason": d.reason, "dry_run": dry_run, "handover_id": None}
+
+
+def format_decisions(rows: Sequence[Mapping[str, Any]], title: str = "fast path") -> str:
+    """Recent fast-path decisions as lines for ``gpupool plan``/``handovers``/``fastpath``."""
+    if not rows:
+        return f"{title}: no decisions recorded"
+    lines = [f"{title}:"]
+    for r in rows:
+        when = utc(r["decided_at"]).strftime("%Y-%m-%d %H:%M")
+        mode = "dry-run" if r["dry_run"] else "live"
+        if r.get("node"):
+            ho_ = f" handover #{r['handover_id']}" if r.get("handover_id") else ""
+            lines.append(f"  {when}  MOVE {r['node']} {r['source']} -> {r['target']} ({mode}{ho_}): {r['reason']}")
+        else:
+            lines.append(f"  {when}  {r['platform']:<12} no move: {r['reason']}")
+    return "\n".join(lines)
