@@ -128,6 +128,12 @@ class Context:
 
         return build_actuators(self.config, platforms, lookup=lookup)
 
+    def build_source(self, platform: str, lookup=None):
+        """The source of one configured platform (:func:`gpupool.platforms.build_source`)."""
+        from gpupool.platforms import build_source
+
+        return build_source(self.config.platform(platform), self.config, lookup)
+
 
 # --- extract ---------------------------------------------------------------------------
 

@@ -320,13 +320,11 @@ def read_pressures(ctx, at: datetime, sources: Mapping[str, Any] | None = None,
     """Each configured platform's pressure at ``at`` through its source (built from the
     configuration unless ``sources`` gives it); why for the platforms that failed to be read;
     and the platforms whose source has no instant read (they take no part, and that is no error)."""
-    from gpupool.platforms import build_source
-
     read, unread, without = {}, {}, {}
     for name in ctx.platforms():
         pcfg = ctx.config.platform(name)
         try:
-            source = (sources or {}).get(name) or build_source(pcfg, ctx.config, lookup)
+            source = (sources or {}).get(name) or ctx.build_source(name, lookup)
         except Exception as exc:  # a missing connection: this platform is out of the tick, and said so
             unread[name] = f"source not built: {exc}"
             continue
