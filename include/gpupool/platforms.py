@@ -23,6 +23,8 @@ import pandas as pd
 
 from gpupool.allocate.actuators.base import with_pool_names
 from gpupool.config import GpupoolConfig, PlatformConfig
+from gpupool.sources.base import Pressure, pressure_from_records
+from gpupool.values import utc_datetime
 
 #: the embedded world is generated per calendar quarter (plus this much history before it),
 #: so every window inside a quarter sees the same, reproducible world
@@ -64,6 +66,39 @@ class EmbeddedWorldSource:
             }
             for n in world.inventory(self.platform, at)
         ]
+
+
+    def pressure(self, at: datetime) -> Pressure:
+        """Pressure at ``at`` as the world's platform would report it to an instant read: node
+        states from its inventory (which nodes are open, which idle), allocated and pending GPUs
+        from its exporter's newest sample before ``at`` (the step that just ended, exporter
+        faults included, as :meth:`usage` reports it). Where the exporter has no row for that
+        step (a gap) allocation comes from the inventory's busy GPUs and pending reads 0, and
+        ``notes`` says so, like a real source whose exporter answered no series."""
+        at = utc_datetime(at)
+        world = self._world(at)
+        i = int((pd.Timestamp(at) - world.start) // world.step)
+        if i < 1 or i > len(world.index):
+            raise ValueError(f"platform {self.platform}: no embedded world step ends before {at.isoformat()} "
+                             f"(the world spans [{world.start.isoformat()}, {world.end.isoformat()}))")
+        records = self.inventory(at)
+        _, reported, kept = world.demand_telemetry(self.platform, i - 1, i)
+        where = f"embedded world {self.platform} (seed {self.seed}), step {world.index[i - 1].isoformat()}"
+        prov = {"nodes": f"{where}: inventory", "gpus_capacity": f"{where}: open nodes' GPUs"}
+        notes: list[str] = []
+        allocated = None
+        if kept[0]:
+            allocated = float(reported["gpu_allocated"][0])
+            pending = float(reported["gpu_pending"][0])
+            prov["gpus_allocated"] = prov["gpus_pending"] = f"{where}: exporter sample"
+        else:
+            pending = 0.0
+            notes.append(f"the exporter has no sample for the step before {at.isoformat()}: allocation from the "
+                         "inventory's busy GPUs, pending read as 0")
+            prov["gpus_allocated"] = f"{where}: inventory busy GPUs"
+            prov["gpus_pending"] = "none (exporter gap)"
+        return pressure_from_records(self.platform, at, records, pending=pending, provenance=prov, notes=notes,
+                                     allocated=allocated)
 
 
 def _quarter_span(ts: pd.Timestamp) -> tuple[pd.Timestamp, pd.Timestamp]:

@@ -263,12 +263,24 @@ def _cannot_lend(p: str, bounds: PlanBounds, settings: Settings, borrowed: set, 
 # ------------------------------------------------------------------------------ the judge
 
 
+def reading_key(platform: str, metric: str) -> tuple:
+    """The series key (:data:`gpupool.canonical.SERIES_KEY`) of a platform's fast-path readings of
+    ``metric`` (a :data:`READING_METRICS` value): its judge's models are stored under it in the
+    detect stage's model store, beside the hourly series' (whose metrics differ)."""
+    return (platform, "", "platform", "", metric)
+
+
 def judge_reading(history: pd.Series, value: float, at: datetime, router, metric: str,
-                  step: timedelta = FASTPATH_EVERY) -> bool:
+                  step: timedelta = FASTPATH_EVERY, model_for=None) -> bool:
     """Whether the detect stage's streaming rules flag ``value`` read at ``at`` as anomalous,
-    judged on ``history`` (the staged readings before ``at``) like the detect task judges a
-    point: :func:`gpupool.detect.stage.judge_series` with the model of the point's refit anchor.
-    Too short a history is not judged (False), as the detect stage leaves such points alone."""
+    judged on ``history`` (the staged readings before ``at``) as the detect task judges a point:
+    :func:`gpupool.detect.stage.judge_series` of the newest point alone (with the alarm
+    look-back before it) by the model of its refit anchor.
+
+    ``model_for(anchor, history)`` gives that model (the tick's: staging's model store, so an
+    anchor is fitted once); without it the model is fitted here. Too short a history is not
+    judged (False), as the detect stage leaves such points alone.
+    """
     from gpupool.detect.stage import fit_detector, judge_series
 
     at = utc(at)
@@ -278,24 +290,43 @@ def judge_reading(history: pd.Series, value: float, at: datetime, router, metric
     series = series[~series.index.duplicated(keep="last")].sort_index()
     grid = pd.date_range(series.index.min().floor(step), at, freq=step)
     series = series.reindex(series.index.union(grid))
-    scored = judge_series(series, router, metric, at, at + step,
-                          lambda anchor, h: fit_detector(h, router, metric))
+    fit = model_for or (lambda anchor, h: fit_detector(h, router, metric))
+    scored = judge_series(series, router, metric, at, at + step, fit)
     return bool(len(scored) and scored["is_anomaly"].iloc[-1])
 
 
 def judge(engine, pressure: Pressure, router, step: timedelta = FASTPATH_EVERY) -> Judged:
-    """``pressure`` with the judged metrics the detect rules flag, on the platform's staged readings."""
-    from gpupool.detect.stage import detect_lookback
+    """``pressure`` with the judged metrics the detect rules flag, on the platform's staged readings.
+
+    Each judged metric's newest reading is judged alone, by the model of its refit anchor from
+    the detect stage's model store (:func:`gpupool.detect.stage.model_for` under
+    :func:`reading_key`): the first tick after an anchor fits and stores it, every later tick
+    until the next anchor rebuilds it from its stored parameters.
+    """
+    return _judge_counted(engine, pressure, router, step)[0]
+
+
+def _judge_counted(engine, pressure: Pressure, router, step: timedelta = FASTPATH_EVERY) -> tuple[Judged, int]:
+    """:func:`judge` and how many detector models it fitted (0 on every tick but an anchor's first)."""
+    from gpupool.detect.stage import detect_lookback, fit_detector, model_for
     from gpupool.staging import fastpath as store
 
     at = utc_datetime(pressure.at)
-    flagged = []
+    history = store.pressure_histories(engine, pressure.platform, list(JUDGED), at - detect_lookback(router), at)
+    flagged, fitted = [], []
     for metric, canonical in JUDGED.items():
         field_ = next(f for f, m in READING_METRICS.items() if m == metric)
-        hist = store.pressure_history(engine, pressure.platform, metric, at - detect_lookback(router), at)
-        if judge_reading(hist, float(getattr(pressure, field_)), at, router, canonical, step):
-            flagged.append(f"{field_} {float(getattr(pressure, field_)):g}")
-    return Judged(pressure, tuple(flagged))
+        key = reading_key(pressure.platform, metric)
+
+        def stored(anchor, h, key=key, canonical=canonical):
+            model, new = model_for(engine, key, anchor, h, lambda hh: fit_detector(hh, router, canonical))
+            fitted.append(new)
+            return model
+
+        value = float(getattr(pressure, field_))
+        if judge_reading(history[metric], value, at, router, canonical, step, model_for=stored):
+            flagged.append(f"{field_} {value:g}")
+    return Judged(pressure, tuple(flagged)), sum(fitted)
 
 
 # ------------------------------------------------------------------------------ one tick
@@ -368,10 +399,11 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
         return {"at": at.isoformat(), "backfill": True, "decisions": store.decisions_at(engine, at), "opened": []}
     read, unread, without = read_pressures(ctx, at, sources, lookup)
     router = config.detect.router_config()
-    judged = {}
+    judged, refits = {}, 0
     for name, p in read.items():
         store.record_pressure(engine, name, at, {m: getattr(p, f) for f, m in READING_METRICS.items()})
-        judged[name] = judge(engine, _pool_ids(config, p), router, pd.Timedelta(config.step))
+        judged[name], fitted = _judge_counted(engine, _pool_ids(config, p), router, pd.Timedelta(config.step))
+        refits += fitted
     bounds = plan_bounds(reads.latest_plan(engine, at), ctx.platforms())
     live_ok = (not dry_run) and (not config.dry_run)
     since = at - max(BUDGET_WINDOW, settings.cooldown)
@@ -405,7 +437,7 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
     advance = service.advance_handovers(ctx, at, dry_run=dry_run, actuators=actuators, allow_evict=allow_evict,
                                         lookup=lookup)
     out = {"at": at.isoformat(), "live": live_ok, "decisions": store.decisions_at(engine, at), "opened": opened,
-           "advance": advance, "unread": unread}
+           "advance": advance, "unread": unread, "refits": refits}
     if unread:
         raise FastPathReadError("; ".join(f"{p}: {why}" for p, why in sorted(unread.items())))
     return out

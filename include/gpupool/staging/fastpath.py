@@ -37,15 +37,25 @@ def record_pressure(engine: Engine, platform: str, at: datetime, values: Mapping
 
 def pressure_history(engine: Engine, platform: str, metric: str, start: datetime, end: datetime) -> pd.Series:
     """The platform's readings of ``metric`` in ``[start, end)``, indexed by time (UTC), oldest first."""
+    return pressure_histories(engine, platform, [metric], start, end)[metric]
+
+
+def pressure_histories(engine: Engine, platform: str, metrics: Sequence[str], start: datetime,
+                       end: datetime) -> dict[str, pd.Series]:
+    """:func:`pressure_history` of several metrics in one query: metric -> its readings."""
     c = pressure_sample.c
-    q = (sa.select(c.at, c.value)
-         .where(c.platform == platform, c.metric == metric, c.at >= utc_datetime(start),
+    q = (sa.select(c.metric, c.at, c.value)
+         .where(c.platform == platform, c.metric.in_(list(metrics)), c.at >= utc_datetime(start),
                 c.at < utc_datetime(end))
-         .order_by(c.at))
+         .order_by(c.metric, c.at))
     with engine.connect() as conn:
         rows = conn.execute(q).all()
-    index = pd.DatetimeIndex(pd.to_datetime([r.at for r in rows], utc=True), name="ts")
-    return pd.Series([float(r.value) for r in rows], index=index, dtype="float64")
+    out = {}
+    for m in metrics:
+        mine = [r for r in rows if r.metric == m]
+        index = pd.DatetimeIndex(pd.to_datetime([r.at for r in mine], utc=True), name="ts")
+        out[m] = pd.Series([float(r.value) for r in mine], index=index, dtype="float64")
+    return out
 
 
 def record_decisions(engine: Engine, at: datetime, decisions: Sequence[Mapping[str, Any]]) -> list[int]:
