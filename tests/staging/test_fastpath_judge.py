@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import numpy as np
 import pandas as pd
+import sqlalchemy as sa
 
 from gpupool.allocate import fastpath as fp
 from gpupool.config import parse_config
@@ -14,8 +15,6 @@ from gpupool.detect.stage import fit_detector, judge_series
 from gpupool.sources.base import Pressure
 from gpupool.staging import fastpath as store
 from gpupool.staging.schema import pressure_sample, series_profile
-
-import sqlalchemy as sa
 
 STEP = pd.Timedelta("5min")
 ROUTER = parse_config({"platforms": [{"name": "slurm", "kind": "simulator"}]}).detect.router_config()
