@@ -3,8 +3,8 @@
 
 Every five minutes one light task reads each platform's pressure through its own API (GPUs
 allocated and pending now, idle whole nodes: an instant read, not the hourly extraction),
-judges each reading with the detect stage's streaming rules (an exporter glitch is not acted
-on), and where pending demand exceeds free capacity starts the handover of one idle whole node
+judges the newest reading alone with the detect stage's streaming rules, by the model of its
+refit anchor from staging's model store (an exporter glitch is not acted on), and where pending demand exceeds free capacity starts the handover of one idle whole node
 from the platform with the largest surplus — only a platform the latest hourly plan lets lend,
 keeping what the plan reserves for it and `min_nodes`, within the move budget (both paths
 together, per rolling hour) and the cool-downs. Every decision, move or not, is recorded in

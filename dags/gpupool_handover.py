@@ -2,9 +2,12 @@
 ### gpupool_handover — advance open node handovers every 5 minutes
 
 A node that is being moved drains at its source platform between the hourly pipeline runs.
-Every five minutes this DAG advances each open handover by one safe step
-(`planned → releasing → released → attaching → done`), times out stuck ones, and writes every
-command to `action_audit` before it is sent. A handover that fails or times out gets gpupool's
+Every five minutes this DAG advances each open handover
+(`planned → releasing → released → attaching → done`) as far as it safely goes now: a pass keeps
+stepping while each step completes at once (a node that drains at once is released and attached
+in the same run) and stops at the first wait (work still running, a node still arriving, a MIG
+re-layout), where the next run resumes. It times out stuck ones and writes every command to
+`action_audit` before it is sent. A handover that fails or times out gets gpupool's
 hold lifted (or the node sent back) and then fails this task, so Airflow alerts; deadlines are
 checked even while `dry_run` is on. It shares the one-slot `gpupool_actuation` pool
 with the pipeline's actuation, so two writers never act on the platforms at once.

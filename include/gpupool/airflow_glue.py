@@ -111,8 +111,10 @@ def maintain_from_context(context: Any) -> dict:
 
 
 def advance_from_context(context: Any, lookup=None) -> dict:
-    """Advance every open handover one safe step; backfills only look, never act (but a
-    handover past its deadline still gets gpupool's hold lifted). Raises when one failed."""
+    """Advance every open handover as far as it safely goes now: each keeps stepping while its
+    steps complete at once and stops at the first wait (``handover.advance_all``). Backfills
+    only look, never act (but a handover past its deadline still gets gpupool's hold lifted).
+    Raises when one failed."""
     from gpupool.allocate.service import advance_handovers
 
     window = pipeline.resolve_window({}, context.get("data_interval_start"), context.get("data_interval_end"))

@@ -35,7 +35,7 @@ import requests
 import sqlalchemy as sa
 import yaml
 
-from gpupool.allocate.actuators.base import REASON_PREFIX, Actuator, Command, OwnerState
+from gpupool.allocate.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, OwnerState
 
 pytestmark = pytest.mark.slow
 
@@ -171,8 +171,6 @@ class ProvisionedActuator(Actuator):
             return self.inner.send(command)
         r = requests.post(f"{self.control}/sim/v1/nodes/{command.node}/move", json={"to": self.platform}, timeout=10)
         if r.status_code != 202:
-            from gpupool.allocate.actuators.base import ActuationError
-
             raise ActuationError(self.platform, command.node, "provision", f"HTTP {r.status_code}: {r.text[:200]}")
         return r.json()
 
