@@ -12,7 +12,8 @@ from kubernetes import client
 
 from gpupool.canonical import SAMPLE_COLUMNS
 from gpupool.sources.base import INVENTORY_KEYS, RetryPolicy, SourceError
-from gpupool.sources.kubernetes import DRAIN_REASON_ANNOTATION, KubernetesSource
+from gpupool.k8s_keys import HOLD_ANNOTATION
+from gpupool.sources.kubernetes import KubernetesSource
 from gpupool.sources.prometheus import MetricQuery
 
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02)
@@ -65,7 +66,7 @@ def kube():
         product = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
         api.create_node(_node("gpu-a", {"nvidia.com/gpu": "8", "cpu": "64"}, product))
         api.create_node(_node("gpu-b", {"nvidia.com/gpu": "8"}, product, unschedulable=True,
-                              annotations={DRAIN_REASON_ANNOTATION: "gpupool: handover to slurm"}))
+                              annotations={HOLD_ANNOTATION: "gpupool: handover to slurm"}))
         api.create_node(_node("gpu-c", {"nvidia.com/gpu": "4"}, taints=[
             {"key": "nvidia.com/gpu", "value": "maintenance", "effect": "NoSchedule"}]))
         api.create_node(_node("gpu-mig", {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "14",

@@ -35,6 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpupool import mig
 from gpupool.canonical import empty_samples, normalize_samples
+from gpupool.k8s_keys import HOLD_ANNOTATION
 from gpupool.sources.base import (
     NodeShard,
     PermanentError,
@@ -72,10 +73,6 @@ DEFAULT_K8S_QUERIES: dict[str, MetricQuery] = {
     "gpu_mem_used": MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_FB_USED) * 1048576", "gpu", "{Hostname}/{gpu}",
                                 node_label="Hostname"),
 }
-
-#: annotation the pool's actuator writes when it cordons a node (Kubernetes has no cordon reason)
-DRAIN_REASON_ANNOTATION = "gpupool.io/drain-reason"
-
 
 class KubernetesSource:
     """A Kubernetes cluster read with the official client and explicit connection parameters.
@@ -220,7 +217,7 @@ class KubernetesSource:
             return None
         reason = None
         if node.spec and node.spec.unschedulable:
-            reason = (node.metadata.annotations or {}).get(DRAIN_REASON_ANNOTATION) or "cordoned"
+            reason = (node.metadata.annotations or {}).get(HOLD_ANNOTATION) or "cordoned"
         else:
             for taint in (node.spec.taints if node.spec else None) or []:
                 if taint.effect in ("NoSchedule", "NoExecute"):
