@@ -185,3 +185,56 @@ def test_a_node_moved_off_kubernetes_and_back_stays_a_pool_member(sim, sqlite_en
     actuator.attach(name)
     assert stage_and_read(2, slurm_open=False) == ("kubernetes", None)
     assert next(r for r in source.inventory(t0) if r["node"] == name)["schedulable"]
+
+
+def test_metrics_apis_answer_in_the_published_shape(sim):
+    """The facade's metrics APIs against the published API's answers (the recorded files the
+    source's own test reads in tests/integration/test_kubernetes_source.py)."""
+    import requests
+
+    from tests.contract.conftest import recorded
+    from tests.contract.shapes import shape_diff
+
+    base = sim.urls["kubernetes"]
+    for path, name in (("/apis/metrics.k8s.io/v1beta1/nodes", "kubernetes_node_metrics"),
+                       ("/apis/custom.metrics.k8s.io/v1beta2/nodes/*/DCGM_FI_DEV_GPU_UTIL",
+                        "kubernetes_custom_metrics_nodes"),
+                       ("/apis/custom.metrics.k8s.io/v1beta2/nodes/*/DCGM_FI_DEV_FB_USED",
+                        "kubernetes_custom_metrics_nodes")):
+        body = requests.get(base + path, timeout=30).json()
+        assert body["items"], path
+        assert shape_diff(recorded(name)["body"], body, open_maps=("$.items[].metadata.labels",)) == [], path
+
+
+def test_extract_reads_the_metrics_apis_without_prometheus(sim, sqlite_engine, monkeypatch):
+    """`gpupool run`'s extract on a Kubernetes platform with no Prometheus: the window's last
+    step and each node's health series come from metrics.k8s.io and custom.metrics.k8s.io."""
+    import json
+    from datetime import timedelta
+
+    import pandas as pd
+    import sqlalchemy as sa
+
+    from gpupool import pipeline
+    from gpupool.config import parse_config
+    from gpupool.staging.schema import sample
+
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_AI", json.dumps({"conn_type": "http", "host": sim.urls["kubernetes"]}))
+    cfg = parse_config({"step": "5min", "platforms": [
+        {"name": "kubernetes", "kind": "kubernetes", "conn_id": "kubernetes_ai"}]})
+    end = sim.state.now.to_pydatetime()
+    window = pipeline.Window(end - timedelta(hours=1), end)
+    out = pipeline.extract(pipeline.Context(cfg, sqlite_engine), "kubernetes", window)
+    with sqlite_engine.connect() as conn:
+        rows = pd.read_sql(sa.select(sample), conn)
+    nodes = sim.state.nodes("kubernetes")
+    assert out["nodes"] == len(nodes) and out["rows"] == len(rows)
+    assert set(pd.to_datetime(rows["ts"], utc=True)) == {pd.Timestamp(end) - pd.Timedelta(minutes=5)}
+    v = {(r.entity_kind, r.entity_id, r.metric): r.value for r in rows.itertuples()}
+    for n in nodes:
+        assert v[("node", n["name"], "gpu_capacity")] == n["gpus"]
+        assert v[("node", n["name"], "gpu_allocated")] == n["busy_gpus"]
+        assert v[("node", n["name"], "health_up")] == 1 and v[("node", n["name"], "health_sample_age_seconds")] == 0
+        assert v[("node", n["name"], "health_sample_window_seconds")] == 20.05
+        assert 0 <= v[("node", n["name"], "gpu_util")] <= 100
+    assert v[("platform", "", "gpu_allocated")] == sum(n["busy_gpus"] for n in nodes)
