@@ -182,6 +182,9 @@ def _staging_failure(exc: BaseException, args: argparse.Namespace) -> str | None
     text = str(getattr(exc, "orig", None) or exc).lower()
     if "no such table" in text or ("relation" in text and "does not exist" in text):
         return f"staging database ({source}) has no gpupool tables: run `gpupool db upgrade`"
+    if getattr(getattr(exc, "orig", None), "sqlstate", None) == "42501":  # InsufficientPrivilege
+        return (f"staging database ({source}) refused the statement: the role lacks a privilege "
+                "(InsufficientPrivilege); gpupool's role must own its schema's tables")
     if isinstance(exc, OperationalError):
         kind = type(getattr(exc, "orig", None) or exc).__name__
         return f"staging database ({source}) failed ({kind}); check that it runs, is writable and accepts connections"
