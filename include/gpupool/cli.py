@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the largest id staging's integer id columns hold
+MAX_ROW_ID = 2**31 - 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] == ["sim", "serve"]:  # its own parser, options and --help included
@@ -265,7 +269,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "rollback":
         from gpupool.allocate.service import rollback_handover
+        from gpupool.errors import UserError
 
+        if not 1 <= args.handover_id <= MAX_ROW_ID:  # beyond the id column: no such row can exist
+            raise UserError(f"no handover #{args.handover_id} (handover ids run from 1 to {MAX_ROW_ID})")
         print(json.dumps(rollback_handover(ctx, args.handover_id, dry_run=args.dry_run), indent=2, default=str))
         return 0
     window = pipeline.Window(pipeline.parse_time(args.start), pipeline.parse_time(args.end))

@@ -421,6 +421,19 @@ def test_a_statement_timeout_above_postgresqls_maximum(capsys, data, monkeypatch
     assert "unreachable" not in line
 
 
+@pytest.mark.parametrize("hid", ["99999999999999999999", "2147483648", "0", "-3"])
+def test_rollback_of_an_id_beyond_the_id_column(capsys, data, staging, hid):
+    assert main(["db", "upgrade"]) == 0
+    capsys.readouterr()
+    _refused(capsys, data, "rollback", "--", hid, needles=(f"#{hid}",))
+
+
+def test_a_platform_name_longer_than_staging_holds(capsys, data, staging):
+    cfg = data / "platforms.yaml"
+    cfg.write_text(f"platforms:\n  - {{name: {'p' * 65}, kind: simulator}}\n")
+    _refused(capsys, data, "run", "--config", str(cfg), *WINDOW, needles=("platforms.yaml", "64"))
+
+
 # --- the contract itself ---------------------------------------------------------------------
 
 
