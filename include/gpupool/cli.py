@@ -76,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="CSV out: step,timestamp,yhat,yhat_lower,yhat_upper (not the input; its directory must exist)")
     p.add_argument("--level", type=float, default=None,
                    help="prediction-interval level in percent, in (0, 100) (default forecast.stage.FORECAST_LEVEL, 90)")
-    p.add_argument("--season", type=int, default=None, help="season length hint in steps")
+    p.add_argument("--season", type=int, default=None, help="season length hint in steps, >= 2 (default: detected)")
+    p.add_argument("--time-col", help="CSV mode: the time column (default: the first that parses as times)")
+    p.add_argument("--value-col", help="CSV mode: the value column (default: the first numeric one after it)")
     p.add_argument("--summary-json")
     p.add_argument("--platform", help="staging mode: forecast this platform's demand")
     p.add_argument("--at", help="staging mode: issue time (ISO 8601)")
@@ -334,9 +336,13 @@ def _forecast(args: argparse.Namespace) -> int:
     if not args.input or not args.out or args.horizon is None:
         raise UsageError("INPUT.csv needs --horizon and --out (or use --platform NAME --at TIME)")
     check_horizon_level(args.horizon, args.level)
+    if args.season is not None and args.season < 2:  # 0 or less would silently mean "no season"
+        raise UsageError(f"--season must be a whole number of steps >= 2, got {args.season}; "
+                         "leave it out to have the period detected")
     from gpupool.forecast.io import forecast_csv
 
-    info = forecast_csv(args.input, args.horizon, args.out, level=args.level, season=args.season, summary_json=args.summary_json)
+    info = forecast_csv(args.input, args.horizon, args.out, level=args.level, season=args.season,
+                        summary_json=args.summary_json, time_col=args.time_col, value_col=args.value_col)
     print(json.dumps(info, default=str))
     return 0
 

@@ -434,6 +434,25 @@ def test_a_platform_name_longer_than_staging_holds(capsys, data, staging):
     _refused(capsys, data, "run", "--config", str(cfg), *WINDOW, needles=("platforms.yaml", "64"))
 
 
+def test_forecast_reads_the_named_columns(capsys, data, tmp_path):
+    ts, v = _series()
+    pd.DataFrame({"note": ["x"] * len(ts), "when": ts.strftime("%Y-%m-%dT%H:%M:%S"), "other": 1.0, "gpus": v}).to_csv(
+        data / "cols.csv", index=False)
+    out = tmp_path / "fc.csv"
+    rc, _, err = _cli(capsys, "forecast", str(data / "cols.csv"), "--horizon", "3", "--out", str(out),
+                      "--time-col", "when", "--value-col", "gpus")
+    assert rc == 0, err
+    assert abs(pd.read_csv(out)["yhat"].mean() - v.mean()) < 5  # the gpus column, not "other" (all 1)
+    _refused(capsys, data, "forecast", str(data / "cols.csv"), "--horizon", "3", "--out", str(tmp_path / "x.csv"),
+             "--value-col", "nope", needles=("nope",))
+
+
+@pytest.mark.parametrize("season", ["0", "-5", "1"])
+def test_forecast_season_below_two_is_refused(capsys, data, tmp_path, season):
+    _refused(capsys, data, "forecast", str(data / "good.csv"), "--horizon", "3", "--out", str(tmp_path / "fc.csv"),
+             f"--season={season}", needles=("--season", season))
+
+
 # --- the contract itself ---------------------------------------------------------------------
 
 
