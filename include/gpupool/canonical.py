@@ -30,6 +30,10 @@ CANONICAL_METRICS = {
     "gpu_pending": "gpus",  # GPUs wanted by waiting work
     "gpu_util": "percent",  # utilisation per GPU, 0..100
     "gpu_mem_used": "bytes",  # framebuffer in use per GPU
+    # how a reading was made, per target (health series): a fault by provenance, not by value
+    "health_up": "bool",  # 1 when the target answered
+    "health_sample_age_seconds": "seconds",  # how far the target's own sample time lags
+    "health_sample_window_seconds": "seconds",  # the span the source averaged the value over
 }
 
 #: a platform's demand is allocated + pending

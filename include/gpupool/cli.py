@@ -76,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="CSV out: step,timestamp,yhat,yhat_lower,yhat_upper (not the input; its directory must exist)")
     p.add_argument("--level", type=float, default=None,
                    help="prediction-interval level in percent, in (0, 100) (default forecast.stage.FORECAST_LEVEL, 90)")
-    p.add_argument("--season", type=int, default=None, help="season length hint in steps")
+    p.add_argument("--season", type=int, default=None, help="season length hint in steps, >= 2 (default: detected)")
+    p.add_argument("--time-col", help="CSV mode: the time column (default: the first that parses as times)")
+    p.add_argument("--value-col", help="CSV mode: the value column (default: the first numeric one after it)")
     p.add_argument("--summary-json")
     p.add_argument("--platform", help="staging mode: forecast this platform's demand")
     p.add_argument("--at", help="staging mode: issue time (ISO 8601)")
@@ -140,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the largest id staging's integer id columns hold
+MAX_ROW_ID = 2**31 - 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] == ["sim", "serve"]:  # its own parser, options and --help included
@@ -182,6 +188,9 @@ def _staging_failure(exc: BaseException, args: argparse.Namespace) -> str | None
     text = str(getattr(exc, "orig", None) or exc).lower()
     if "no such table" in text or ("relation" in text and "does not exist" in text):
         return f"staging database ({source}) has no gpupool tables: run `gpupool db upgrade`"
+    if getattr(getattr(exc, "orig", None), "sqlstate", None) == "42501":  # InsufficientPrivilege
+        return (f"staging database ({source}) refused the statement: the role lacks a privilege "
+                "(InsufficientPrivilege); gpupool's role must own its schema's tables")
     if isinstance(exc, OperationalError):
         kind = type(getattr(exc, "orig", None) or exc).__name__
         return f"staging database ({source}) failed ({kind}); check that it runs, is writable and accepts connections"
@@ -262,7 +271,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "rollback":
         from gpupool.allocate.service import rollback_handover
+        from gpupool.errors import UserError
 
+        if not 1 <= args.handover_id <= MAX_ROW_ID:  # beyond the id column: no such row can exist
+            raise UserError(f"no handover #{args.handover_id} (handover ids run from 1 to {MAX_ROW_ID})")
         print(json.dumps(rollback_handover(ctx, args.handover_id, dry_run=args.dry_run), indent=2, default=str))
         return 0
     window = pipeline.Window(pipeline.parse_time(args.start), pipeline.parse_time(args.end))
@@ -324,9 +336,13 @@ def _forecast(args: argparse.Namespace) -> int:
     if not args.input or not args.out or args.horizon is None:
         raise UsageError("INPUT.csv needs --horizon and --out (or use --platform NAME --at TIME)")
     check_horizon_level(args.horizon, args.level)
+    if args.season is not None and args.season < 2:  # 0 or less would silently mean "no season"
+        raise UsageError(f"--season must be a whole number of steps >= 2, got {args.season}; "
+                         "leave it out to have the period detected")
     from gpupool.forecast.io import forecast_csv
 
-    info = forecast_csv(args.input, args.horizon, args.out, level=args.level, season=args.season, summary_json=args.summary_json)
+    info = forecast_csv(args.input, args.horizon, args.out, level=args.level, season=args.season,
+                        summary_json=args.summary_json, time_col=args.time_col, value_col=args.value_col)
     print(json.dumps(info, default=str))
     return 0
 

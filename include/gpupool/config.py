@@ -50,7 +50,7 @@ class _Strict(BaseModel):
 class PlatformConfig(_Strict):
     """One platform instance gpupool extracts from and may actuate."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)  # staging's platform columns hold 64
     kind: PlatformKind
     conn_id: str | None = None
     cluster: str = ""

@@ -6,6 +6,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpupool.k8s_keys import HOLD_ANNOTATION
+
 
 def apis(sim):
     cfg = client.Configuration()
@@ -51,7 +53,7 @@ def test_cordon_drain_evict_then_move(sim):
     core, _, _ = apis(sim)
     name = "k8s-gpu001"
     node = core.patch_node(name, {"spec": {"unschedulable": True},
-                                  "metadata": {"annotations": {"gpupool.io/drain-reason": "gpupool: to slurm"}}})
+                                  "metadata": {"annotations": {HOLD_ANNOTATION: "gpupool: to slurm"}}})
     assert node.spec.unschedulable and any(t.key == "node.kubernetes.io/unschedulable" for t in node.spec.taints)
     assert sim.state.node("kubernetes", name)["drain_reason"] == "gpupool: to slurm"
     on_node = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
@@ -136,3 +138,103 @@ def test_resource_and_custom_metrics(sim):
     with pytest.raises(ApiException) as err:
         custom.get_cluster_custom_object("custom.metrics.k8s.io", "v1beta2", "nodes", "*/no_such_metric")
     assert err.value.status == 404
+
+
+def test_a_node_moved_off_kubernetes_and_back_stays_a_pool_member(sim, sqlite_engine):
+    """Source and actuator on one facade: the hold the actuator writes is the hold the source
+    reads, so the planner sees gpupool's own cordon as gpupool's throughout the move.
+
+    The machine is registered on Kubernetes and on Slurm (the production shape of a pool
+    node: gpupool keeps it held where it is not owned); the Slurm side is staged as the
+    Slurm source reports it, the Kubernetes side comes from the facade."""
+    from datetime import timedelta
+
+    from gpupool.allocate import service
+    from gpupool.allocate.actuators.base import moving_reason
+    from gpupool.allocate.actuators.kubernetes import KubernetesActuator
+    from gpupool.sources.kubernetes import KubernetesSource
+    from gpupool.staging.schema import inventory_node
+
+    _, _, api = apis(sim)
+    source = KubernetesSource("kubernetes", api_client=api)
+    actuator = KubernetesActuator(api, platform="kubernetes")
+    name = next(n["name"] for n in sim.state.nodes("kubernetes") if n["busy_gpus"] == 0)
+    t0 = sim.state.now.to_pydatetime()
+
+    def stage_and_read(step: int, slurm_open: bool) -> tuple[str, str | None]:
+        at = t0 + timedelta(minutes=step)
+        k8s = [r for r in source.inventory(at) if r["node"] == name]
+        slurm = {"node": name, "platform": "slurm", "gpus": k8s[0]["gpus"], "gpu_model": k8s[0]["gpu_model"],
+                 "mig_layout": None, "schedulable": slurm_open, "busy_gpus": 0.0,
+                 "drain_reason": None if slurm_open else moving_reason("kubernetes")}
+        rows = [{**r, "mig_layout": None, "snapshot_at": at} for r in k8s + [slurm]]
+        with sqlite_engine.begin() as conn:
+            conn.execute(inventory_node.insert(), rows)
+        nodes, excluded = service.pool_nodes(sqlite_engine, at, ["kubernetes", "slurm"])
+        owner = {n.name: n.owner for n in nodes}.get(name)
+        return owner, next((e["why"] for e in excluded if e["node"] == name), None)
+
+    assert stage_and_read(0, slurm_open=False) == ("kubernetes", None)
+    actuator.release(name, moving_reason("slurm"))
+    assert stage_and_read(1, slurm_open=True) == ("slurm", None)
+    held = next(r for r in source.inventory(t0) if r["node"] == name)
+    assert held["drain_reason"] == moving_reason("slurm")  # what the actuator wrote, read back
+    assert sim.state.node("kubernetes", name)["drain_reason"] == moving_reason("slurm")
+    assert actuator.is_released(name)
+    # ... and back: Slurm holds it again, Kubernetes lifts gpupool's own hold
+    actuator.attach(name)
+    assert stage_and_read(2, slurm_open=False) == ("kubernetes", None)
+    assert next(r for r in source.inventory(t0) if r["node"] == name)["schedulable"]
+
+
+def test_metrics_apis_answer_in_the_published_shape(sim):
+    """The facade's metrics APIs against the published API's answers (the recorded files the
+    source's own test reads in tests/integration/test_kubernetes_source.py)."""
+    import requests
+
+    from tests.contract.conftest import recorded
+    from tests.contract.shapes import shape_diff
+
+    base = sim.urls["kubernetes"]
+    for path, name in (("/apis/metrics.k8s.io/v1beta1/nodes", "kubernetes_node_metrics"),
+                       ("/apis/custom.metrics.k8s.io/v1beta2/nodes/*/DCGM_FI_DEV_GPU_UTIL",
+                        "kubernetes_custom_metrics_nodes"),
+                       ("/apis/custom.metrics.k8s.io/v1beta2/nodes/*/DCGM_FI_DEV_FB_USED",
+                        "kubernetes_custom_metrics_nodes")):
+        body = requests.get(base + path, timeout=30).json()
+        assert body["items"], path
+        assert shape_diff(recorded(name)["body"], body, open_maps=("$.items[].metadata.labels",)) == [], path
+
+
+def test_extract_reads_the_metrics_apis_without_prometheus(sim, sqlite_engine, monkeypatch):
+    """`gpupool run`'s extract on a Kubernetes platform with no Prometheus: the window's last
+    step and each node's health series come from metrics.k8s.io and custom.metrics.k8s.io."""
+    import json
+    from datetime import timedelta
+
+    import pandas as pd
+    import sqlalchemy as sa
+
+    from gpupool import pipeline
+    from gpupool.config import parse_config
+    from gpupool.staging.schema import sample
+
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_AI", json.dumps({"conn_type": "http", "host": sim.urls["kubernetes"]}))
+    cfg = parse_config({"step": "5min", "platforms": [
+        {"name": "kubernetes", "kind": "kubernetes", "conn_id": "kubernetes_ai"}]})
+    end = sim.state.now.to_pydatetime()
+    window = pipeline.Window(end - timedelta(hours=1), end)
+    out = pipeline.extract(pipeline.Context(cfg, sqlite_engine), "kubernetes", window)
+    with sqlite_engine.connect() as conn:
+        rows = pd.read_sql(sa.select(sample), conn)
+    nodes = sim.state.nodes("kubernetes")
+    assert out["nodes"] == len(nodes) and out["rows"] == len(rows)
+    assert set(pd.to_datetime(rows["ts"], utc=True)) == {pd.Timestamp(end) - pd.Timedelta(minutes=5)}
+    v = {(r.entity_kind, r.entity_id, r.metric): r.value for r in rows.itertuples()}
+    for n in nodes:
+        assert v[("node", n["name"], "gpu_capacity")] == n["gpus"]
+        assert v[("node", n["name"], "gpu_allocated")] == n["busy_gpus"]
+        assert v[("node", n["name"], "health_up")] == 1 and v[("node", n["name"], "health_sample_age_seconds")] == 0
+        assert v[("node", n["name"], "health_sample_window_seconds")] == 20.05
+        assert 0 <= v[("node", n["name"], "gpu_util")] <= 100
+    assert v[("platform", "", "gpu_allocated")] == sum(n["busy_gpus"] for n in nodes)

@@ -51,9 +51,9 @@ class KubeEmulator:
         self._stop = asyncio.Event()
         async with kmock.KubernetesEmulator() as emu, kmock.Server(emu) as server:
             self.emu = emu
-            emu[kmock.action.LIST] << self._paginated
-            for path, payload in self.extra.items():
+            for path, payload in self.extra.items():  # before the list handler, which would answer them
                 emu[f"get {path}"] << payload
+            emu[kmock.action.LIST] << self._paginated
             self.url = str(server.url).rstrip("/")
             self._ready.set()
             await self._stop.wait()

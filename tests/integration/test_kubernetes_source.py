@@ -12,12 +12,13 @@ from kubernetes import client
 
 from gpupool.canonical import SAMPLE_COLUMNS
 from gpupool.sources.base import INVENTORY_KEYS, RetryPolicy, SourceError
-from gpupool.sources.kubernetes import DRAIN_REASON_ANNOTATION, KubernetesSource
+from gpupool.k8s_keys import HOLD_ANNOTATION
+from gpupool.sources.kubernetes import KubernetesSource
 from gpupool.sources.prometheus import MetricQuery
 
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02)
 TOKEN = "k8s-s3cret-bearer-token"
-CUSTOM_PATH = "/apis/custom.metrics.k8s.io/v1beta1/namespaces/*/pods/*/DCGM_FI_DEV_GPU_UTIL"
+CUSTOM_PATH = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/*/pods/*/DCGM_FI_DEV_GPU_UTIL"
 
 
 def _node(name, alloc, labels=None, unschedulable=False, taints=None, annotations=None, ready="True"):
@@ -50,12 +51,12 @@ def kube():
     """An emulated cluster: GPU nodes (whole, MIG, cordoned, tainted, not ready), a CPU node, pods."""
     emu = KubeEmulator()
     emu.extra[CUSTOM_PATH] = {
-        "kind": "MetricValueList", "apiVersion": "custom.metrics.k8s.io/v1beta1", "metadata": {},
+        "kind": "MetricValueList", "apiVersion": "custom.metrics.k8s.io/v1beta2", "metadata": {},
         "items": [
             {"describedObject": {"kind": "Pod", "namespace": "ml", "name": "train-a", "apiVersion": "v1"},
-             "metricName": "DCGM_FI_DEV_GPU_UTIL", "timestamp": "2026-11-29T10:00:00Z", "value": "87"},
+             "metric": {"name": "DCGM_FI_DEV_GPU_UTIL"}, "timestamp": "2026-11-29T10:00:00Z", "value": "87"},
             {"describedObject": {"kind": "Pod", "namespace": "ml", "name": "train-b", "apiVersion": "v1"},
-             "metricName": "DCGM_FI_DEV_GPU_UTIL", "timestamp": "2026-11-29T10:00:00Z", "value": "42500m"},
+             "metric": {"name": "DCGM_FI_DEV_GPU_UTIL"}, "timestamp": "2026-11-29T10:00:00Z", "value": "42500m"},
         ],
     }
     with emu:
@@ -65,7 +66,7 @@ def kube():
         product = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
         api.create_node(_node("gpu-a", {"nvidia.com/gpu": "8", "cpu": "64"}, product))
         api.create_node(_node("gpu-b", {"nvidia.com/gpu": "8"}, product, unschedulable=True,
-                              annotations={DRAIN_REASON_ANNOTATION: "gpupool: handover to slurm"}))
+                              annotations={HOLD_ANNOTATION: "gpupool: handover to slurm"}))
         api.create_node(_node("gpu-c", {"nvidia.com/gpu": "4"}, taints=[
             {"key": "nvidia.com/gpu", "value": "maintenance", "effect": "NoSchedule"}]))
         api.create_node(_node("gpu-mig", {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "14",
@@ -181,3 +182,46 @@ def test_api_server_down_is_retryable():
     with pytest.raises(SourceError, match="connection failed") as err:
         _source("http://127.0.0.1:9", timeout=2).inventory(datetime.now(timezone.utc))
     assert err.value.retryable
+
+
+RECORDED = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+
+
+def _recorded(name):
+    import json
+
+    return json.loads((RECORDED / f"{name}.json").read_text())["body"]
+
+
+def test_usage_from_the_metrics_apis_on_recorded_answers():
+    """A cluster with metrics-server and a custom-metrics adapter but no Prometheus: the
+    window's last step comes from the present, each node with how its reading was made.
+    The answers are the published API's (tests/fixtures/recorded/kubernetes_*.json); the
+    facade test runs the same reading against the emulator."""
+    emu = KubeEmulator()
+    emu.extra["/apis/metrics.k8s.io/v1beta1/nodes"] = _recorded("kubernetes_node_metrics")
+    emu.extra["/apis/custom.metrics.k8s.io/v1beta2/nodes/*/DCGM_FI_DEV_GPU_UTIL"] = \
+        _recorded("kubernetes_custom_metrics_nodes")
+    with emu:
+        cfg = client.Configuration()
+        cfg.host = emu.url
+        api = client.CoreV1Api(client.ApiClient(cfg))
+        for name, gpus in (("gpu-a", "8"), ("gpu-b", "8"), ("gpu-c", "4")):
+            api.create_node(_node(name, {"nvidia.com/gpu": gpus}))
+        api.create_namespaced_pod("ml", _pod("train", 2, node="gpu-a"))
+        api.create_namespaced_pod("ml", _pod("wait", 3, phase="Pending", unschedulable=True))
+        src = _source(emu.url)
+        end = datetime(2026, 11, 29, 10, tzinfo=timezone.utc)
+        df = src.usage(end - timedelta(hours=1), end, "5min")
+        with pytest.raises(SourceError, match="cannot be recovered"):  # a day-old window: not the present
+            src.usage(end - timedelta(days=1, hours=1), end - timedelta(days=1), "5min")
+    assert list(df.columns) == SAMPLE_COLUMNS and set(df["ts"]) == {end - timedelta(minutes=5)}
+    v = {(r.entity_id, r.metric): r.value for r in df.itertuples()}
+    assert v[("", "gpu_pending")] == 3
+    assert (v[("gpu-a", "gpu_capacity")], v[("gpu-a", "gpu_allocated")], v[("gpu-c", "gpu_capacity")]) == (8, 2, 4)
+    assert (v[("gpu-a", "gpu_util")], v[("gpu-b", "gpu_util")]) == (87.5, 42)
+    # gpu-c is in neither answer: read by no metrics API
+    assert [v[(n, "health_up")] for n in ("gpu-a", "gpu-b", "gpu-c")] == [1, 1, 0]
+    assert (v[("gpu-a", "health_sample_age_seconds")], v[("gpu-b", "health_sample_age_seconds")]) == (0, 82)
+    assert (v[("gpu-a", "health_sample_window_seconds")], v[("gpu-b", "health_sample_window_seconds")]) == (20.05, 60)
+    assert ("gpu-c", "health_sample_age_seconds") not in v and ("gpu-a", "gpu_mem_used") not in v

@@ -16,7 +16,7 @@ What actions do to the world: ``spec.unschedulable: true`` or a NoSchedule/NoExe
 cordons the node (running pods continue and finish; NoExecute evicts them); setting the
 ``nvidia.com/mig.config`` label starts a MIG change that needs an empty node (the mig-manager's
 ``nvidia.com/mig.config.state`` label says ``pending``, ``success`` or ``failed``). The drain reason
-recorded in the world is the ``gpupool.io/drain-reason`` annotation when present.
+recorded in the world is gpupool's hold annotation (``gpupool.k8s_keys.HOLD_ANNOTATION``) when present.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from gpupool.emulator.state import (
     Work,
     stable_uuid,
 )
+from gpupool.k8s_keys import HOLD_ANNOTATION
 
 ROLE = "kubernetes"
-REASON_ANNOTATION = "gpupool.io/drain-reason"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 NAMESPACES = ("default", "kube-system", WORK_NAMESPACE)
@@ -420,7 +420,7 @@ def apply_node(state: SimState, name: str, new: dict) -> None:
         labels.pop(MIG_STATE_LABEL, None)
     meta.labels, meta.annotations, meta.taints = labels, annotations, taints
     meta.unschedulable = bool(spec.get("unschedulable"))
-    reason = annotations.get(REASON_ANNOTATION) or (
+    reason = annotations.get(HOLD_ANNOTATION) or (
         f"kubernetes: taint {blocking[0]['key']}:{blocking[0]['effect']}" if blocking and not spec.get("unschedulable")
         else "kubernetes: cordoned")
     if want_cordon and (not rec["cordoned"] or reason != rec["drain_reason"]):

@@ -35,11 +35,13 @@ def forecast_csv(
     level: float = 90,
     season: int | None = None,
     summary_json: str | Path | None = None,
+    time_col: str | None = None,
+    value_col: str | None = None,
 ) -> dict[str, Any]:
     """Forecast the series in ``input`` and write ``out``; the CLI's ``gpupool forecast``.
 
-    ``input`` has a time column and a value column (read as :func:`gpupool.tsio.read_series_csv`
-    reads them). ``out`` gets the columns ``step,timestamp,yhat,yhat_lower,yhat_upper`` with
+    ``input`` has a time column and a value column (``time_col``/``value_col``, else found as
+    :func:`gpupool.tsio.read_series_csv` finds them). ``out`` gets the columns ``step,timestamp,yhat,yhat_lower,yhat_upper`` with
     ``step`` = 1..horizon. ``season`` is a period hint in steps; without it the period is detected.
     The model is chosen per series by validation inside the history (:class:`AutoForecaster`).
     Returns the summary (the choice, every candidate's validation error and the reason under
@@ -53,7 +55,7 @@ def forecast_csv(
     out = check_output(out, {"input": input})
     if summary_json is not None:
         summary_json = check_output(summary_json, {"input": input, "--out file": out}, option="--summary-json")
-    series = read_series_csv(input)
+    series = read_series_csv(input, time_col=time_col, value_col=value_col)
     model = AutoForecaster(horizon=int(horizon), level=level, season=season).fit(series)
     frame = model.predict(int(horizon))
     table = pd.DataFrame(

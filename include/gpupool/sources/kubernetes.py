@@ -1,12 +1,22 @@
-"""Kubernetes: GPU nodes and pods from the API server, history from Prometheus.
+"""Kubernetes: GPU nodes and pods from the API server, usage from the metrics APIs and Prometheus.
 
 Inventory comes from nodes (`nvidia.com/gpu` and `nvidia.com/mig-*` allocatable, GPU
 product label, cordon and taints) and pods (GPU requests of pods bound to each node),
-both listed page by page with `limit`/`continue`. The API server keeps no history, and
-neither does the resource metrics API: `usage` for a window reads kube-state-metrics and
-DCGM exporter series from Prometheus when one is configured and otherwise says the
-window cannot be recovered. `snapshot(at)` records what the API shows now, including GPU
-utilisation per pod from the custom metrics API.
+both listed page by page with `limit`/`continue`. `usage` for a window reads two things:
+
+* the present, when the window holds it: nodes and pods (capacity, allocated, pending GPUs),
+  the resource metrics API (`metrics.k8s.io`: which nodes metrics-server reads, each item's
+  `timestamp` and `window`) and the custom metrics API (`custom.metrics.k8s.io`: GPU
+  utilisation and framebuffer per node from the DCGM exporter through an adapter). The
+  metrics APIs keep no history, so this reading stands for the window's last step when the
+  APIs' own clock (the newest item `timestamp`) is inside the window or at most
+  `live_tolerance` after it; each node also gets a health series (`health_up`,
+  `health_sample_age_seconds`, `health_sample_window_seconds`) saying how its reading was made;
+* history, from kube-state-metrics and DCGM exporter series in Prometheus when one is
+  configured. Where both have a point, Prometheus's wins.
+
+A window neither can cover raises (unrecoverable) instead of returning an empty frame.
+`snapshot(at)` records what the API shows now, with GPU utilisation per pod.
 
 Least privilege for the reading identity (the actuator needs `patch` on nodes separately):
 
@@ -17,14 +27,18 @@ Least privilege for the reading identity (the actuator needs `patch` on nodes se
     - apiGroups: [""]
       resources: [nodes, pods]
       verbs: [list]
+    - apiGroups: [metrics.k8s.io]
+      resources: [nodes]
+      verbs: [list]
     - apiGroups: [custom.metrics.k8s.io]
-      resources: ["pods/*"]        # pods/<metric>: a wildcard pod name is authorised as list
+      resources: ["pods/*", "nodes/*"]   # <kind>/<metric>: a wildcard name is authorised as list
       verbs: [get, list]
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import datetime, timedelta
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pandas as pd
@@ -34,7 +48,8 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from gpupool import mig
-from gpupool.canonical import empty_samples, normalize_samples
+from gpupool.canonical import SERIES_KEY, empty_samples, normalize_samples
+from gpupool.k8s_keys import HOLD_ANNOTATION
 from gpupool.sources.base import (
     NodeShard,
     PermanentError,
@@ -72,9 +87,14 @@ DEFAULT_K8S_QUERIES: dict[str, MetricQuery] = {
     "gpu_mem_used": MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_FB_USED) * 1048576", "gpu", "{Hostname}/{gpu}",
                                 node_label="Hostname"),
 }
-
-#: annotation the pool's actuator writes when it cordons a node (Kubernetes has no cordon reason)
-DRAIN_REASON_ANNOTATION = "gpupool.io/drain-reason"
+#: canonical metric -> (custom metrics API metric per node, unit, factor to the canonical unit);
+#: the DCGM exporter reports framebuffer in MiB
+DEFAULT_NODE_METRICS: dict[str, tuple[str, str, float]] = {
+    "gpu_util": ("DCGM_FI_DEV_GPU_UTIL", "percent", 1.0),
+    "gpu_mem_used": ("DCGM_FI_DEV_FB_USED", "bytes", 1048576.0),
+}
+RESOURCE_METRICS = "/apis/metrics.k8s.io/v1beta1"
+CUSTOM_METRICS = "/apis/custom.metrics.k8s.io/v1beta2"
 
 
 class KubernetesSource:
@@ -89,6 +109,9 @@ class KubernetesSource:
     count_label: node label with the physical GPU count (used when only MIG slices are allocatable)
     page_size: `limit` of every list call
     custom_metric: custom metrics API metric with per-pod GPU utilisation (None: skip)
+    node_metrics: canonical metric -> (custom metrics API metric per node, unit, factor); {} skips
+    metrics_api: read the present from the metrics APIs in `usage` (False: Prometheus only)
+    live_tolerance: how long after a window's end the APIs' present still stands for its last step
     prometheus_*: where past windows are read; queries: canonical metric -> MetricQuery
     """
 
@@ -111,6 +134,9 @@ class KubernetesSource:
         count_label: str = "nvidia.com/gpu.count",
         page_size: int = 500,
         custom_metric: str | None = "DCGM_FI_DEV_GPU_UTIL",
+        node_metrics: Mapping[str, tuple[str, str, float]] | None = None,
+        metrics_api: bool = True,
+        live_tolerance: timedelta = timedelta(minutes=15),
         prometheus_url: str | None = None,
         prometheus_token: str | None = None,
         queries: Mapping[str, MetricQuery | Sequence[MetricQuery]] | None = None,
@@ -126,6 +152,9 @@ class KubernetesSource:
         self.count_label = count_label
         self.page_size = page_size
         self.custom_metric = custom_metric
+        self.node_metrics = dict(DEFAULT_NODE_METRICS if node_metrics is None else node_metrics)
+        self.metrics_api = metrics_api
+        self.live_tolerance = live_tolerance
         self.timeout = timeout
         self.retry = retry
         self.queries = dict(DEFAULT_K8S_QUERIES if queries is None else queries)
@@ -187,7 +216,10 @@ class KubernetesSource:
     # ------------------------------------------------------------ inventory
     def inventory(self, at: datetime) -> list[dict[str, Any]]:
         """GPU nodes as the API server shows them when called (`at` names the snapshot)."""
-        window = format_window(as_utc(at, "at"))
+        return self._listing(format_window(as_utc(at, "at")))[0]
+
+    def _listing(self, window: str) -> tuple[list[dict[str, Any]], list[Any]]:
+        """The inventory records and the pods they were counted from (one listing of each)."""
         nodes = list(self._list_all(self._core.list_node, "GET /api/v1/nodes", window))
         pods = list(self._list_all(self._core.list_pod_for_all_namespaces, "GET /api/v1/pods", window))
         busy: dict[str, float] = {}
@@ -205,7 +237,7 @@ class KubernetesSource:
                                   f"malformed node object ({type(exc).__name__})") from exc
             if rec:
                 out.append(rec)
-        return sorted(out, key=lambda r: r["node"])
+        return sorted(out, key=lambda r: r["node"]), pods
 
     def _node_record(self, node: Any, busy: float) -> dict[str, Any] | None:
         alloc = (node.status.allocatable if node.status else None) or {}
@@ -220,7 +252,7 @@ class KubernetesSource:
             return None
         reason = None
         if node.spec and node.spec.unschedulable:
-            reason = (node.metadata.annotations or {}).get(DRAIN_REASON_ANNOTATION) or "cordoned"
+            reason = (node.metadata.annotations or {}).get(HOLD_ANNOTATION) or "cordoned"
         else:
             for taint in (node.spec.taints if node.spec else None) or []:
                 if taint.effect in ("NoSchedule", "NoExecute"):
@@ -306,66 +338,161 @@ class KubernetesSource:
         """
         at = as_utc(at, "at")
         window = format_window(at)
-        records = self.inventory(at)
-        pods = list(self._list_all(self._core.list_pod_for_all_namespaces, "GET /api/v1/pods", window))
+        rows = self._scheduler_rows(window)
+        if self.custom_metric:
+            path = f"{CUSTOM_METRICS}/namespaces/*/pods/*/{self.custom_metric}"
+            for item in self._metric_values(path, window) or []:
+                rows.append(("pod", item["id"], "gpu_util", item["value"], "percent"))
+        return self._frame(rows, at, f"{self.platform} kubernetes snapshot [{window}]")
+
+    def _scheduler_rows(self, window: str) -> list[tuple]:
+        """(kind, entity, metric, value, unit): GPUs per node and the platform's unschedulable
+        GPUs, from one listing of nodes and one of pods."""
+        records, pods = self._listing(window)
         pending = sum(self._pod_gpus(p) for p in pods if self._unschedulable(p))
         rows = []
         for r in records:
             rows.append(("node", r["node"], "gpu_capacity", float(r["gpus"]), "gpus"))
             rows.append(("node", r["node"], "gpu_allocated", float(r["busy_gpus"]), "gpus"))
         rows.append(("platform", "", "gpu_pending", float(pending), "gpus"))
-        if self.custom_metric:
-            for pod_id, value in self._custom_pod_metric(window).items():
-                rows.append(("pod", pod_id, "gpu_util", value, "percent"))
+        return rows
+
+    def _frame(self, rows: list[tuple], ts, where: str) -> pd.DataFrame:
         frame = pd.DataFrame(
-            [(self.platform, self.cluster, k, e, m, at, v, u) for k, e, m, v, u in rows],
+            [(self.platform, self.cluster, k, e, m, ts, v, u) for k, e, m, v, u in rows],
             columns=["platform", "cluster", "entity_kind", "entity_id", "metric", "ts", "value", "unit"],
         )
-        return normalize_samples(frame, where=f"{self.platform} kubernetes snapshot [{window}]")
+        return normalize_samples(frame, where=where)
 
-    def _custom_pod_metric(self, window: str) -> dict[str, float]:
-        path = f"/apis/custom.metrics.k8s.io/v1beta1/namespaces/*/pods/*/{self.custom_metric}"
-
+    # ------------------------------------------------------- metrics APIs
+    def _get(self, path: str, window: str) -> Any:
+        """One GET of an aggregated API's path as JSON; None when the cluster does not serve
+        it (404: metrics-server or the adapter is not installed)."""
         def get() -> Any:
-            # The generated client has no method for the custom metrics API: build the
-            # request the way its generated methods do (auth header, timeout, JSON decode).
+            # The generated client has no method for the metrics APIs: build the request the
+            # way its generated methods do (auth header, timeout, JSON decode).
             params = self._api.param_serialize("GET", path, header_params={"Accept": "application/json"},
                                                auth_settings=["BearerToken"])
-            resp = self._api.call_api(*params, _request_timeout=self.timeout)
-            resp.read()
-            return self._api.response_deserialize(resp, {"200": "object"}).data
+            try:
+                resp = self._api.call_api(*params, _request_timeout=self.timeout)
+                resp.read()
+                return self._api.response_deserialize(resp, {"200": "object"}).data
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
 
-        payload = self._call(f"GET {path}", window, get)
-        out = {}
+        return self._call(f"GET {path}", window, get)
+
+    def _metric_values(self, path: str, window: str) -> list[dict] | None:
+        """The items of a custom metrics `MetricValueList` (v1beta1 or v1beta2) as
+        `{id, value, ts, window_s}`; `id` is `namespace/name` for namespaced objects."""
+        payload = self._get(path, window)
+        if payload is None:
+            return None
+        out = []
         try:
             for item in payload["items"]:
                 ref = item["describedObject"]
-                out[f"{ref['namespace']}/{ref['name']}"] = float(_quantity(item["value"]))
+                ident = f"{ref['namespace']}/{ref['name']}" if ref.get("namespace") else ref["name"]
+                out.append({"id": ident, "value": float(_quantity(item["value"])),
+                            "ts": _api_time(item["timestamp"]), "window_s": item.get("windowSeconds")})
         except (KeyError, TypeError, ValueError) as exc:
             raise SourceError(self.platform, f"{self.host} GET {path}", window,
                               f"malformed payload ({type(exc).__name__})") from exc
         return out
 
+    def _node_usage(self, window: str) -> list[dict] | None:
+        """metrics.k8s.io NodeMetrics as `{id, ts, window_s}`: the nodes metrics-server read."""
+        path = f"{RESOURCE_METRICS}/nodes"
+        payload = self._get(path, window)
+        if payload is None:
+            return None
+        try:
+            return [{"id": item["metadata"]["name"], "ts": _api_time(item["timestamp"]),
+                     "window_s": _duration_seconds(item["window"])} for item in payload["items"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SourceError(self.platform, f"{self.host} GET {path}", window,
+                              f"malformed payload ({type(exc).__name__})") from exc
+
+    def present_usage(self, start: datetime, end: datetime, step: str = "5min") -> pd.DataFrame | None:
+        """The window's last step read from the present (nodes, pods and both metrics APIs),
+        with a health series per GPU node; None when the metrics APIs are not served or their
+        clock is not inside `[start, end + live_tolerance)`.
+
+        health_up: 1 when every metrics API answered for the node, else 0;
+        health_sample_age_seconds: how far the node's oldest item `timestamp` lags the
+        newest of the answers (a frozen kubelet or exporter falls behind the others);
+        health_sample_window_seconds: the resource metrics API's `window` for the node.
+        """
+        start, end = as_utc(start, "start"), as_utc(end, "end")
+        window = format_window(start, end)
+        nodes = self._node_usage(window)
+        if nodes is None:
+            return None
+        custom = {}
+        for metric, (name, unit, factor) in self.node_metrics.items():
+            items = self._metric_values(f"{CUSTOM_METRICS}/nodes/*/{name}", window)
+            if items is not None:
+                custom[metric] = ({i["id"]: i for i in items}, unit, factor)
+        stamps = [i["ts"] for i in nodes] + [i["ts"] for by, _, _ in custom.values() for i in by.values()]
+        if not stamps:
+            return None
+        now = max(stamps)
+        if not start <= now < end + self.live_tolerance:
+            return None
+        last = (pd.Timestamp(end) - pd.Timedelta(microseconds=1)).floor(step)
+        ts = max(min(pd.Timestamp(now).floor(step), last), pd.Timestamp(start))
+        rows = self._scheduler_rows(window)
+        seen = {i["id"]: i for i in nodes}
+        for node in [r[1] for r in rows if r[0] == "node" and r[2] == "gpu_capacity"]:
+            read = [seen.get(node)] + [by.get(node) for by, _, _ in custom.values()]
+            for metric, (by, unit, factor) in custom.items():
+                if node in by:
+                    rows.append(("node", node, metric, by[node]["value"] * factor, unit))
+            got = [i for i in read if i is not None]
+            rows.append(("node", node, "health_up", float(len(got) == len(read)), "bool"))
+            if got:
+                rows.append(("node", node, "health_sample_age_seconds",
+                             (now - min(i["ts"] for i in got)).total_seconds(), "seconds"))
+            if node in seen and seen[node]["window_s"] is not None:
+                rows.append(("node", node, "health_sample_window_seconds", float(seen[node]["window_s"]), "seconds"))
+        return self._frame(rows, ts, f"{self.platform} kubernetes metrics APIs [{window}]")
+
     # ---------------------------------------------------------------- usage
     def usage(self, start: datetime, end: datetime, step: str = "5min", shard: NodeShard | None = None) -> pd.DataFrame:
-        """Canonical samples for `[start, end)` from Prometheus (with `shard`: one part of
-        them, see `PrometheusReader.read`).
+        """Canonical samples for `[start, end)`: Prometheus's history and the present from the
+        metrics APIs where the window holds it (see `present_usage`); Prometheus wins a shared
+        point. With `shard`, one part of both (see `PrometheusReader.read`).
 
-        The API server and the resource metrics API only know the present; without a
-        Prometheus the window cannot be recovered, and this raises instead of returning
-        an empty frame.
+        A window neither can cover raises (unrecoverable) instead of returning an empty frame.
         """
         window = format_window(start, end)
+        present = self.present_usage(start, end, step) if self.metrics_api else None
+        if present is not None and shard is not None:
+            # a part takes the present's rows of its nodes; the platform-wide part the rest
+            # (platform rows, and nodes Prometheus has no series of, which no part divides)
+            of_node = present["entity_kind"] == "node"
+            if shard.platform_wide:
+                keep = ~of_node | ~present["entity_id"].isin(self.node_names(start, end, step))
+            else:
+                keep = of_node & present["entity_id"].isin(shard.nodes)
+            present = present[keep].reset_index(drop=True)
         if self._prom is None:
-            raise SourceError(
-                self.platform, f"{self.host} metrics.k8s.io", window,
-                "the window cannot be recovered: the resource metrics API keeps no history "
-                "and no Prometheus is configured for this cluster",
-                unrecoverable=True,
-            )
-        if not self.queries:
-            return empty_samples()
-        return self._prom.read(self.queries, start, end, step, cluster=self.cluster, shard=shard)
+            if present is None:
+                raise SourceError(
+                    self.platform, f"{self.host} metrics.k8s.io", window,
+                    "the window cannot be recovered: the metrics APIs keep no history (or are not "
+                    "served) and no Prometheus is configured for this cluster",
+                    unrecoverable=True,
+                )
+            return present
+        history = self._prom.read(self.queries, start, end, step, cluster=self.cluster, shard=shard) \
+            if self.queries else empty_samples()
+        if present is None or present.empty:
+            return history
+        both = pd.concat([history, present], ignore_index=True)
+        return both.drop_duplicates(SERIES_KEY + ["ts"], keep="first").reset_index(drop=True)
 
     def node_names(self, start: datetime, end: datetime, step: str = "5min") -> list[str]:
         """The nodes with series in `[start, end)` in Prometheus (what a sharded extraction
@@ -373,6 +500,22 @@ class KubernetesSource:
         if self._prom is None:
             return []
         return self._prom.node_names(self.queries, start, end, step)
+
+
+def _api_time(text: str) -> pd.Timestamp:
+    """An RFC 3339 time of a metrics API item as a UTC timestamp."""
+    ts = pd.Timestamp(text)
+    return ts.tz_convert("UTC") if ts.tzinfo else ts.tz_localize("UTC")
+
+
+def _duration_seconds(text: str) -> float:
+    """A Go duration as the resource metrics API writes a `window` ("20.05s", "1m0s")."""
+    total, rest = 0.0, str(text).strip()
+    for m in re.finditer(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)", rest):
+        total += float(m.group(1)) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}[m.group(2)]
+    if not re.fullmatch(r"((\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns))+", rest):
+        raise ValueError(f"not a duration: {rest[:40]!r}")
+    return total
 
 
 _SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,

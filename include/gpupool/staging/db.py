@@ -68,6 +68,10 @@ def label(engine: Engine) -> str:
     return _LABELS.get(engine, "staging")
 
 
+#: the longest timeout PostgreSQL accepts, in whole seconds (its settings are int milliseconds)
+MAX_TIMEOUT = (2**31 - 1) // 1000
+
+
 def timeouts(env=None) -> tuple[int, int]:
     """(connect, statement) timeouts in seconds from the environment, else the defaults."""
     env = os.environ if env is None else env
@@ -80,6 +84,8 @@ def timeouts(env=None) -> tuple[int, int]:
             value = -1
         if value < 1:
             raise StagingError(f"{name} must be a whole number of seconds >= 1, got {raw!r}")
+        if value > MAX_TIMEOUT:  # PostgreSQL takes timeouts in milliseconds, at most 2^31 - 1
+            raise StagingError(f"{name} must be at most {MAX_TIMEOUT} seconds (PostgreSQL's maximum), got {raw!r}")
         out.append(value)
     return out[0], out[1]
 
@@ -183,15 +189,53 @@ def alembic_config() -> Config:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> str:
-    """Apply migrations up to `revision`; returns the revision the database is at."""
+    """Apply migrations up to `revision`; returns the revision the database is at.
+
+    Refuses, with one line, a database at a revision this package does not ship, one that
+    holds tables of gpupool's names but no gpupool revision (another tool's), and a role
+    that may not create gpupool's tables."""
+    from alembic.util.exc import CommandError
+
     cfg = alembic_config()
     try:
         with engine.begin() as conn:
+            _refuse_foreign_tables(conn, engine)
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
         return current_revision(engine)
+    except CommandError as exc:
+        raise StagingError(
+            f"staging database ({label(engine)}) cannot be upgraded to {revision!r}: {exc}; it was migrated by "
+            f"another gpupool version (this one ships up to {head_revision()}) or by another tool"
+        ) from exc
+    except sa.exc.ProgrammingError as exc:
+        if not _insufficient_privilege(exc):
+            raise
+        raise StagingError(f"staging database ({label(engine)}): the role may not create gpupool's tables "
+                           "(InsufficientPrivilege); run `gpupool db upgrade` as the schema's owner") from exc
     except sa.exc.OperationalError as exc:  # SQLite, or an error the handler let through
         raise StagingUnavailable(f"staging database ({label(engine)}) unusable: {type(exc.orig).__name__}") from exc
+
+
+def _refuse_foreign_tables(conn: sa.Connection, engine: Engine) -> None:
+    """Tables named like gpupool's in a database with no gpupool revision are another tool's:
+    migrating over them would fail half-way or, worse, write into them."""
+    if MigrationContext.configure(conn).get_current_revision() is not None:
+        return
+    from gpupool.staging.schema import metadata
+
+    theirs = sorted(set(sa.inspect(conn).get_table_names()) & set(metadata.tables))
+    if theirs:
+        raise StagingError(
+            f"staging database ({label(engine)}) has no gpupool schema revision but holds tables named like "
+            f"gpupool's ({', '.join(theirs)}): they belong to another tool; give gpupool a database or schema "
+            "of its own"
+        )
+
+
+def _insufficient_privilege(exc: BaseException) -> bool:
+    """Whether a database error is PostgreSQL's InsufficientPrivilege (SQLSTATE 42501)."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) == "42501"
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -358,6 +358,101 @@ def test_rollback_of_no_such_handover(capsys, data, staging):
     _refused(capsys, data, "rollback", "999", needles=("#999",))
 
 
+def _sqlite(url: str, *statements: str) -> None:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        for sql in statements:
+            conn.execute(sa.text(sql))
+    engine.dispose()
+
+
+def test_db_upgrade_of_a_database_at_an_unknown_revision(capsys, data, staging):
+    _sqlite(staging, "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)",
+            "INSERT INTO alembic_version VALUES ('deadbeef0000')")
+    _refused(capsys, data, "db", "upgrade", needles=("staging database", "deadbeef0000", "another gpupool version"))
+
+
+def test_db_upgrade_over_another_tools_handover_table(capsys, data, staging):
+    import sqlalchemy as sa
+
+    _sqlite(staging, "CREATE TABLE handover (id INTEGER PRIMARY KEY, note TEXT)", "INSERT INTO handover VALUES (1, 'theirs')")
+    _refused(capsys, data, "db", "upgrade", needles=("staging database", "handover", "another tool"))
+    engine = sa.create_engine(staging)
+    with engine.connect() as conn:  # their table and row untouched, no gpupool table beside it
+        assert conn.execute(sa.text("SELECT note FROM handover")).scalars().all() == ["theirs"]
+        assert sa.inspect(conn).get_table_names() == ["handover"]
+    engine.dispose()
+
+
+def test_a_read_only_staging_role(capsys, data, monkeypatch):
+    """A role that may connect but not create: PostgreSQL's InsufficientPrivilege, one line."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    from tests.conftest import PG_URL
+
+    role, schema = f"ro_{uuid.uuid4().hex[:8]}", f"t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+        conn.execute(sa.text(f'CREATE ROLE "{role}" LOGIN'))
+        conn.execute(sa.text(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"'))
+    try:
+        url = sa.make_url(PG_URL).set(username=role, password=None)
+        monkeypatch.setenv("GPUPOOL_STAGING_URL", url.render_as_string(hide_password=False) + f"?options=-csearch_path%3D{schema}")
+        monkeypatch.delenv("GPUPOOL_CONFIG", raising=False)
+        _refused(capsys, data, "db", "upgrade", needles=("staging database", "InsufficientPrivilege"))
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+            conn.execute(sa.text(f'DROP ROLE "{role}"'))
+        admin.dispose()
+
+
+@pytest.mark.parametrize("value", ["2147484", "99999999999"])
+def test_a_statement_timeout_above_postgresqls_maximum(capsys, data, monkeypatch, value):
+    monkeypatch.delenv("GPUPOOL_CONFIG", raising=False)
+    monkeypatch.setenv("GPUPOOL_STAGING_URL", UNREACHABLE)
+    monkeypatch.setenv("GPUPOOL_STAGING_STATEMENT_TIMEOUT", value)
+    line = _refused(capsys, data, "handovers", needles=("GPUPOOL_STAGING_STATEMENT_TIMEOUT", "at most 2147483"))
+    assert "unreachable" not in line
+
+
+@pytest.mark.parametrize("hid", ["99999999999999999999", "2147483648", "0", "-3"])
+def test_rollback_of_an_id_beyond_the_id_column(capsys, data, staging, hid):
+    assert main(["db", "upgrade"]) == 0
+    capsys.readouterr()
+    _refused(capsys, data, "rollback", "--", hid, needles=(f"#{hid}",))
+
+
+def test_a_platform_name_longer_than_staging_holds(capsys, data, staging):
+    cfg = data / "platforms.yaml"
+    cfg.write_text(f"platforms:\n  - {{name: {'p' * 65}, kind: simulator}}\n")
+    _refused(capsys, data, "run", "--config", str(cfg), *WINDOW, needles=("platforms.yaml", "64"))
+
+
+def test_forecast_reads_the_named_columns(capsys, data, tmp_path):
+    ts, v = _series()
+    pd.DataFrame({"note": ["x"] * len(ts), "when": ts.strftime("%Y-%m-%dT%H:%M:%S"), "other": 1.0, "gpus": v}).to_csv(
+        data / "cols.csv", index=False)
+    out = tmp_path / "fc.csv"
+    rc, _, err = _cli(capsys, "forecast", str(data / "cols.csv"), "--horizon", "3", "--out", str(out),
+                      "--time-col", "when", "--value-col", "gpus")
+    assert rc == 0, err
+    assert abs(pd.read_csv(out)["yhat"].mean() - v.mean()) < 5  # the gpus column, not "other" (all 1)
+    _refused(capsys, data, "forecast", str(data / "cols.csv"), "--horizon", "3", "--out", str(tmp_path / "x.csv"),
+             "--value-col", "nope", needles=("nope",))
+
+
+@pytest.mark.parametrize("season", ["0", "-5", "1"])
+def test_forecast_season_below_two_is_refused(capsys, data, tmp_path, season):
+    _refused(capsys, data, "forecast", str(data / "good.csv"), "--horizon", "3", "--out", str(tmp_path / "fc.csv"),
+             f"--season={season}", needles=("--season", season))
+
+
 # --- the contract itself ---------------------------------------------------------------------
 
 

@@ -21,9 +21,8 @@ from typing import Any, Mapping
 
 from gpupool import mig
 from gpupool.allocate.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, OwnerState
+from gpupool.k8s_keys import HOLD_ANNOTATION, OWNER_LABEL
 
-OWNER_LABEL = "gpupool.io/owner"
-HOLD_ANNOTATION = "gpupool.io/hold-reason"
 MIG_CONFIG_LABEL = mig.CONFIG_LABEL
 MIG_STATE_LABEL = mig.STATE_LABEL
 _MOVING = f"{REASON_PREFIX} moving to "
