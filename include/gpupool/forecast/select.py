@@ -7,18 +7,24 @@ A demand series is forecast by whichever of a few candidates forecast *its own* 
    ``constant``. Step-like and intermittent series are not over-modelled: the exponential
    smoothing candidate (whose trend would smooth a step into a slope) is not tried, candidates
    are not averaged, and a model other than the last value must beat the last value by
-   ``step_margin`` on validation.
+   ``step_margin`` on validation. A series with zero demand in at least ``sparse_share`` of its
+   last four weeks is also *sparse* (a mostly idle tenant, often on/off with the time of day).
 2. **Candidates.** The ARIMA procedure of the design (:class:`ArimaForecaster`, always tried and
-   first on ties), seasonal naive, naive (last value) and, on regular series, additive
-   Holt-Winters with a damped trend (statsmodels ``ExponentialSmoothing``).
-3. **Validation.** ``n_origins`` forecast origins ``stride`` hours apart, the last one ``horizon``
+   first on ties), seasonal naive, naive (last value), on regular series additive Holt-Winters
+   with a damped trend (statsmodels ``ExponentialSmoothing``) and on sparse series seasonal TSB
+   (:class:`~gpupool.forecast.baselines.TSBForecaster` on the daily period: per hour of the day,
+   the smoothed chance of any demand times its smoothed size).
+3. **Validation.** ``n_origins`` forecast origins ``stride`` hours apart (a sparse series: up to
+   ``sparse_origins``, as its history allows, so that a daily on/off pattern is seen on enough
+   days to tell seasonal naive from a level), the last one ``horizon``
    hours before the end of the history, each forecasting ``horizon`` hours inside the history.
    The models are estimated once, on the history before the first origin, and *filtered* (same
    coefficients, no re-estimation) to each later origin, so validation costs one estimation per
    candidate. Every candidate's validation MAE is recorded.
 4. **Choice.** The candidate with the lowest validation MAE, or (regular series) the inverse-MAE
    weighted mean of the best ``combine`` candidates when that mean did better on the same
-   origins. A chosen ARIMA's coefficients are then re-estimated on the whole history with the
+   origins. A sparse series falls back to the better of seasonal naive and naive unless another
+   model (or the mean) validates ``step_margin`` better than it. A chosen ARIMA's coefficients are then re-estimated on the whole history with the
    validated orders (``refit``).
 5. **Intervals.** The chosen model's own standard errors (ARIMA's from its MA(inf) weights, the
    baselines' from their in-sample errors, Holt-Winters' from its smoothing weights), rescaled
@@ -144,7 +150,7 @@ class AutoForecaster:
         step_margin: float = 0.1,
         sparse_share: float | None = 0.25,
         sparse_origins: int = 28,
-        tsb_alpha: float = 0.1,
+        tsb_alpha: float = 0.2,
         calibrate: str = "widen",
         refit: str = "params",
         ets_init: str = "heuristic",
