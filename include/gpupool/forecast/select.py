@@ -24,8 +24,8 @@ A demand series is forecast by whichever of a few candidates forecast *its own* 
 4. **Choice.** The candidate with the lowest validation MAE, or (regular series) the inverse-MAE
    weighted mean of the best ``combine`` candidates when that mean did better on the same
    origins. A sparse series falls back to the better of seasonal naive and naive unless another
-   model (or the mean) validates ``step_margin`` better than it. A chosen ARIMA's coefficients are then re-estimated on the whole history with the
-   validated orders (``refit``).
+   model (or the mean) validates ``step_margin`` better than it. A chosen ARIMA's coefficients
+   are then re-estimated on the whole history with the validated orders (``refit``).
 5. **Intervals.** The chosen model's own standard errors (ARIMA's from its MA(inf) weights, the
    baselines' from their in-sample errors, Holt-Winters' from its smoothing weights), rescaled
    so that on the validation origins they would have covered ``level`` percent of the errors
@@ -100,6 +100,9 @@ class AutoForecaster:
         Validation origins and their spacing in steps.
     combine:
         Weighted mean of the best ``combine`` candidates when it validates better (1: never).
+    step_margin:
+        On step-like and intermittent series, a candidate replaces the last value only when its
+        validation MAE is below ``(1 - step_margin)`` times the last value's.
     sparse_share, sparse_origins, tsb_alpha:
         A *sparse* series is one with zero demand in at least ``sparse_share`` of the points of
         its last four weeks (None: no series is). A sparse series is validated on up to
@@ -109,9 +112,6 @@ class AutoForecaster:
         the daily period, both smoothing weights ``tsb_alpha``), and any model other than the
         simple baselines (seasonal naive, naive) must validate ``step_margin`` better than the
         better of the two, else that baseline is chosen.
-    step_margin:
-        On step-like and intermittent series, a candidate replaces the last value only when its
-        validation MAE is below ``(1 - step_margin)`` times the last value's.
     refit:
         How a chosen ARIMA, estimated before the first origin, reaches the end of the history:
         ``"params"`` (default) re-estimates its coefficients with the validated orders, ``"search"``
