@@ -1,13 +1,15 @@
 """Helios benchmark: day-ahead GPU demand of the six shared virtual clusters, leave one cluster out.
 
-    python bench/forecast_helios.py [--data ../shared/data/helios] [--jobs J] [--cli N]
+    python bench/forecast_helios.py [--data ../shared/data/helios] [--jobs J] [--cli N] [--synthetic N] [--idle N]
 
 Demand is running + pending GPUs, averaged per hour. Protocol of issue 14: ten daily origins per
 cluster (days 21..30) with an expanding history, horizon 24 h, 90 % intervals, each forecast
 exactly what ``gpupool forecast TRAIN.csv --horizon 24 --level 90`` computes (no warm start).
 
-Methods: ``auto`` (:class:`AutoForecaster`, the product) under a small grid of its settings,
-the plain ARIMA procedure, seasonal naive (m = 24) and naive. The figure of merit per cluster is
+Methods: ``auto`` (:class:`AutoForecaster`, the product) under a small grid of its settings
+(among them ``no-sparse``, the product without its sparse-series rule), the plain ARIMA
+procedure, seasonal naive (m = 24), naive and the seasonal TSB baseline alone (``tsb``,
+:class:`TSBForecaster` with ``season=24``, the candidate the sparse rule adds). The figure of merit per cluster is
 MAE / MAE(seasonal naive); over clusters the geometric mean.
 
 **Leave one cluster out.** For each cluster the setting of ``auto`` is the one with the best
@@ -16,7 +18,9 @@ held-out figure. The product's defaults are printed beside (they are the grid's 
 were not chosen on these files: validation window and calibration follow from the protocol).
 
 Beside the clusters, ``--synthetic N`` small step-like tenants (:func:`step_demand`: one to three
-8-GPU nodes, rare steps of one node) are scored the same way; they are not part of the bars.
+8-GPU nodes, rare steps of one node) are scored the same way, and ``--idle N`` mostly idle
+tenants (:func:`idle_tenant`: on/off with the time of day, zero in roughly 40-70 % of the hours)
+are scored and chosen for leave one tenant out, as the clusters; neither is part of the bars.
 
 CPU: mean CPU-s of one ``auto`` fit + predict in-process, cold (as the CLI) and warm-started from
 the previous day's summary (as the pipeline's daily task); with ``--cli N``, N real
@@ -46,7 +50,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from gpupool.forecast.arima import ArimaForecaster  # noqa: E402
-from gpupool.forecast.baselines import NaiveForecaster, SeasonalNaiveForecaster  # noqa: E402
+from gpupool.forecast.baselines import NaiveForecaster, SeasonalNaiveForecaster, TSBForecaster  # noqa: E402
 from gpupool.forecast.select import AutoForecaster  # noqa: E402
 from gpupool.sim.synthetic import step_demand  # noqa: E402
 
@@ -56,6 +60,8 @@ HORIZON = 24
 LEVEL = 90
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "helios"
 
+#: the seasonal TSB baseline alone is scored with the smoothing weights of auto's default candidate
+TSB_ALPHA = AutoForecaster().tsb_alpha
 #: the settings of auto that leave-one-cluster-out chooses among; the first is the default
 GRID: dict[str, dict] = {
     "default": {},
@@ -63,6 +69,10 @@ GRID: dict[str, dict] = {
     "no-combination": {"combine": 1},
     "calibrate-both": {"calibrate": "both"},
     "search-refit": {"refit": "search"},
+    "no-sparse": {"sparse_share": None},
+    "sparse-origins-14": {"sparse_origins": 14},
+    "sparse-share-0.5": {"sparse_share": 0.5},
+    "tsb-alpha-0.1": {"tsb_alpha": 0.1},
 }
 
 
@@ -94,11 +104,44 @@ def small_tenant(seed: int) -> pd.Series:
     return minutes.resample("h").mean().tz_localize(None)
 
 
+def idle_tenant(seed: int) -> pd.Series:
+    """A synthetic mostly idle tenant of 31 days: on/off with the time of day, deterministic in ``seed``.
+
+    One to three 8-GPU nodes busy in a daily window (day or night shift, its start and length
+    drawn per tenant and jittered per day, on fewer weekend days), idle otherwise, with the odd
+    short job outside the window; simulated per minute and averaged per hour as the Helios
+    demand is, so the window's edges are partial hours."""
+    rng = np.random.default_rng(10_000 + seed)
+    minutes = pd.date_range("2020-05-01", "2020-06-01", freq="1min", inclusive="left")
+    demand = np.zeros(len(minutes))
+    nodes = int(rng.integers(1, 4))
+    start = float(rng.choice([rng.uniform(7, 11), rng.uniform(19, 23)]))
+    length = float(rng.uniform(9, 17))
+    p_day = float(rng.uniform(0.75, 0.98))
+    for day in range(31):
+        base = day * 1440
+        weekday = (pd.Timestamp("2020-05-01") + pd.Timedelta(days=day)).day_of_week < 5
+        if rng.random() < (p_day if weekday else 0.6 * p_day):
+            on = base + int(60 * (start + rng.normal(0, 0.75)))
+            off = on + int(60 * max(1.0, length + rng.normal(0, 1.0)))
+            busy = 8 * max(1, nodes - int(rng.random() < 0.3))
+            demand[max(on, 0):max(min(off, len(demand)), 0)] = busy
+        if rng.random() < 0.15:  # a short job outside the window
+            at = base + int(rng.integers(0, 1440))
+            demand[at:at + int(rng.integers(20, 120))] += 8
+    return pd.Series(demand, index=minutes).resample("h").mean()
+
+
 def evaluate(args: tuple[str, Path]) -> dict:
     """Errors, coverage and CPU of every method on one cluster (runs in a worker)."""
     name, data = args
-    y = small_tenant(int(name.split("-")[1])) if name.startswith("synthetic-") else hourly_demand(data / f"{name}.csv")
-    methods = [f"auto:{k}" for k in GRID] + ["arima", "snaive", "naive"]
+    if name.startswith("synthetic-"):
+        y = small_tenant(int(name.split("-")[1]))
+    elif name.startswith("idle-"):
+        y = idle_tenant(int(name.split("-")[1]))
+    else:
+        y = hourly_demand(data / f"{name}.csv")
+    methods = [f"auto:{k}" for k in GRID] + ["arima", "snaive", "naive", "tsb"]
     err = {m: [] for m in methods}
     cov = {m: [] for m in methods}
     finite = {m: True for m in methods}
@@ -122,13 +165,13 @@ def evaluate(args: tuple[str, Path]) -> dict:
         cpu_warm.append(time.process_time() - t0)
         warm = wm.summary_ if not wm.summary_.get("fallback") else None
         for m, est in (("arima", ArimaForecaster(level=LEVEL)), ("snaive", SeasonalNaiveForecaster(24, LEVEL)),
-                       ("naive", NaiveForecaster(LEVEL))):
+                       ("naive", NaiveForecaster(LEVEL)), ("tsb", TSBForecaster(TSB_ALPHA, TSB_ALPHA, season=24, level=LEVEL))):
             e, i, ok = _score(est.fit(train).predict(HORIZON), truth)
             err[m].append(e), cov[m].append(i)
             finite[m] &= ok
     out = {"name": name, "mae": {}, "coverage": {}, "finite": finite, "choices": choices,
            "cpu_cold": float(np.mean(cpu_cold)), "cpu_warm": float(np.mean(cpu_warm[1:] or cpu_warm)),
-           "kind": wm.summary_["selection"]["profile"]["kind"]}
+           "kind": wm.summary_["selection"]["profile"]["kind"], "zero_share": float(np.mean(y.to_numpy() == 0))}
     for m in methods:
         out["mae"][m] = float(np.mean(np.concatenate(err[m])))
         out["coverage"][m] = float(np.mean(np.concatenate(cov[m])))
@@ -159,6 +202,39 @@ def gmean(values) -> float:
     return float(np.exp(np.mean(np.log(np.asarray(list(values), dtype=float)))))
 
 
+def held_out(ratio: dict[str, dict[str, float]]) -> dict[str, tuple[str, float]]:
+    """Leave one out: per series, the setting of auto with the best geometric mean on the others
+    (the grid's order breaks ties) and the series' own figure under it."""
+    out = {}
+    for c in ratio:
+        others = [o for o in ratio if o != c]
+        best = min(GRID, key=lambda k: (round(gmean(ratio[o][f"auto:{k}"] for o in others), 6), list(GRID).index(k)))
+        out[c] = (best, ratio[c][f"auto:{best}"])
+    return out
+
+
+def print_idle(idle: list[dict]) -> None:
+    """The synthetic mostly idle tenants, leave one tenant out as the clusters (not bars)."""
+    ratio = {r["name"]: {m: v / r["mae"]["snaive"] for m, v in r["mae"].items()} for r in idle}
+    held = held_out(ratio)
+    print(f"  {len(idle)} synthetic mostly idle on/off tenants (idle_tenant; not bars), leave one tenant out:")
+    print(f"  {'tenant':8s} {'zeros':>5s} {'held-out':>8s} {'setting':17s} {'default':>8s} {'no-sparse':>9s} "
+          f"{'tsb':>6s} {'naive':>6s} {'arima':>6s} {'snaive MAE':>10s} {'cov held':>8s}  choices (default)")
+    for r in idle:
+        c, (best, value) = r["name"], held[r["name"]]
+        counts = pd.Series(r["choices"]).value_counts().to_dict()
+        print(f"  {c:8s} {r['zero_share']:5.2f} {value:8.3f} {best:17s} {ratio[c]['auto:default']:8.3f} "
+              f"{ratio[c]['auto:no-sparse']:9.3f} {ratio[c]['tsb']:6.3f} {ratio[c]['naive']:6.3f} "
+              f"{ratio[c]['arima']:6.3f} {r['mae']['snaive']:10.2f} {r['coverage'][f'auto:{best}']:8.3f}  {counts}")
+    cov_held = np.mean([r["coverage"][f"auto:{held[r['name']][0]}"] for r in idle])
+    print(f"  geometric mean: held-out {gmean(v for _, v in held.values()):.3f} | default "
+          f"{gmean(ratio[c]['auto:default'] for c in ratio):.3f} | no-sparse {gmean(ratio[c]['auto:no-sparse'] for c in ratio):.3f}"
+          f" | tsb {gmean(ratio[c]['tsb'] for c in ratio):.3f} | arima {gmean(ratio[c]['arima'] for c in ratio):.3f}"
+          f" | naive {gmean(ratio[c]['naive'] for c in ratio):.3f}"
+          f" | seasonal naive 1.000; worst held-out {max(v for _, v in held.values()):.3f}; coverage held-out "
+          f"{cov_held:.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -166,16 +242,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cli", type=int, default=6, help="real CLI calls to time (0 skips)")
     parser.add_argument("--synthetic", type=int, default=6,
                         help="synthetic small step-like tenants to score beside the clusters (0 skips)")
+    parser.add_argument("--idle", type=int, default=10,
+                        help="synthetic mostly idle on/off tenants to score beside the clusters (0 skips)")
     ns = parser.parse_args(argv)
     data = ns.data.resolve()
-    tasks = [(name, data) for name in TRACES] + [(f"synthetic-{k}", data) for k in range(ns.synthetic)]
+    tasks = ([(name, data) for name in TRACES] + [(f"synthetic-{k}", data) for k in range(ns.synthetic)]
+             + [(f"idle-{k}", data) for k in range(ns.idle)])
     if ns.jobs > 1:
         with ProcessPoolExecutor(ns.jobs) as pool:
             results = list(pool.map(evaluate, tasks))
     else:
         results = [evaluate(t) for t in tasks]
     synthetic = [r for r in results if r["name"].startswith("synthetic-")]
-    results = [r for r in results if not r["name"].startswith("synthetic-")]
+    idle = [r for r in results if r["name"].startswith("idle-")]
+    results = [r for r in results if r["name"] in TRACES]
     by = {r["name"]: r for r in results}
     ratio = {r["name"]: {m: v / r["mae"]["snaive"] for m, v in r["mae"].items()} for r in results}
 
@@ -183,18 +263,18 @@ def main(argv: list[str] | None = None) -> int:
           f"h = {HORIZON}, {LEVEL}% intervals; MAE / MAE(seasonal naive)")
     print("  per setting of auto (all six clusters): " + ", ".join(
         f"{k} {gmean(ratio[c][f'auto:{k}'] for c in TRACES):.3f}" for k in GRID))
-    held, held_cov, held_n = {}, [], []
-    print(f"  {'cluster':8s} {'kind':8s} {'held-out':>8s} {'setting':16s} {'default':>8s} {'arima':>7s} "
-          f"{'naive':>7s} {'snaive MAE':>10s} {'cov held':>8s} {'cov arima':>9s} {'cov snaive':>10s}  choices (default)")
-    for c in TRACES:
-        others = [o for o in TRACES if o != c]
-        best = min(GRID, key=lambda k: (round(gmean(ratio[o][f"auto:{k}"] for o in others), 6), list(GRID).index(k)))
+    held, held_cov = {}, []
+    print(f"  {'cluster':8s} {'kind':8s} {'zeros':>5s} {'held-out':>8s} {'setting':17s} {'default':>8s} {'no-sparse':>9s} "
+          f"{'tsb':>6s} {'arima':>6s} {'naive':>6s} {'snaive MAE':>10s} {'cov held':>8s} {'cov arima':>9s} "
+          f"{'cov snaive':>10s}  choices (default)")
+    for c, (best, value) in held_out({c: ratio[c] for c in TRACES}).items():
         m = f"auto:{best}"
-        held[c] = ratio[c][m]
+        held[c] = value
         held_cov.append(by[c]["coverage"][m])
         counts = pd.Series(by[c]["choices"]).value_counts().to_dict()
-        print(f"  {c:8s} {by[c]['kind']:8s} {held[c]:8.3f} {best:16s} {ratio[c]['auto:default']:8.3f} "
-              f"{ratio[c]['arima']:7.3f} {ratio[c]['naive']:7.3f} {by[c]['mae']['snaive']:10.2f} "
+        print(f"  {c:8s} {by[c]['kind']:8s} {by[c]['zero_share']:5.2f} {held[c]:8.3f} {best:17s} "
+              f"{ratio[c]['auto:default']:8.3f} {ratio[c]['auto:no-sparse']:9.3f} {ratio[c]['tsb']:6.3f} "
+              f"{ratio[c]['arima']:6.3f} {ratio[c]['naive']:6.3f} {by[c]['mae']['snaive']:10.2f} "
               f"{by[c]['coverage'][m]:8.3f} {by[c]['coverage']['arima']:9.3f} {by[c]['coverage']['snaive']:10.3f}  {counts}")
     gm_held = gmean(held.values())
     print(f"  geometric mean: held-out {gm_held:.3f} | default {gmean(ratio[c]['auto:default'] for c in TRACES):.3f}"
@@ -213,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
               f"naive {pooled['naive'] / pooled['snaive']:.3f}; coverage auto "
               f"{np.mean([r['coverage']['auto:default'] for r in synthetic]):.3f}, kinds "
               f"{pd.Series([r['kind'] for r in synthetic]).value_counts().to_dict()}")
-    finite = all(all(r["finite"].values()) for r in results + synthetic)
+    if idle:
+        print_idle(idle)
+    finite = all(all(r["finite"].values()) for r in results + synthetic + idle)
     print(f"  CPU per forecast in-process: cold (CLI) {np.mean([r['cpu_cold'] for r in results]):.3f} s, "
           f"warm (pipeline task) {np.mean([r['cpu_warm'] for r in results]):.3f} s, "
           f"max cold {max(r['cpu_cold'] for r in results):.3f} s")

@@ -135,4 +135,96 @@ class NaiveForecaster(_Baseline):
         return np.full(h, self.series_.values[-1]), self.sigma_ * np.sqrt(steps)
 
 
-__all__ = ["SeasonalNaiveForecaster", "MeanForecaster", "NaiveForecaster"]
+class TSBForecaster(_Baseline):
+    """Teunter-Syntetos-Babai (TSB) forecast of intermittent demand: the probability that a step
+    has any demand and the size of the demand when there is some, each smoothed exponentially.
+
+    The probability is updated on every step (towards 1 when there was demand, towards 0 when
+    there was none), the size only on steps with demand; the forecast is their product. With
+    ``season`` (steps per cycle, e.g. 24 on hourly data) each phase of the cycle keeps its own
+    probability and size, updated once per cycle: an on/off pattern with the time of day is
+    forecast as the share of days each hour was on times that hour's usual size.
+
+    Parameters
+    ----------
+    alpha_d, alpha_p:
+        Smoothing weights of the demand size and of the demand probability, in (0, 1].
+    season:
+        Steps per cycle, or None (one probability and size for all steps).
+    level, lower_bound, upper_bound:
+        As the other baselines.
+
+    Fitted attributes: ``prob_`` and ``size_`` (one value, or one per phase, the phase of the
+    first future step first), ``sigma_`` (root mean square of the one-step errors, per phase
+    with ``season``) and ``summary_``.
+    """
+
+    name = "tsb"
+
+    def __init__(self, alpha_d: float = 0.1, alpha_p: float = 0.1, season: int | None = None, level: float = 90,
+                 lower_bound: float | None = 0.0, upper_bound: float | None = None):
+        super().__init__(level, lower_bound, upper_bound)
+        for what, a in (("alpha_d", alpha_d), ("alpha_p", alpha_p)):
+            if not 0 < float(a) <= 1:
+                raise ValueError(f"TSBForecaster: {what} must be in (0, 1], got {a!r}")
+        if season is not None and int(season) < 1:
+            raise ValueError(f"TSBForecaster: season must be a positive number of steps, got {season!r}")
+        self.alpha_d = float(alpha_d)
+        self.alpha_p = float(alpha_p)
+        self.season = None if season is None else int(season)
+
+    def _refresh(self) -> None:
+        y = self.series_.values
+        m = self.season if self.season and len(y) >= 2 * self.season else 1
+        prob, size, sigma = tsb_filter(y, self.alpha_d, self.alpha_p, m)
+        self.season_ = m
+        self.prob_, self.size_, self.sigma_ = prob, size, sigma
+        self.summary_ = {"model": self.name, "season": m, "n_obs": int(len(y)), "alpha_d": self.alpha_d,
+                         "alpha_p": self.alpha_p, "sigma": float(np.sqrt(np.mean(sigma**2)))}
+
+    def _forecast(self, h: int) -> tuple[np.ndarray, np.ndarray]:
+        phase = np.arange(h) % len(self.prob_)
+        return self.prob_[phase] * self.size_[phase], self.sigma_[phase]
+
+
+def tsb_filter(y: np.ndarray, alpha_d: float, alpha_p: float, m: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TSB's recursions over ``y`` with ``m`` phases (1: none): the probability, size and one-step
+    error RMS of each phase after the last point, rolled so that index 0 is the next step's phase.
+
+    The phases are updated together, one cycle at a time (a vectorised pass over ``len(y) / m``
+    cycles). Initial values: each phase's share of non-zero points and mean non-zero size over
+    the first cycles (at most four); the errors are counted after them."""
+    y = np.asarray(y, dtype=float)
+    m = max(int(m), 1)
+    n = len(y)
+    if n == 0:
+        return np.zeros(m), np.zeros(m), np.zeros(m)
+    cycles = -(-n // m)
+    grid = np.full(cycles * m, np.nan)
+    grid[:n] = y
+    grid = grid.reshape(cycles, m)
+    init = grid[: min(4, cycles)]
+    seen = np.isfinite(init)
+    nonzero = seen & (np.nan_to_num(init) != 0)
+    prob = nonzero.sum(0) / np.maximum(seen.sum(0), 1)
+    size = np.where(nonzero.any(0), np.nansum(np.where(nonzero, init, 0.0), 0) / np.maximum(nonzero.sum(0), 1), 0.0)
+    sq, count = np.zeros(m), np.zeros(m)
+    burn = min(4, cycles) if cycles > 4 else 1
+    for c in range(cycles):
+        row = grid[c]
+        seen = np.isfinite(row)
+        if c >= burn:
+            err = np.where(seen, row - prob * size, 0.0)
+            sq += err**2
+            count += seen
+        demand = seen & (row != 0)
+        prob = np.where(seen, prob + alpha_p * (demand - prob), prob)
+        size = np.where(demand, size + alpha_d * (np.nan_to_num(row) - size), size)
+    sigma = np.sqrt(sq / np.maximum(count, 1))
+    if not np.any(count):
+        sigma = np.full(m, float(np.std(y)))
+    shift = n % m
+    return np.roll(prob, -shift), np.roll(size, -shift), np.roll(sigma, -shift)
+
+
+__all__ = ["SeasonalNaiveForecaster", "MeanForecaster", "NaiveForecaster", "TSBForecaster", "tsb_filter"]

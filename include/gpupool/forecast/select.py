@@ -7,19 +7,25 @@ A demand series is forecast by whichever of a few candidates forecast *its own* 
    ``constant``. Step-like and intermittent series are not over-modelled: the exponential
    smoothing candidate (whose trend would smooth a step into a slope) is not tried, candidates
    are not averaged, and a model other than the last value must beat the last value by
-   ``step_margin`` on validation.
+   ``step_margin`` on validation. A series with zero demand in at least ``sparse_share`` of its
+   last four weeks is also *sparse* (a mostly idle tenant, often on/off with the time of day).
 2. **Candidates.** The ARIMA procedure of the design (:class:`ArimaForecaster`, always tried and
-   first on ties), seasonal naive, naive (last value) and, on regular series, additive
-   Holt-Winters with a damped trend (statsmodels ``ExponentialSmoothing``).
-3. **Validation.** ``n_origins`` forecast origins ``stride`` hours apart, the last one ``horizon``
+   first on ties), seasonal naive, naive (last value), on regular series additive Holt-Winters
+   with a damped trend (statsmodels ``ExponentialSmoothing``) and on sparse series seasonal TSB
+   (:class:`~gpupool.forecast.baselines.TSBForecaster` on the daily period: per hour of the day,
+   the smoothed chance of any demand times its smoothed size).
+3. **Validation.** ``n_origins`` forecast origins ``stride`` hours apart (a sparse series: up to
+   ``sparse_origins``, as its history allows, so that a daily on/off pattern is seen on enough
+   days to tell seasonal naive from a level), the last one ``horizon``
    hours before the end of the history, each forecasting ``horizon`` hours inside the history.
    The models are estimated once, on the history before the first origin, and *filtered* (same
    coefficients, no re-estimation) to each later origin, so validation costs one estimation per
    candidate. Every candidate's validation MAE is recorded.
 4. **Choice.** The candidate with the lowest validation MAE, or (regular series) the inverse-MAE
    weighted mean of the best ``combine`` candidates when that mean did better on the same
-   origins. A chosen ARIMA's coefficients are then re-estimated on the whole history with the
-   validated orders (``refit``).
+   origins. A sparse series falls back to the better of seasonal naive and naive unless another
+   model (or the mean) validates ``step_margin`` better than it. A chosen ARIMA's coefficients
+   are then re-estimated on the whole history with the validated orders (``refit``).
 5. **Intervals.** The chosen model's own standard errors (ARIMA's from its MA(inf) weights, the
    baselines' from their in-sample errors, Holt-Winters' from its smoothing weights), rescaled
    so that on the validation origins they would have covered ``level`` percent of the errors
@@ -43,8 +49,11 @@ import pandas as pd
 from gpupool.forecast import _arma
 from gpupool.forecast._series import candidate_periods, forecast_frame, regularize, z_value
 from gpupool.forecast.arima import ArimaForecaster, estimated_within, jsonable
+from gpupool.forecast.baselines import tsb_filter
 
-CANDIDATES = ("arima", "seasonal_naive", "naive", "ets")
+CANDIDATES = ("arima", "seasonal_naive", "naive", "ets", "tsb")
+#: the simple baselines a sparse series falls back to (see ``sparse_share``)
+BASELINES = ("seasonal_naive", "naive")
 
 
 def profile_series(values: np.ndarray, recent: int | None = None) -> dict[str, Any]:
@@ -94,6 +103,15 @@ class AutoForecaster:
     step_margin:
         On step-like and intermittent series, a candidate replaces the last value only when its
         validation MAE is below ``(1 - step_margin)`` times the last value's.
+    sparse_share, sparse_origins, tsb_alpha:
+        A *sparse* series is one with zero demand in at least ``sparse_share`` of the points of
+        its last four weeks (None: no series is). A sparse series is validated on up to
+        ``sparse_origins`` origins (as many as its history allows, never fewer than
+        ``n_origins``): one week of origins cannot tell an on/off daily pattern's seasonal naive
+        from a level. It also gets the seasonal TSB candidate ("tsb", :class:`TSBForecaster` on
+        the daily period, both smoothing weights ``tsb_alpha``), and any model other than the
+        simple baselines (seasonal naive, naive) must validate ``step_margin`` better than the
+        better of the two, else that baseline is chosen.
     refit:
         How a chosen ARIMA, estimated before the first origin, reaches the end of the history:
         ``"params"`` (default) re-estimates its coefficients with the validated orders, ``"search"``
@@ -130,6 +148,9 @@ class AutoForecaster:
         stride: int = 12,
         combine: int = 2,
         step_margin: float = 0.1,
+        sparse_share: float | None = 0.25,
+        sparse_origins: int = 28,
+        tsb_alpha: float = 0.2,
         calibrate: str = "widen",
         refit: str = "params",
         ets_init: str = "heuristic",
@@ -151,6 +172,13 @@ class AutoForecaster:
         self.stride = int(stride)
         self.combine = int(combine)
         self.step_margin = float(step_margin)
+        if sparse_share is not None and not 0 < float(sparse_share) <= 1:
+            raise ValueError(f"sparse_share must be in (0, 1] or None, got {sparse_share!r}")
+        self.sparse_share = None if sparse_share is None else float(sparse_share)
+        self.sparse_origins = int(sparse_origins)
+        if not 0 < float(tsb_alpha) <= 1:
+            raise ValueError(f"tsb_alpha must be in (0, 1], got {tsb_alpha!r}")
+        self.tsb_alpha = float(tsb_alpha)
         if calibrate not in ("off", "widen", "both"):
             raise ValueError("calibrate must be 'off', 'widen' or 'both'")
         self.calibrate = calibrate
@@ -175,27 +203,35 @@ class AutoForecaster:
         periods = candidate_periods(self.series_.step, self.season)
         self.m_ = periods[0] if periods else 1
         H = self.horizon
-        first = n - H - (self.n_origins - 1) * self.stride
         profile = profile_series(v, recent=7 * max(self.m_, 24) if self.m_ > 1 else None)
         if profile["kind"] == "constant" and np.ptp(v) > 0:
             profile["kind"] = "step"  # flat for the last week, moved before: a step series at rest
+        window = self._window_points()
+        profile["history_zero_share"] = round(float(np.mean(v[-window:] == 0)) if window else float(np.mean(v == 0)), 4)
+        sparse = self.sparse_share is not None and profile["history_zero_share"] >= self.sparse_share
+        profile["sparse"] = bool(sparse)
         self.profile_ = profile
-        arima_full = None
         # Too little history before the first origin to estimate anything: the ARIMA procedure
         # alone (it has its own fallbacks for short and degenerate series).
         min_first = max(2 * self.m_ + 8, 48) if self.m_ > 1 else 48
+        n_origins = self.n_origins
+        if sparse and self.sparse_origins > n_origins:  # as many as the history allows
+            n_origins = max(n_origins, min(self.sparse_origins, (n - H - min_first) // self.stride + 1))
+        first = n - H - (n_origins - 1) * self.stride
         if first < min_first or profile["kind"] == "constant":
             arima_full = self._arima(self.orders).fit(y)
             reason = ("constant series" if profile["kind"] == "constant"
-                      else f"history of {n} points too short to validate {self.n_origins} origins of {H} steps")
+                      else f"history of {n} points too short to validate {n_origins} origins of {H} steps")
             self._choose_single("arima", arima_full, reason, {})
             return self
 
-        origins = [first + k * self.stride for k in range(self.n_origins)]
+        origins = [first + k * self.stride for k in range(n_origins)]
         truth = np.stack([v[o:o + H] for o in origins])
         names = ["arima", "seasonal_naive", "naive"]
         if profile["kind"] == "regular" and n >= 2 * self.m_ + 10:
             names.append("ets")
+        if sparse and self.m_ > 1:
+            names.append("tsb")
         fits: dict[str, Any] = {}
         val_mean: dict[str, np.ndarray] = {}
         val_se: dict[str, np.ndarray] = {}
@@ -218,33 +254,11 @@ class AutoForecaster:
             val_mean[name], val_se[name] = mean, se
         mae = {k: float(np.mean(np.abs(val_mean[k] - truth))) for k in val_mean}
         self.validation_ = {"origins": origins, "truth": truth, "mean": val_mean, "se": val_se, "mae": mae}
-
-        # Choice: lowest validation MAE, ARIMA first on ties; the last value first on step-like series.
-        order = {k: i for i, k in enumerate(CANDIDATES)}
-        ranked = sorted(mae, key=lambda k: (round(mae[k], 12), order[k]))
-        if not ranked:
+        if not mae:
             arima_full = self._arima(self.orders).fit(y)
             self._choose_single("arima", arima_full, "every candidate failed on validation", errors)
             return self
-        best = ranked[0]
-        reason = f"lowest validation MAE ({mae[best]:.4g})"
-        if profile["kind"] in ("step", "intermittent") and "naive" in mae and best != "naive":
-            if not mae[best] < (1 - self.step_margin) * mae["naive"]:
-                best = "naive"
-                reason = (f"{profile['kind']} series: the last value is kept unless another model validates "
-                          f"{100 * self.step_margin:.0f}% better")
-        chosen, weights = [best], {best: 1.0}
-        # a weighted mean would smooth a step into a ramp: step-like series take one model
-        if self.combine > 1 and best == ranked[0] and len(ranked) > 1 and profile["kind"] == "regular":
-            top = ranked[: self.combine]
-            inv = np.array([1.0 / max(mae[k], 1e-12) for k in top])
-            w = inv / inv.sum()
-            comb = sum(wi * val_mean[k] for wi, k in zip(w, top))
-            comb_mae = float(np.mean(np.abs(comb - truth)))
-            mae["combination"] = comb_mae
-            if comb_mae < mae[best]:
-                chosen, weights = top, {k: float(wi) for k, wi in zip(top, w)}
-                reason = f"weighted mean of {', '.join(top)} validated best ({comb_mae:.4g})"
+        chosen, weights, reason = self._choose(mae, val_mean, truth, profile)
         self._finish(y, v, chosen, weights, fits, reason, errors)
         return self
 
@@ -277,7 +291,50 @@ class AutoForecaster:
         self.summary_["clipped"] = clipped
         return frame
 
+    def _choose(self, mae: dict[str, float], val_mean: dict[str, np.ndarray], truth: np.ndarray,
+                profile: dict[str, Any]) -> tuple[list[str], dict[str, float], str]:
+        """The models to forecast with, their weights and why, from the validation MAEs (``mae``
+        gains the combination's when one was tried).
+
+        Lowest validation MAE, ARIMA first on ties. A step-like or intermittent series keeps the
+        last value, and a sparse one the better of seasonal naive and the last value, unless
+        another model validates ``step_margin`` better than that baseline."""
+        order = {k: i for i, k in enumerate(CANDIDATES)}
+        ranked = sorted(mae, key=lambda k: (round(mae[k], 12), order[k]))
+        best = ranked[0]
+        reason = f"lowest validation MAE ({mae[best]:.4g})"
+        ref = None
+        if profile.get("sparse"):
+            ref = min((k for k in BASELINES if k in mae), key=lambda k: (mae[k], order[k]), default=None)
+            why = (f"sparse series (zero in {100 * profile['history_zero_share']:.0f}% of its recent points): "
+                   f"{ref} is kept unless another model validates {100 * self.step_margin:.0f}% better")
+        elif profile["kind"] in ("step", "intermittent") and "naive" in mae:
+            ref = "naive"
+            why = (f"{profile['kind']} series: the last value is kept unless another model validates "
+                   f"{100 * self.step_margin:.0f}% better")
+        exempt = (ref, *BASELINES) if profile.get("sparse") else (ref,)
+        if ref is not None and best not in exempt and not mae[best] < (1 - self.step_margin) * mae[ref]:
+            best, reason = ref, why
+        chosen, weights = [best], {best: 1.0}
+        # a weighted mean would smooth a step into a ramp: step-like series take one model
+        if self.combine > 1 and best == ranked[0] and len(ranked) > 1 and profile["kind"] == "regular":
+            top = ranked[: self.combine]
+            inv = np.array([1.0 / max(mae[k], 1e-12) for k in top])
+            w = inv / inv.sum()
+            comb = sum(wi * val_mean[k] for wi, k in zip(w, top))
+            comb_mae = float(np.mean(np.abs(comb - truth)))
+            mae["combination"] = comb_mae
+            if comb_mae < mae[best] and (ref is None or comb_mae < (1 - self.step_margin) * mae[ref]):
+                chosen, weights = top, {k: float(wi) for k, wi in zip(top, w)}
+                reason = f"weighted mean of {', '.join(top)} validated best ({comb_mae:.4g})"
+        return chosen, weights, reason
+
     # ------------------------------------------------------------------ candidates
+
+    def _window_points(self) -> int | None:
+        """Four weeks of steps, when a day is a whole number of them (else None)."""
+        per_day = pd.Timedelta("1D") / self.series_.step
+        return int(round(28 * per_day)) if per_day >= 1 and float(per_day).is_integer() else None
 
     def _arima(self, orders: dict[str, Any] | None) -> ArimaForecaster:
         return ArimaForecaster(level=self.level, season=self.season, lower_bound=self.lower_bound,
@@ -290,8 +347,7 @@ class AutoForecaster:
             # at most ``arima_window`` points: the search's cost grows with the history
             window = self.arima_window
             if window == "4w":  # four weeks of steps, the pipeline's history; all when not whole
-                per_day = pd.Timedelta("1D") / self.series_.step
-                window = int(round(28 * per_day)) if per_day >= 1 and float(per_day).is_integer() else None
+                window = self._window_points()
             lo = max(0, end - window) if window else 0
             model = self._arima(self.orders).fit(pd.Series(v[lo:end], index=self.series_.index[lo:end]))
             model.offset_ = lo
@@ -321,6 +377,10 @@ class AutoForecaster:
             return _baseline(hist, h, None)
         if name == "ets":
             return _holt_winters_forecast(fit, hist, h)
+        if name == "tsb":
+            prob, size, sigma = tsb_filter(hist, self.tsb_alpha, self.tsb_alpha, self.m_ if len(hist) >= 2 * self.m_ else 1)
+            phase = np.arange(h) % len(prob)
+            return prob[phase] * size[phase], sigma[phase]
         raise ValueError(f"unknown candidate {name}")
 
     def _fresh_ets(self, through: pd.Timestamp) -> dict | None:
@@ -541,4 +601,4 @@ def _holt_winters_forecast(hw: _HoltWinters, hist: np.ndarray | None, h: int,
     return mean, hw.sigma * np.sqrt(var)
 
 
-__all__ = ["AutoForecaster", "profile_series", "CANDIDATES"]
+__all__ = ["AutoForecaster", "profile_series", "CANDIDATES", "BASELINES"]
