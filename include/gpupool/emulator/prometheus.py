@@ -376,7 +376,7 @@ def make_app(state: SimState) -> Starlette:
         node = parse(expr)
         with state.lock:
             state.sync()
-            return evaluate(node, lambda sel: store.resolve(sel, instants), len(instants))
+            return evaluate(node, lambda sel, stamps=False: store.resolve(sel, instants, stamps), len(instants))
 
     async def query(request: Request):
         p = await params(request)

@@ -75,6 +75,10 @@ class TargetHealth:
     stamp: str = ""
     scraped: str = ""
 
+    def mapped(self, fn) -> "TargetHealth":
+        """The same health with ``fn`` applied to each PromQL that is read (e.g. added matchers)."""
+        return TargetHealth(*(fn(q) if q else q for q in (self.up, self.stamp, self.scraped)))
+
     def queries(self) -> list[tuple[str, str]]:
         """(health metric, PromQL) of the parts that are read."""
         parts = (("health_up", self.up), ("health_sample_age_seconds", self.stamp),
