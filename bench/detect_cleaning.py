@@ -146,12 +146,15 @@ def one(job: tuple) -> dict:
     t0 = time.perf_counter()
     cleaned = stream_detect(faulty, RouterConfig())
     seconds = time.perf_counter() - t0
-    by_kind = {"values": kind_error_left(cleaned, faulty, truth, kinds, fault_mask)}
+    # the points judged from values alone: the provenance arm is scored on the same points
+    scored = np.isfinite(cleaned["score"].to_numpy(float)) | ~np.isfinite(faulty.to_numpy(float))
+    by_kind = {"values": kind_error_left(cleaned, faulty, truth, kinds, fault_mask & scored | ~np.isfinite(faulty.to_numpy(float)))}
     if label.startswith("synthetic"):
         # the synthetic world has health series: what they reveal is cleaned by provenance
         known = np.isin(kinds, KNOWN_FROM_SOURCE) & (fault_mask | ~np.isfinite(faulty.to_numpy(float)))
         with_provenance = judge_known_faults(faulty, known, lambda s: stream_detect(s, RouterConfig()))
-        by_kind["provenance"] = kind_error_left(with_provenance, faulty, truth, kinds, fault_mask)
+        by_kind["provenance"] = kind_error_left(with_provenance, faulty, truth, kinds,
+                                                fault_mask & scored | ~np.isfinite(faulty.to_numpy(float)))
     clean_values = pd.Series(cleaned["clean_value"].to_numpy(), index=truth.index)
     changed = cleaned["cleaned"].to_numpy(dtype=bool) | cleaned["filled"].to_numpy(dtype=bool)
     judged = np.isfinite(cleaned["score"].to_numpy())
@@ -174,17 +177,16 @@ def one(job: tuple) -> dict:
 
 
 def kind_error_left(cleaned: pd.DataFrame, faulty: pd.Series, truth: pd.Series, kinds: np.ndarray,
-                    fault_mask: np.ndarray) -> dict[str, tuple[float, float]]:
+                    points: np.ndarray) -> dict[str, tuple[float, float]]:
     """Per fault kind, (error left after cleaning, error of the faulty readings), summed over its
-    points: |clean - truth| and |faulty - truth|; for a gap, the missing points (a point left
-    missing keeps its whole error, |truth|, and a filled one has |fill - truth|)."""
+    `points` (the faulty ones that were judged, and the missing): |clean - truth| and
+    |faulty - truth|; a point left missing keeps its whole error, |truth|."""
     t = truth.to_numpy(float)
     raw = faulty.to_numpy(float)
     clean = cleaned["clean_value"].to_numpy(float)
-    judged = np.isfinite(cleaned["score"].to_numpy(float)) | ~np.isfinite(raw)
     out = {}
     for kind in KINDS:
-        at = (kinds == kind) & judged & (fault_mask | ~np.isfinite(raw))
+        at = (kinds == kind) & points
         before = np.where(np.isfinite(raw[at]), np.abs(raw[at] - t[at]), np.abs(t[at]))
         after = np.where(np.isfinite(clean[at]), np.abs(clean[at] - t[at]), np.abs(t[at]))
         out[kind] = (float(after.sum()), float(before.sum()))
