@@ -39,7 +39,23 @@ CANONICAL_METRICS = {
 #: a platform's demand is allocated + pending
 DEMAND_METRICS = ("gpu_allocated", "gpu_pending")
 
-ENTITY_KINDS = ("platform", "node", "gpu", "pod", "job", "partition")
+ENTITY_KINDS = ("platform", "node", "gpu", "pod", "job", "partition", "target")
+
+#: how a reading was made, where the platform says so (a health series per target, beside the
+#: samples): metric -> unit. A health row's ``entity_kind`` is ``HEALTH_ENTITY_KIND`` and its
+#: ``entity_id`` the canonical metric whose readings it vouches for (``health_target``): the
+#: target that exported that metric on that platform and cluster, for every entity of it.
+HEALTH_METRICS = {
+    "health_up": "bool",  # 1: the target answered the scrape / read; 0: it did not
+    "health_sample_age_seconds": "seconds",  # evaluation time - the sample's own timestamp
+    "health_samples_scraped": "samples",  # samples the target's last scrape returned
+}
+HEALTH_ENTITY_KIND = "target"
+
+
+def health_target(metric: str) -> str:
+    """The ``entity_id`` of the health series that vouches for the readings of ``metric``."""
+    return metric
 
 
 class CanonicalFrameError(UserError, ValueError):

@@ -24,9 +24,10 @@ from sqlalchemy.engine import Engine
 from gpupool.values import jsonable
 from gpupool.errors import UserError
 from gpupool.detect.stage import detect_lookback, fit_detector, grid_series, judge_series, model_for
+from gpupool.detect.provenance import health_rows, provenance_faults
 from gpupool.allocate.policy import PLANNED_KINDS
 from gpupool.forecast.stage import FORECAST_HISTORY, FORECAST_LEVEL, demand_forecast, warm_start
-from gpupool.canonical import SERIES_KEY, TOTAL_METRICS, add_platform_totals, normalize_samples
+from gpupool.canonical import HEALTH_ENTITY_KIND, SERIES_KEY, TOTAL_METRICS, add_platform_totals, normalize_samples
 from gpupool.config import ConfigError, GpupoolConfig, default_config, load_config
 from gpupool.staging import db, forecasts, loader, plans, reads, runs
 from gpupool.summary import window_summary
@@ -398,10 +399,11 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
     router = ctx.config.detect.router_config()
     # the oldest refit a window's points (and the alarm look-back before it) can need
     hist = reads.read_samples(ctx.engine, window.start - detect_lookback(router), window.end, platform)
-    hist = hist[hist["entity_kind"].isin(ctx.config.detect.entity_kinds)]
+    health = hist[hist["entity_kind"] == HEALTH_ENTITY_KIND]  # how the readings were made, where the source says
+    hist = hist[hist["entity_kind"].isin(ctx.config.detect.entity_kinds) & (hist["entity_kind"] != HEALTH_ENTITY_KIND)]
     in_window = hist[hist["ts"] >= pd.Timestamp(window.start)]
     keys = in_window[SERIES_KEY].drop_duplicates().itertuples(index=False, name=None)
-    out, anomalies, refits, routes = [], 0, 0, {}
+    out, anomalies, refits, routes, by_provenance = [], 0, 0, {}, 0
     freq = pd.Timedelta(ctx.config.step)
     for key in keys:
         series = grid_series(hist, key, freq)
@@ -412,8 +414,10 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
             fresh.append(new)
             return model
 
-        scored = judge_series(series, router, key[4], window.start, window.end, anchored)
+        known = provenance_faults(series.index, health_rows(health, key), freq) if len(health) else None
+        scored = judge_series(series, router, key[4], window.start, window.end, anchored, known_faults=known)
         refits += sum(fresh)
+        by_provenance += int(scored.attrs.get("provenance_faults", 0))
         frame = scored.reset_index(names="ts")
         frame["detector"] = frame["detector"].replace("", "none")
         for col, val in zip(SERIES_KEY, key):
@@ -425,7 +429,8 @@ def detect(ctx: Context, platform: str, window: Window) -> dict:
     cols = SERIES_KEY + ["ts", "value", "expected", "score", "is_anomaly", "cleaned", "filled", "detector", "clean_value"]
     frame = pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
     rows = loader.replace_slice(ctx.engine, loader.Slice("clean_sample", {"platform": platform}, window.start, window.end), frame)
-    return {"platform": platform, "series": len(out), "rows": rows, "anomalies": anomalies, "refits": refits, "detectors": routes}
+    return {"platform": platform, "series": len(out), "rows": rows, "anomalies": anomalies, "refits": refits,
+            "detectors": routes, "provenance_faults": by_provenance}
 
 
 # --- forecast --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pandas as pd
 
 from gpupool.canonical import SERIES_KEY
 from gpupool.detect.clean import fit_series_model, stream_detect
+from gpupool.detect.provenance import judge_known_faults
 from gpupool.staging import models as model_store
 from gpupool.values import jsonable
 
@@ -88,14 +89,22 @@ def _stored_model(text: Any, key: tuple, computed: pd.Timestamp):
         return None
 
 
-def judge_series(series: pd.Series, router, metric: str | None, start, end, model_for) -> pd.DataFrame:
+def judge_series(series: pd.Series, router, metric: str | None, start, end, model_for, known_faults=None) -> pd.DataFrame:
     """The detect stage's streaming judgement of the points of ``series`` in ``[start, end)``.
 
     ``series`` holds the window and :func:`detect_lookback` before it; ``model_for(anchor,
-    history)`` gives each refit anchor's model. Pure: the pipeline writes the result to
-    ``clean_sample``; the simulator feeds its ``clean_value`` on to the forecast.
+    history)`` gives each refit anchor's model. ``known_faults`` (optional, a mask over the rows
+    of ``series``) marks the readings the source says are no measurement
+    (:func:`gpupool.detect.provenance.provenance_faults`): they are judged as faults by
+    provenance (cleaned, never alarms) and kept out of the models. Pure: the pipeline writes
+    the result to ``clean_sample``; the simulator feeds its ``clean_value`` on to the forecast.
     """
-    return stream_detect(series, router, metric=metric, start=start, end=end, model_for=model_for)
+    def judge(s: pd.Series) -> pd.DataFrame:
+        return stream_detect(s, router, metric=metric, start=start, end=end, model_for=model_for)
+
+    if known_faults is None:
+        return judge(series)
+    return judge_known_faults(series, known_faults, judge)
 
 
 def grid_series(frame: pd.DataFrame, key: tuple, freq: pd.Timedelta) -> pd.Series:

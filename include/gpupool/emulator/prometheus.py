@@ -14,6 +14,17 @@ Series served (values are what the exporters would have scraped, exporter glitch
 Sample timestamps are the starts of the world's steps; an instant sees the latest sample at or
 before it within the lookback (5 minutes or one step, whichever is longer, both ends included as
 in Prometheus 2.x). Nothing after the simulated clock exists.
+
+The scenario's telemetry faults (``faults:``, :mod:`gpupool.sim.faults`) are served as a real
+exporter's would look, on the Slurm demand series: ``gpu_allocated``'s on the Slurm exporter's
+``slurm_gpus_alloc`` / ``slurm_partition_gpus_alloc`` (their sum over nodes reads what the fault
+plan says), ``gpu_pending``'s on the pending-GPU exporter's ``slurm_gpus_pending`` /
+``slurm_partition_gpus_pending``. Each of the two exporters is a scrape target with ``up`` and
+``scrape_samples_scraped`` (labels ``job``, ``instance``, ``cluster``): a stuck exporter keeps
+answering ``up = 1`` with its last sample, whose own time (``timestamp()``) stays frozen; a
+dropped or restarting one answers ``up = 0`` (and 0 samples scraped) while its gauges read what
+the fault plan says; a gap is ``up = 0`` and no sample at all (a staleness marker: the instant
+does not look back to an older sample). A spike leaves no trace but the value.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ from gpupool.emulator.promql import (
     parse_selector,
 )
 from gpupool.emulator.state import WORK_NAMESPACE, SimState, stable_uuid
+from gpupool.sim.faults import FaultSpec, fault_plan
 
 #: Prometheus refuses a range query with more points than this per series
 MAX_POINTS = 11_000
@@ -46,7 +58,18 @@ DCGM_FAMILIES = {"DCGM_FI_DEV_GPU_UTIL": "gauge", "DCGM_FI_DEV_FB_USED": "gauge"
 SLURM_NODE_FAMILIES = ("slurm_gpus_total", "slurm_gpus_alloc", "slurm_gpus_idle")
 SLURM_PARTITION_FAMILIES = ("slurm_partition_gpus_total", "slurm_partition_gpus_alloc",
                             "slurm_partition_gpus_idle", "slurm_partition_gpus_pending")
-FAMILIES = (*DCGM_FAMILIES, *SLURM_NODE_FAMILIES, "slurm_gpus_pending", *SLURM_PARTITION_FAMILIES)
+#: the scrape targets of the Slurm demand gauges: (job, instance) -> the canonical metric whose
+#: fault plan they serve, and the families they export
+TARGETS = {
+    ("slurm-exporter", "slurmctld:8080"): ("gpu_allocated", ("slurm_gpus_alloc", "slurm_partition_gpus_alloc")),
+    ("slurm-pending-exporter", "slurmctld:9341"): ("gpu_pending", ("slurm_gpus_pending", "slurm_partition_gpus_pending")),
+}
+#: family -> its target
+TARGET_OF = {f: t for t, (_, fams) in TARGETS.items() for f in fams}
+HEALTH_FAMILIES = ("up", "scrape_samples_scraped")
+FAMILIES = (*DCGM_FAMILIES, *SLURM_NODE_FAMILIES, "slurm_gpus_pending", *SLURM_PARTITION_FAMILIES, *HEALTH_FAMILIES)
+#: the longest a stuck exporter repeats one sample (steps): how far before a grid its data is read
+HOLD_REACH = 25
 PARTITION = "gpu"
 DRIVER_VERSION = "550.54.15"
 BUILD_INFO = {"version": "2.42.0", "revision": "", "branch": "", "buildUser": "", "buildDate": "",
@@ -113,6 +136,35 @@ class SeriesStore:
 
     def __init__(self, state: SimState):
         self.state = state
+        self._plans: dict[str, dict[str, np.ndarray]] | None = None
+
+    def plans(self) -> dict[str, dict[str, np.ndarray]]:
+        """The scenario's fault plan of each Slurm demand metric (none without ``faults:``), drawn
+        as the what-if draws them, so a study and the facade show the same faults."""
+        if self._plans is None:
+            world = self.state.world
+            spec = world.scenario.faults or FaultSpec()
+            p = self.state.platform("slurm")
+            n, spd = len(world.index), pd.Timedelta("1D") / world.step
+            self._plans = {m: fault_plan(spec, p, m, n, spd) for m, _ in TARGETS.values()} \
+                if spec.any() and p is not None else {}
+        return self._plans
+
+    def _steps(self, instants: np.ndarray) -> np.ndarray:
+        """The world step of each instant (clipped to the steps before the clock)."""
+        st = self.state
+        step_s = st.step.total_seconds()
+        s = np.floor((instants - st.world.start.timestamp()) / step_s).astype(np.int64)
+        return np.minimum(s, st.clock_i - 1)
+
+    def _fault_at(self, metric: str, instants: np.ndarray) -> dict[str, np.ndarray]:
+        """The fault plan of ``metric`` at each instant's step (no fault outside the world's steps)."""
+        plan = self.plans()[metric]
+        s = self._steps(instants)
+        inside = (s >= 0) & (s < len(plan["scale"]))
+        at = np.clip(s, 0, len(plan["scale"]) - 1)
+        return {"scale": np.where(inside, plan["scale"][at], 1.0), "add": np.where(inside, plan["add"][at], 0.0),
+                "hold": np.where(inside, plan["hold"][at], -1), "gap": inside & plan["gap"][at], "step": s}
 
     def _chosen_steps(self, role: str, instants: np.ndarray) -> tuple[dict, np.ndarray]:
         """Exported data around ``instants`` and, per instant, the relative step it reads (-1: none)."""
@@ -120,9 +172,8 @@ class SeriesStore:
         step_s = st.step.total_seconds()
         start_s = st.world.start.timestamp()
         lookback = max(LOOKBACK_S, step_s)
-        back = int(math.ceil(lookback / step_s))
-        s = np.floor((instants - start_s) / step_s).astype(np.int64)
-        s = np.minimum(s, st.clock_i - 1)
+        back = int(math.ceil(lookback / step_s)) + (HOLD_REACH if role == "slurm" and self.plans() else 0)
+        s = self._steps(instants)
         lo = int(max(0, (s.min() if len(s) else 0) - back))
         hi = int(max(lo, min(st.clock_i, (s.max() + 1) if len(s) else 0)))
         e = st.exported(role, lo, hi)
@@ -130,7 +181,7 @@ class SeriesStore:
         if e["platform"] is None or hi <= lo:
             return e, chosen
         reported = e["reported"]
-        for o in range(back + 1):
+        for o in range(int(math.ceil(lookback / step_s)) + 1):
             cand = s - o
             ok = (chosen < 0) & (cand >= lo) & (cand < hi)
             ok &= (instants - (start_s + cand * step_s)) <= lookback + 1e-9
@@ -139,8 +190,9 @@ class SeriesStore:
             chosen = np.where(ok, rel, chosen)
         return e, chosen
 
-    def resolve(self, sel: Selector, instants: np.ndarray) -> list[tuple[dict, np.ndarray]]:
-        """Series matching ``sel`` with values at ``instants`` (NaN: no sample)."""
+    def resolve(self, sel: Selector, instants: np.ndarray, stamps: bool = False) -> list[tuple[dict, np.ndarray]]:
+        """Series matching ``sel`` with values at ``instants`` (NaN: no sample); with ``stamps``,
+        the samples' own times (unix seconds) instead of their values."""
         names = [f for f in FAMILIES if any(m.name == "__name__" for m in sel.matchers)
                  and all(m.matches({"__name__": f}) for m in sel.matchers if m.name == "__name__")]
         if not any(m.name == "__name__" for m in sel.matchers):
@@ -155,10 +207,65 @@ class SeriesStore:
                 e, chosen = cache[role]
                 if e["platform"] is None:
                     continue
-                for labels, values in self._family(name, role, e, chosen, sel):
+                if name in HEALTH_FAMILIES:
+                    series = self._health(name, e, chosen, instants)
+                else:
+                    series = self._served(name, role, e, chosen, instants, sel, stamps)
+                for labels, values in series:
                     if all(m.matches(labels) for m in sel.matchers):
                         out.append((labels, values))
         return out
+
+    def _served(self, name: str, role: str, e: dict, chosen: np.ndarray, instants: np.ndarray,
+                sel: Selector, stamps: bool):
+        """The series of family ``name`` as its target serves them: its metric's fault plan applied."""
+        st = self.state
+        step_s = st.step.total_seconds()
+        start_s = st.world.start.timestamp()
+        target = TARGET_OF.get(name)
+        metric = TARGETS[target][0] if target else None
+        if metric is None or metric not in self.plans():
+            for labels, values in self._family(name, role, e, chosen, sel):
+                yield labels, (np.where(np.isnan(values), np.nan, start_s + (e["i0"] + chosen) * step_s)
+                               if stamps else values)
+            return
+        f = self._fault_at(metric, instants)
+        held = (f["hold"] >= 0) & (chosen >= 0)
+        source = np.where(held, f["hold"] - e["i0"], chosen)
+        source = np.where((source >= 0) & (source < e["i1"] - e["i0"]), source, -1)
+        series = list(self._family(name, role, e, source, sel))
+        counted = np.maximum(sum((~np.isnan(v)).astype(int) for _, v in series) if series else 0, 1)
+        for labels, values in series:
+            if stamps:
+                yield labels, np.where(np.isnan(values) | f["gap"], np.nan, start_s + (e["i0"] + source) * step_s)
+                continue
+            # the sum over the series reads scale x the true total + add, as the fault plan says
+            seen = values * f["scale"] + f["add"] / counted
+            yield labels, np.where(f["gap"], np.nan, seen)
+
+    def _health(self, name: str, e: dict, chosen: np.ndarray, instants: np.ndarray):
+        """``up`` / ``scrape_samples_scraped`` of the Slurm demand gauges' targets at ``instants``."""
+        steps = self._steps(instants)
+        answered = steps >= 0
+        own = steps - e["i0"]
+        inside = (own >= 0) & (own < e["i1"] - e["i0"])
+        # the world's own silent exporter steps are failed scrapes too
+        reported = inside & e["reported"][np.clip(own, 0, max(e["i1"] - e["i0"] - 1, 0))] if e["i1"] > e["i0"] \
+            else np.zeros(len(instants), dtype=bool)
+        for (job, instance), (metric, fams) in TARGETS.items():
+            up = answered & reported
+            if metric in self.plans():
+                f = self._fault_at(metric, instants)
+                # a scrape that found no exporter, or one restarting: the plan's drops and resets
+                failed = f["gap"] | ((f["scale"] != 1.0) & (f["add"] == 0.0))
+                up = up & ~failed
+            labels = {"__name__": name, "job": job, "instance": instance, "cluster": e["platform"]}
+            if name == "up":
+                yield labels, np.where(answered, up.astype(float), np.nan)
+            else:
+                owned = e["owned"][:, np.where(chosen >= 0, chosen, 0)].sum(axis=0) if e["i1"] > e["i0"] else 0
+                count = (owned + 1.0) if fams[0] == "slurm_gpus_alloc" else 2.0
+                yield labels, np.where(answered, np.where(up, count, 0.0), np.nan)
 
     def _node_filter(self, sel: Selector | None, labels_of) -> np.ndarray:
         """Which world nodes may have a series matching ``sel``, judged by the matchers on the
@@ -190,7 +297,8 @@ class SeriesStore:
         alloc = e["occ"][:, :, idx].sum(axis=1) * e["factor"][idx][None, :]
         gpus = np.array([n.gpus for n in nodes], dtype=float)[:, None]
         total = np.where(sched, gpus, 0.0)
-        base = {"job": "slurm-exporter", "instance": "slurmctld:8080", "cluster": e["platform"]}
+        job, instance = TARGET_OF.get(name, ("slurm-exporter", "slurmctld:8080"))
+        base = {"job": job, "instance": instance, "cluster": e["platform"]}
         if name in SLURM_NODE_FAMILIES:
             value = {"slurm_gpus_total": total, "slurm_gpus_alloc": alloc,
                      "slurm_gpus_idle": np.maximum(total - alloc, 0.0)}[name]
@@ -268,7 +376,7 @@ def make_app(state: SimState) -> Starlette:
         node = parse(expr)
         with state.lock:
             state.sync()
-            return evaluate(node, lambda sel: store.resolve(sel, instants), len(instants))
+            return evaluate(node, lambda sel, stamps=False: store.resolve(sel, instants, stamps), len(instants))
 
     async def query(request: Request):
         p = await params(request)

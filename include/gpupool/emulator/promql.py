@@ -1,14 +1,15 @@
 """The PromQL subset the simulated Prometheus evaluates.
 
 Supported: instant vector selectors with label matchers (``=``, ``!=``, ``=~``, ``!~``, also on
-``__name__``), the aggregations ``sum``, ``min``, ``max``, ``avg``, ``count`` and ``group`` with
+``__name__``), ``timestamp(<selector>)`` (each sample's own time), the aggregations ``sum``, ``min``, ``max``, ``avg``, ``count`` and ``group`` with
 ``by``/``without`` (before or after the argument), scalar arithmetic between a vector and a number
 (``+ - * /``, which drops the metric name as Prometheus does) and number literals. Everything else
 raises :class:`PromQLError` with a position, which the facade answers with Prometheus's own
 ``bad_data`` error — the client then sees exactly what a real server says of a bad query.
 
 Evaluation is over a grid of instants: a selector is resolved by a callback to series as
-``(labels, values)`` with ``values`` aligned to the grid (NaN where the series has no sample).
+``(labels, values)`` with ``values`` aligned to the grid (NaN where the series has no sample);
+for ``timestamp()`` the callback is asked with ``stamps=True`` and answers the samples' own times.
 """
 
 from __future__ import annotations
@@ -119,6 +120,13 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
+class Timestamp:
+    """``timestamp(selector)``: the time of each series' sample at each instant."""
+
+    selector: Selector
+
+
+@dataclass(frozen=True)
 class Arith:
     op: str
     lhs: object
@@ -219,6 +227,14 @@ class _Parser:
                 return self.aggregate()
             self.take()
             nxt = self.peek()
+            if nxt[0] == "op" and nxt[1] == "(" and val == "timestamp":
+                self.take()
+                inner = self.expr()
+                self.take("op", ")")
+                if not isinstance(inner, Selector):
+                    raise PromQLError("timestamp() of anything but a vector selector is not supported by this server",
+                                      pos)
+                return Timestamp(inner)
             if nxt[0] == "op" and nxt[1] == "(":
                 raise PromQLError(f"function {val!r} is not supported by this server (selectors, aggregations "
                                   "and scalar arithmetic only)", pos)
@@ -298,6 +314,8 @@ def selectors(node) -> list[Selector]:
     """Every vector selector of a parsed expression, left to right."""
     if isinstance(node, Selector):
         return [node]
+    if isinstance(node, Timestamp):
+        return [node.selector]
     if isinstance(node, Aggregate):
         return selectors(node.expr)
     if isinstance(node, Arith):
@@ -314,7 +332,7 @@ def parse_selector(text: str) -> Selector:
 
 
 Series = tuple[dict[str, str], np.ndarray]
-Resolver = Callable[[Selector], list[Series]]
+Resolver = Callable[..., list[Series]]  # (selector, stamps=False) -> series
 
 
 def evaluate(node, resolve: Resolver, n: int) -> list[Series] | np.ndarray:
@@ -323,6 +341,9 @@ def evaluate(node, resolve: Resolver, n: int) -> list[Series] | np.ndarray:
         return np.full(n, node.value)
     if isinstance(node, Selector):
         return resolve(node)
+    if isinstance(node, Timestamp):
+        # like Prometheus, timestamp() drops the metric name
+        return [(_drop_name(lab), v) for lab, v in resolve(node.selector, stamps=True)]
     if isinstance(node, Arith):
         lhs, rhs = evaluate(node.lhs, resolve, n), evaluate(node.rhs, resolve, n)
         if isinstance(lhs, list) and isinstance(rhs, list):

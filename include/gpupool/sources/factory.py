@@ -282,10 +282,12 @@ def queries_for(pcfg: PlatformConfig) -> dict | None:
     if not pcfg.prometheus_match:
         return out
 
-    def matched(q: MetricQuery) -> MetricQuery:
-        expr = q.expr
+    def match(expr: str) -> str:
         for label, value in pcfg.prometheus_match.items():
             expr = with_label_matcher(expr, label, "=", value)
-        return replace(q, expr=expr)
+        return expr
+
+    def matched(q: MetricQuery) -> MetricQuery:
+        return replace(q, expr=match(q.expr), health=q.health.mapped(match) if q.health else None)
 
     return {m: tuple(matched(q) for q in spec) if isinstance(spec, tuple) else matched(spec) for m, spec in out.items()}

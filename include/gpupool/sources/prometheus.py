@@ -21,7 +21,15 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from gpupool.canonical import CANONICAL_METRICS, CanonicalFrameError, empty_samples, normalize_samples
+from gpupool.canonical import (
+    CANONICAL_METRICS,
+    HEALTH_ENTITY_KIND,
+    HEALTH_METRICS,
+    CanonicalFrameError,
+    empty_samples,
+    health_target,
+    normalize_samples,
+)
 from gpupool.sources.base import (
     NodeShard,
     PermanentError,
@@ -50,6 +58,35 @@ _LABEL_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
+class TargetHealth:
+    """How Prometheus says the readings of one canonical metric were made (each PromQL; "" = not read).
+
+    up:      the scrape targets' `up`, e.g. `up{job="slurm-exporter"}` (0: the scrape failed)
+    stamp:   the samples' own times, e.g. `min(timestamp(slurm_gpus_alloc))`: the oldest is
+             the one that says whether any of the metric's series stopped advancing
+    scraped: `scrape_samples_scraped` of the targets (0: the target answered with nothing)
+
+    Several series answer (targets, or groups): the worst of them at each instant is staged
+    (`up` and `scraped` their least, the sample age its greatest), as a health series per
+    target (`gpupool.canonical.HEALTH_METRICS`).
+    """
+
+    up: str = ""
+    stamp: str = ""
+    scraped: str = ""
+
+    def mapped(self, fn) -> "TargetHealth":
+        """The same health with ``fn`` applied to each PromQL that is read (e.g. added matchers)."""
+        return TargetHealth(*(fn(q) if q else q for q in (self.up, self.stamp, self.scraped)))
+
+    def queries(self) -> list[tuple[str, str]]:
+        """(health metric, PromQL) of the parts that are read."""
+        parts = (("health_up", self.up), ("health_sample_age_seconds", self.stamp),
+                 ("health_samples_scraped", self.scraped))
+        return [(m, q) for m, q in parts if q]
+
+
+@dataclass(frozen=True)
 class MetricQuery:
     """How one canonical metric is read from Prometheus.
 
@@ -62,6 +99,8 @@ class MetricQuery:
     node_label:  the label naming the node in every series `expr` selects ("" = none): such
                  a query can be read for a subset of nodes (one shard of a large platform)
                  by adding a matcher on this label to each of its selectors
+    health:      how the metric's readings were made (`TargetHealth`), staged beside them
+                 as the metric's health series; None: the source gives no such evidence
     """
 
     expr: str
@@ -70,6 +109,7 @@ class MetricQuery:
     unit: str | None = None
     cluster: str = ""
     node_label: str = ""
+    health: TargetHealth | None = None
 
     def labels_needed(self) -> set[str]:
         """The result labels the templates refer to."""
@@ -160,6 +200,11 @@ class PrometheusReader:
             if not found and shard is None:
                 # Not an error (a quiet cluster has no jobs), but a missing exporter looks the same.
                 log.warning("%s %s [%s]: no series for %s", self.platform, self.endpoint, window, metric)
+            health = next((q.health for q in as_query_tuple(qs) if q.health is not None), None)
+            if health is not None and (shard is None or shard.platform_wide):
+                # a target's health is platform-wide: read once, by the part that reads the platform
+                for lo, hi in chunks:
+                    parts.append(self._read_health(metric, health, lo, hi, step_s, cluster, window))
         parts = [p for p in parts if len(p)]
         if not parts:
             return empty_samples()
@@ -254,6 +299,37 @@ class PrometheusReader:
             raise PermanentError(f"HTTP {status}{detail}") from exc
         except (ValueError, KeyError, TypeError) as exc:
             raise PermanentError(f"malformed payload ({type(exc).__name__})") from exc
+
+    def _read_health(
+        self, metric: str, health: TargetHealth, lo: datetime, hi: datetime, step_s: int, cluster: str, window: str
+    ) -> pd.DataFrame:
+        """The health rows of `metric` over one chunk: per instant, the worst of the series each
+        of `health`'s queries answers."""
+        chunk = format_window(lo, hi)
+        parts = []
+        for name, expr in health.queries():
+            def describe(exc: BaseException, name=name) -> SourceError:
+                return SourceError(self.platform, self.endpoint, window, f"{name} of {metric} (chunk {chunk}): {exc}")
+
+            result = call_with_retry(lambda expr=expr: self._fetch(expr, lo, hi, step_s), policy=self.retry,
+                                     describe=describe)
+            try:
+                rows = _result_to_frame(result, self.platform, cluster, name, MetricQuery(expr, HEALTH_ENTITY_KIND))
+            except PermanentError as exc:
+                raise describe(exc) from exc
+            if rows.empty:
+                continue
+            if name == "health_sample_age_seconds":
+                rows["value"] = (rows["ts"] - pd.Timestamp(0, tz="UTC")).dt.total_seconds() - rows["value"]
+                worst = rows.groupby("ts", sort=True)["value"].max()
+            else:
+                worst = rows.groupby("ts", sort=True)["value"].min()
+            parts.append(pd.DataFrame({
+                "platform": self.platform, "cluster": cluster, "entity_kind": HEALTH_ENTITY_KIND,
+                "entity_id": health_target(metric), "metric": name, "ts": worst.index,
+                "value": worst.to_numpy(float), "unit": HEALTH_METRICS[name],
+            }))
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
     def _read_one(
         self,

@@ -32,8 +32,19 @@ from gpupool.sources.base import (
     inventory_record,
     pressure_from_records,
 )
-from gpupool.sources.prometheus import DEFAULT_CHUNK_POINTS, MetricQuery, PrometheusReader, as_query_tuple
+from gpupool.sources.prometheus import (
+    DEFAULT_CHUNK_POINTS,
+    MetricQuery,
+    PrometheusReader,
+    TargetHealth,
+    as_query_tuple,
+)
 from gpupool.sources.slurmrestd import SlurmRestd
+
+#: the Prometheus scrape jobs of the Slurm exporter and of the exporter of pending GPUs, whose
+#: `up`, `scrape_samples_scraped` and sample times say how the demand readings were made
+SLURM_EXPORTER_JOB = "slurm-exporter"
+PENDING_EXPORTER_JOB = "slurm-pending-exporter"
 
 #: PromQL per canonical metric for the Slurm exporter's node-labelled `gpus` collector
 #: (`slurm_gpus_total` / `slurm_gpus_alloc` with `node`, `model` labels) and the DCGM
@@ -44,8 +55,14 @@ from gpupool.sources.slurmrestd import SlurmRestd
 #: the DCGM exporter starts a new series each time the job on a GPU changes.
 DEFAULT_SLURM_QUERIES: dict[str, MetricQuery | tuple[MetricQuery, ...]] = {
     "gpu_capacity": MetricQuery("sum by (node) (slurm_gpus_total)", "node", "{node}", node_label="node"),
-    "gpu_allocated": MetricQuery("sum by (node) (slurm_gpus_alloc)", "node", "{node}", node_label="node"),
-    "gpu_pending": MetricQuery("sum by (partition) (slurm_partition_gpus_pending)", "partition", "{partition}"),
+    "gpu_allocated": MetricQuery("sum by (node) (slurm_gpus_alloc)", "node", "{node}", node_label="node",
+                                 health=TargetHealth(up=f'up{{job="{SLURM_EXPORTER_JOB}"}}',
+                                                     stamp="min(timestamp(slurm_gpus_alloc))",
+                                                     scraped=f'scrape_samples_scraped{{job="{SLURM_EXPORTER_JOB}"}}')),
+    "gpu_pending": MetricQuery("sum by (partition) (slurm_partition_gpus_pending)", "partition", "{partition}",
+                               health=TargetHealth(up=f'up{{job="{PENDING_EXPORTER_JOB}"}}',
+                                                   stamp="min(timestamp(slurm_partition_gpus_pending))",
+                                                   scraped=f'scrape_samples_scraped{{job="{PENDING_EXPORTER_JOB}"}}')),
     "gpu_util": (
         MetricQuery("max by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)", "gpu", "{Hostname}/{gpu}", node_label="Hostname"),
         # a job may span nodes of several shards: its average is read once, platform-wide
