@@ -30,10 +30,6 @@ CANONICAL_METRICS = {
     "gpu_pending": "gpus",  # GPUs wanted by waiting work
     "gpu_util": "percent",  # utilisation per GPU, 0..100
     "gpu_mem_used": "bytes",  # framebuffer in use per GPU
-    # how a reading was made, per target (health series): a fault by provenance, not by value
-    "health_up": "bool",  # 1 when the target answered
-    "health_sample_age_seconds": "seconds",  # how far the target's own sample time lags
-    "health_sample_window_seconds": "seconds",  # the span the source averaged the value over
 }
 
 #: a platform's demand is allocated + pending
@@ -49,8 +45,12 @@ HEALTH_METRICS = {
     "health_up": "bool",  # 1: the target answered the scrape / read; 0: it did not
     "health_sample_age_seconds": "seconds",  # evaluation time - the sample's own timestamp
     "health_samples_scraped": "samples",  # samples the target's last scrape returned
+    "health_sample_window_seconds": "seconds",  # the span the source averaged the value over
 }
+#: Prometheus-backed sources stage health per exporter target (``HEALTH_ENTITY_KIND``); the
+#: Kubernetes metrics APIs vouch per node, so their rows carry the node's own entity
 HEALTH_ENTITY_KIND = "target"
+CANONICAL_METRICS.update(HEALTH_METRICS)
 
 
 def health_target(metric: str) -> str:
