@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 
 from gpupool.detect.clean import FittedSeriesModel, fit_series_model
+from gpupool.detect.router import RouterConfig
+from gpupool.detect.rules import CleaningRules
 from gpupool.detect.rules.stuck import repeat_levels, stuck_runs, typical_run
 
 FULL = 64.0
@@ -39,7 +41,9 @@ def _platform(cycles: int = 25, seed: int = 3) -> pd.Series:
 @pytest.fixture(scope="module")
 def fitted() -> tuple[pd.Series, FittedSeriesModel]:
     y = _platform()
-    return y, fit_series_model(y.iloc[: 20 * (BUSY + HELD)], detector="zscore")
+    # a count that repeats at most steps is judged only with the repeat-share gate opened
+    config = RouterConfig(cleaning=CleaningRules(stuck_max_repeat_share=1.0))
+    return y, fit_series_model(y.iloc[: 20 * (BUSY + HELD)], config, detector="zscore")
 
 
 def _stuck(y: pd.Series, at: int, points: int) -> np.ndarray:
@@ -107,3 +111,11 @@ def test_level_bands_round_trip_and_an_older_model_uses_the_whole_history(fitted
     old = FittedSeriesModel.from_params(params)
     assert typical_run(old, 20.0) == old.repeat_run_ == model.repeat_run_
     assert repeat_levels(np.arange(10.0)) == {}
+
+
+def test_by_default_a_series_that_repeats_at_most_steps_is_never_stuck(fitted):
+    y, _ = fitted
+    model = fit_series_model(y.iloc[: 20 * (BUSY + HELD)], detector="zscore")
+    at = 20 * (BUSY + HELD) + 60
+    raw = _stuck(y, at, 30)
+    assert not stuck_runs(raw, np.full(raw.size, np.nan), model)[0].any()

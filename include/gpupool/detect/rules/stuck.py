@@ -19,9 +19,6 @@ STUCK_RUN_QUANTILE = 0.99
 #: a stuck run is longer than this x the `STUCK_RUN_QUANTILE` of the history's run lengths at its
 #: level (docs/decisions/0018-stuck-from-values.md)
 STUCK_RUN_FACTOR = 2.0
-#: a series can be stuck only if at most this share of its history's steps repeat the value
-#: before (1.0: every series may be; the level's own run lengths then set the bar)
-STUCK_MAX_REPEAT_SHARE = 1.0
 #: the history's runs are split into this many bands of level (quantiles of the runs' values)
 REPEAT_LEVEL_BANDS = 4
 #: fewest runs a band's own quantile is read from; a band with fewer uses the whole history's
@@ -101,7 +98,7 @@ def stuck_runs(
     (`repeat_levels`: an idle or full platform whose history holds long runs at that level
     keeps them), and, with `cleaning.max_stuck_run` > 0, `n` <= it (a longer run is the demand
     itself standing still). A series whose history repeats the value before at more than
-    `STUCK_MAX_REPEAT_SHARE` of its steps is never stuck. A run at zero of a non-negative series
+    `cleaning.stuck_max_repeat_share` of its steps is never stuck. A run at zero of a non-negative series
     is idle, not stuck (a collapse is the drop rule's); so is a run entered by a step of more
     than τ: a jump to a new level (the burst rule judges it), not an exporter repeating an
     ordinary reading. `moving`, if given (a co-moving series on the same timestamps: allocated
@@ -120,7 +117,7 @@ def stuck_runs(
     share = model.repeat_share_
     if cfg.cleaning.min_stuck_run <= 0 or not (np.isfinite(share) and np.isfinite(model.repeat_run_)):
         return out, values
-    if share > STUCK_MAX_REPEAT_SHARE or raw.size < 2:
+    if share > cfg.cleaning.stuck_max_repeat_share or raw.size < 2:
         return out, values
     if moving is not None and np.shape(moving) != raw.shape:
         raise ValueError(f"stuck_runs: the co-moving series has {np.size(moving)} points, the series {raw.size}")
