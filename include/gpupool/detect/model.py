@@ -26,7 +26,7 @@ from gpupool.detect.router import DETECTORS, RouterConfig, route
 from gpupool.detect.rules.faults import FAULT_DROP_SHARE, fault_shaped
 from gpupool.detect.rules.outages import idle_share
 from gpupool.detect.rules.spikes import SPIKE_HEIGHT_QUANTILE, peak_height, step_height
-from gpupool.detect.rules.stuck import repeats
+from gpupool.detect.rules.stuck import repeat_levels, repeats
 from gpupool.detect.sr import SpectralResidualDetector
 from gpupool.detect.svr import SVRDetector
 from gpupool.detect.zscore import ZScoreDetector
@@ -293,6 +293,7 @@ def _calibrate(model: FittedSeriesModel, history: pd.Series) -> None:
         base = cfg.sr.threshold
     model.extra["history_quantiles"] = tail_quantiles(history_norm)
     model.repeat_share_, model.repeat_run_ = repeats(values)
+    model.extra["repeat_levels"] = repeat_levels(values)
     model.excursion_scale_ = peak_height(typical, SPIKE_HEIGHT_QUANTILE)
     model.step_scale_ = step_height(typical, SPIKE_HEIGHT_QUANTILE)
     model.idle_share_ = idle_share(values, FAULT_DROP_SHARE, cfg.cleaning.max_anomaly_run)

@@ -65,6 +65,15 @@ class CleaningRules(BaseModel):
     max_stuck_run: int = Field(
         72, ge=0, description="a run of one value longer than this many points is kept as real (0: no limit)"
     )
+    stuck_max_repeat_share: float = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description="a series can be stuck only if at most this share of its history's steps repeat the value "
+        "before: a count that repeats more often stands still in plateaus at every level, which a stuck exporter "
+        "cannot be told from by values alone (docs/decisions/0018-stuck-from-values.md; 1: every series is "
+        "judged on its runs at the run's level)",
+    )
     outage_max_idle_share: float | None = Field(
         0.01,
         ge=0.0,

@@ -1,5 +1,5 @@
 """The stuck rule: an exporter repeating one exact value for longer than the series' history
-makes plausible."""
+makes plausible at that level."""
 
 from __future__ import annotations
 
@@ -13,19 +13,31 @@ if TYPE_CHECKING:
 
 #: fewest history steps a repeat statistic is read from
 MIN_REPEAT_STEPS = 48
-#: a stuck run is longer than this x the 0.99 quantile of the history's run lengths
-#: (bench/detect_cleaning.py)
+#: the quantile of the history's run lengths a stuck run is measured against
+#: (docs/decisions/0018-stuck-from-values.md)
+STUCK_RUN_QUANTILE = 0.99
+#: a stuck run is longer than this x the `STUCK_RUN_QUANTILE` of the history's run lengths at its
+#: level (docs/decisions/0018-stuck-from-values.md)
 STUCK_RUN_FACTOR = 2.0
-#: a series can be stuck only if at most this share of its history's steps repeat the value
-#: before: a flat or step-like series holds values for hours, and a count that repeats more often
-#: stands still in clustered plateaus, which a stuck exporter cannot be told from
-#: (bench/detect_cleaning.py)
-STUCK_MAX_REPEAT_SHARE = 0.1
+#: the history's runs are split into this many bands of level (quantiles of the runs' values)
+REPEAT_LEVEL_BANDS = 4
+#: fewest runs a band's own quantile is read from; a band with fewer uses the whole history's
+MIN_BAND_RUNS = 20
+#: with a co-moving series given, a run is stuck only while that series changes at no fewer than
+#: this share of the run's steps (it moves while this one stands)
+MIN_MOVING_SHARE = 0.25
+
+
+def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths (points) and values of the runs of one exact value in finite `values`."""
+    change = np.flatnonzero(np.diff(values) != 0)
+    lengths = np.diff(np.concatenate([[-1], change, [values.size - 1]]))
+    return lengths, values[np.concatenate([[0], change + 1])]
 
 
 def repeats(values: np.ndarray) -> tuple[float, float]:
-    """The history's share of steps that repeat the value before, and the 0.99 quantile of its
-    run lengths (points holding one exact value); NaN when the history is too short to tell.
+    """The history's share of steps that repeat the value before, and the `STUCK_RUN_QUANTILE`
+    of its run lengths (points holding one exact value); NaN when the history is too short to tell.
 
     A quantile, not the longest run: a stuck exporter in the history itself must not raise the
     bar for the next one.
@@ -34,26 +46,65 @@ def repeats(values: np.ndarray) -> tuple[float, float]:
     v = v[np.isfinite(v)]
     if v.size <= MIN_REPEAT_STEPS:
         return float("nan"), float("nan")
-    change = np.flatnonzero(np.diff(v) != 0)
-    lengths = np.diff(np.concatenate([[-1], change, [v.size - 1]]))
-    return float(np.mean(np.diff(v) == 0)), float(np.quantile(lengths, 0.99))
+    lengths, _ = _runs(v)
+    return float(np.mean(np.diff(v) == 0)), float(np.quantile(lengths, STUCK_RUN_QUANTILE))
+
+
+def repeat_levels(values: np.ndarray) -> dict:
+    """The history's run lengths by level, JSON-able: ``edges`` (the inner bounds of
+    `REPEAT_LEVEL_BANDS` bands, quantiles of the runs' values) and ``runs`` (each band's
+    `STUCK_RUN_QUANTILE` of run lengths; a band of under `MIN_BAND_RUNS` runs gets the whole
+    history's). Empty when the history is too short to tell.
+
+    By level because a series sits still longer at some levels than at others: an idle or a full
+    platform holds its count for hours, a busy one changes it every few minutes.
+    """
+    v = np.asarray(values, dtype="float64")
+    v = v[np.isfinite(v)]
+    if v.size <= MIN_REPEAT_STEPS:
+        return {}
+    lengths, levels = _runs(v)
+    whole = float(np.quantile(lengths, STUCK_RUN_QUANTILE))
+    edges = np.unique(np.quantile(levels, np.arange(1, REPEAT_LEVEL_BANDS) / REPEAT_LEVEL_BANDS))
+    band = np.searchsorted(edges, levels, side="right")
+    runs = []
+    for b in range(edges.size + 1):
+        at = lengths[band == b]
+        runs.append(float(np.quantile(at, STUCK_RUN_QUANTILE)) if at.size >= MIN_BAND_RUNS else whole)
+    return {"edges": [float(e) for e in edges], "runs": runs}
+
+
+def typical_run(model: FittedSeriesModel, level: float) -> float:
+    """The history's `STUCK_RUN_QUANTILE` of run lengths at `level` (a model stored before the
+    bands existed: the whole history's)."""
+    table = model.extra.get("repeat_levels") or {}
+    if not table.get("runs"):
+        return model.repeat_run_
+    return float(table["runs"][int(np.searchsorted(np.asarray(table["edges"], dtype="float64"), level, side="right"))])
 
 
 def stuck_runs(
-    raw: np.ndarray, expected: np.ndarray, model: FittedSeriesModel, known: np.ndarray | None = None
+    raw: np.ndarray,
+    expected: np.ndarray,
+    model: FittedSeriesModel,
+    known: np.ndarray | None = None,
+    moving: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Points of an exporter stuck on one value: the repeats in a run of one exact value that
-    is longer than the series' history makes plausible.
+    is longer than the series' history makes plausible at that level.
 
-    Only a series whose history varies (at most `STUCK_MAX_REPEAT_SHARE` of its steps repeat
-    the value before) can be stuck: a flat or step-like series holds values for hours. A run
-    of `n` points is stuck when `n` > both `cleaning.min_stuck_run` and `STUCK_RUN_FACTOR` x the 0.99
-    quantile of the history's run lengths, and, with `cleaning.max_stuck_run` > 0, `n` <= it (a
-    longer run is the demand itself standing still). A run at zero of a non-negative series
+    A run of `n` points at level `x` is stuck when `n` > both `cleaning.min_stuck_run` and
+    `STUCK_RUN_FACTOR` x the history's `STUCK_RUN_QUANTILE` of run lengths at `x`
+    (`repeat_levels`: an idle or full platform whose history holds long runs at that level
+    keeps them), and, with `cleaning.max_stuck_run` > 0, `n` <= it (a longer run is the demand
+    itself standing still). A series whose history repeats the value before at more than
+    `cleaning.stuck_max_repeat_share` of its steps is never stuck. A run at zero of a non-negative series
     is idle, not stuck (a collapse is the drop rule's); so is a run entered by a step of more
     than τ: a jump to a new level (the burst rule judges it), not an exporter repeating an
-    ordinary reading. Both read raw values only, so a window judges a run that began before it
-    as one go does. The run's first point is the last
+    ordinary reading. `moving`, if given (a co-moving series on the same timestamps: allocated
+    against pending of one platform), must change at `MIN_MOVING_SHARE` of the run's steps or
+    more: when it stands still too, the demand does. All of this reads raw values only, so a
+    window judges a run that began before it as one go does. The run's first point is the last
     value the exporter really read and is kept; missing points end a run. The repeats are
     replaced by a straight line from that value to the first value after the run (as `known`
     gives it: that value cleaned, when it is itself a fault; default the raw one); a run still
@@ -63,19 +114,20 @@ def stuck_runs(
     cfg = model.config
     out = np.zeros(raw.size, dtype=bool)
     values = np.full(raw.size, np.nan)
-    share, typical = model.repeat_share_, model.repeat_run_
-    if cfg.cleaning.min_stuck_run <= 0 or not (np.isfinite(share) and np.isfinite(typical)):
+    share = model.repeat_share_
+    if cfg.cleaning.min_stuck_run <= 0 or not (np.isfinite(share) and np.isfinite(model.repeat_run_)):
         return out, values
-    if share > STUCK_MAX_REPEAT_SHARE or raw.size < 2:
+    if share > cfg.cleaning.stuck_max_repeat_share or raw.size < 2:
         return out, values
-    least = max(cfg.cleaning.min_stuck_run, STUCK_RUN_FACTOR * typical)
+    if moving is not None and np.shape(moving) != raw.shape:
+        raise ValueError(f"stuck_runs: the co-moving series has {np.size(moving)} points, the series {raw.size}")
     with np.errstate(invalid="ignore"):
         same = np.isfinite(raw[1:]) & (raw[1:] == raw[:-1])
     edges = np.diff(np.concatenate([[0], same.astype(np.int8), [0]]))
     for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
         # same[a:b] true: raw[a] .. raw[b] hold one value, b - a + 1 points
         n_points = b - a + 1
-        if n_points <= least:
+        if n_points <= max(cfg.cleaning.min_stuck_run, STUCK_RUN_FACTOR * typical_run(model, raw[a])):
             continue
         if cfg.cleaning.max_stuck_run > 0 and n_points > cfg.cleaning.max_stuck_run:
             continue
@@ -83,6 +135,11 @@ def stuck_runs(
             continue
         if a > 0 and np.isfinite(raw[a - 1]) and abs(raw[a] - raw[a - 1]) > model.tau_:
             continue
+        if moving is not None:
+            co = np.asarray(moving, dtype="float64")[a : b + 1]
+            moved = np.isfinite(co[1:]) & np.isfinite(co[:-1]) & (co[1:] != co[:-1])
+            if moved.mean() < MIN_MOVING_SHARE:
+                continue
         out[a + 1 : b + 1] = True
         after = (raw if known is None else known)[b + 1] if b + 1 < raw.size else np.nan
         if np.isfinite(after):
