@@ -143,9 +143,10 @@ class FastPath:
         world = self.world
         out = {}
         for p in world.platforms:
-            records = [{"node": n["name"], "schedulable": n["schedulable"], "gpus": n["gpus"],
+            # a node in transit is reported by its target, not open to work yet (its handover is open)
+            records = [{"node": n["name"], "schedulable": n["schedulable"] and not n["in_transit"], "gpus": n["gpus"],
                         "busy_gpus": int(math.ceil(n["busy_gpus"] - 1e-6))}
-                       for n in pool if n["platform"] == p and not n["in_transit"]]
+                       for n in pool if n["platform"] == p]
             if self.source is None:  # the oracle: the true demand of the current step
                 cap = float(sum(r["gpus"] for r in records if r["schedulable"]))
                 demand = float(world.demand_[world.platforms.index(p), min(i, len(world.index) - 1)])

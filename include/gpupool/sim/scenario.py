@@ -25,6 +25,7 @@ platform, ``gpu_model``.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,9 @@ class Scenario(BaseModel):
         ratio = self.decision_every / self.step
         if self.decision_every < self.step or abs(ratio - round(ratio)) > 1e-9:
             raise ValueError(f"decision_every ({self.decision_every}) must be a whole multiple of step ({self.step})")
+        if self.fastpath is not None and "fastpath" not in self.model_fields_set and self.fastpath % self.step:
+            # the product's cadence on a coarser grid: the world changes only at its steps
+            self.fastpath = self.step * math.ceil(self.fastpath / self.step)
         if self.fastpath is not None:
             fast = self.fastpath / self.step
             if self.fastpath < self.step or abs(fast - round(fast)) > 1e-9:
