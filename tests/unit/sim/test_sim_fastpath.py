@@ -135,3 +135,23 @@ def test_telemetry_faults_reach_the_fast_path_and_the_judge_holds_them(tmp_path,
     judged = simulate(str(path), "reactive")
     assert raw["total"]["fastpath_moves"] > 0
     assert judged["total"]["fastpath_moves"] < raw["total"]["fastpath_moves"]
+
+
+def test_the_reports_what_if_shows_the_fast_path_beside_the_hourly_plan(tmp_path):
+    import pandas as pd
+
+    from gpupool.report import what_if
+
+    # a: 4 idle nodes; b: 1 node, 40 GPUs wanted from 02:10 (staged platform-level samples)
+    ts = pd.date_range("2024-01-01", periods=6 * 12, freq="5min", tz="UTC")
+    burst = np.where(ts >= pd.Timestamp("2024-01-01 02:10", tz="UTC"), 32.0, 0.0)
+    rows = []
+    for p, cap, alloc, pend in (("a", 32.0, 0.0 * burst, 0.0 * burst), ("b", 8.0, 8.0 + 0.0 * burst, burst)):
+        for metric, values in (("gpu_capacity", np.full(len(ts), cap)), ("gpu_allocated", alloc), ("gpu_pending", pend)):
+            rows.append(pd.DataFrame({"platform": p, "metric": metric, "ts": ts, "value": values}))
+    table = what_if(pd.concat(rows, ignore_index=True), tmp_path)
+    by = {(r["policy"], r["fastpath"]): r for r in table}
+    assert set(by) == {("static", "5min"), *((p, f) for p in ("reactive", "predictive", "oracle") for f in ("5min", "off"))}
+    assert by[("reactive", "5min")]["fastpath_moves"] > 0 and by[("reactive", "off")]["fastpath_moves"] == 0
+    assert by[("reactive", "5min")]["unmet_gpu_hours"] < by[("reactive", "off")]["unmet_gpu_hours"]
+    assert by[("static", "5min")]["moves"] == 0
