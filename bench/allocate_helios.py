@@ -395,7 +395,10 @@ def _table_name(argv: list[str]) -> str:
     """The 31-day month (the default length) writes allocate_helios.md; another length its own file."""
     days = float(option(argv, "--days", "31"))
     spread = option(argv, "--spread")
-    return ("allocate_helios" if days == 31 else f"allocate_helios-{days:g}d") + (f"-{spread}" if spread else "")
+    # a subset of the groupings or pools is a file of its own: it never replaces the whole grid's
+    subset = [v.replace(",", "+") for v in (option(argv, "--report"), option(argv, "--pools")) if v]
+    return (("allocate_helios" if days == 31 else f"allocate_helios-{days:g}d") + (f"-{spread}" if spread else "")
+            + "".join(f"-{v}" for v in subset))
 
 
 if __name__ == "__main__":
