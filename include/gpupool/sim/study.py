@@ -93,8 +93,9 @@ def simulate(
     each block with ``demand_gpu_hours``, ``served_gpu_hours``, ``unmet_gpu_hours``,
     ``capacity_gpu_hours``, ``utilization`` (served / capacity) and ``moves`` (per platform:
     nodes received). With the fast path on (the scenario's ``fastpath``, on unless ``off``) the
-    result also has ``"fastpath"`` (its cadence) and each block ``fastpath_moves`` (of ``moves``,
-    those the fast path started); with it ``off`` the result is the hourly study's alone.
+    result also has ``"fastpath"`` (its cadence; ``"off"`` for ``static``, which never moves) and
+    each block ``fastpath_moves`` (of ``moves``, those the fast path started); with it ``off`` the
+    result is the hourly study's alone.
     ``plans``, when given a list, receives every :class:`Plan` made;
     ``clean=False`` skips cleaning (the raw telemetry is forecast from, and the fast path acts on
     unjudged readings); ``chain_log``, when given a list, receives one dict per decision and
@@ -147,7 +148,7 @@ def simulate(
         for p, n in by_fast.items():
             result["platforms"][p]["fastpath_moves"] = n
         result["total"]["fastpath_moves"] = sum(by_fast.values())
-        result["fastpath"] = _duration(scenario.fastpath)
+        result["fastpath"] = _duration(scenario.fastpath) if fast is not None else "off"  # static: never moves
     return result
 
 

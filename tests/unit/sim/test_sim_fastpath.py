@@ -96,7 +96,7 @@ def test_gpus_on_their_way_count_against_the_shortage(tmp_path, helios):
 def test_static_never_moves_and_the_oracle_has_both_cadences(tmp_path, helios):
     path = _surge_yaml(tmp_path, helios)
     static = simulate(path, "static")
-    assert static["total"]["moves"] == 0 and static["total"]["fastpath_moves"] == 0
+    assert static["total"]["moves"] == 0 and static["total"]["fastpath_moves"] == 0 and static["fastpath"] == "off"
     oracle = simulate(path, "oracle")
     assert oracle["total"]["unmet_gpu_hours"] == 0.0 and "fastpath_moves" in oracle["total"]
 
@@ -151,7 +151,7 @@ def test_the_reports_what_if_shows_the_fast_path_beside_the_hourly_plan(tmp_path
             rows.append(pd.DataFrame({"platform": p, "metric": metric, "ts": ts, "value": values}))
     table = what_if(pd.concat(rows, ignore_index=True), tmp_path)
     by = {(r["policy"], r["fastpath"]): r for r in table}
-    assert set(by) == {("static", "5min"), *((p, f) for p in ("reactive", "predictive", "oracle") for f in ("5min", "off"))}
+    assert set(by) == {("static", "off"), *((p, f) for p in ("reactive", "predictive", "oracle") for f in ("5min", "off"))}
     assert by[("reactive", "5min")]["fastpath_moves"] > 0 and by[("reactive", "off")]["fastpath_moves"] == 0
     assert by[("reactive", "5min")]["unmet_gpu_hours"] < by[("reactive", "off")]["unmet_gpu_hours"]
-    assert by[("static", "5min")]["moves"] == 0
+    assert by[("static", "off")]["moves"] == 0
