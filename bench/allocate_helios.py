@@ -125,6 +125,8 @@ def greedy(sc: Scenario, need_factor: float = GREEDY_NEED, every: str = "1h", wi
         cap = {p: 0.0 for p in world.platforms}
         idle: dict[str, list[dict]] = {p: [] for p in world.platforms}
         for n in world.pool(t):
+            if n["platform"] is None:  # in transit past the end of the window: nobody's
+                continue
             cap[n["platform"]] += n["gpus"]
             if not n["in_transit"] and n["busy_gpus"] <= 0:
                 idle[n["platform"]].append(n)
