@@ -355,7 +355,7 @@ def _fault_table(scen, res, report, fault_pools, seeds, fault_regimes) -> None:
         print("| grouping | pool | fault-free | faults + cleaning | faults, no cleaning | cleaning vs fault-free "
               "| moves fault-free | moves faults + cleaning | moves faults, no cleaning |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-        worst, worst_moves = 0.0, 0.0
+        worst, worst_moves = -math.inf, -math.inf
         for g, pct in faulted:
             base = res[(g, pct, regime, "clean")][0]
             fc = [res[(g, pct, regime, f"faults+clean s{s}")][0] for s in seeds]
@@ -398,7 +398,7 @@ def _table_name(argv: list[str]) -> str:
     days = float(option(argv, "--days", "31"))
     spread = option(argv, "--spread")
     # a subset of the groupings or pools is a file of its own: it never replaces the whole grid's
-    subset = [v.replace(",", "+") for v in (option(argv, "--report"), option(argv, "--pools")) if v]
+    subset = [v.replace(",", "+").lower() for v in (option(argv, "--report"), option(argv, "--pools")) if v]
     return (("allocate_helios" if days == 31 else f"allocate_helios-{days:g}d") + (f"-{spread}" if spread else "")
             + "".join(f"-{v}" for v in subset))
 
