@@ -30,10 +30,12 @@ from datetime import datetime, timedelta
 from airflow.sdk import Param, dag, get_current_context, task
 from airflow.timetables.interval import CronDataIntervalTimetable
 
+from gpupool.allocate.cadence import FASTPATH_CRON  # the cadence, defined once (the what-if ticks at it too)
+
 
 @dag(
     dag_id="gpupool_fastpath",
-    schedule=CronDataIntervalTimetable("*/5 * * * *", timezone="UTC"),
+    schedule=CronDataIntervalTimetable(FASTPATH_CRON, timezone="UTC"),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

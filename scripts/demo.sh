@@ -54,12 +54,14 @@ $BIN/gpupool report --start "$REPORT_START" --end "$END" --out "$AIRFLOW_HOME/re
 $BIN/python - "$AIRFLOW_HOME/report/whatif.json" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))
-print(f"  {'policy':<11}{'demand GPU-h':>14}{'unmet GPU-h':>13}{'utilization':>13}{'moves':>7}")
+print("  each policy with the fast path beside the hourly plan (as shipped) and with the hourly plan alone (off)")
+print(f"  {'policy':<11}{'fast path':>10}{'demand GPU-h':>14}{'unmet GPU-h':>13}{'utilization':>13}{'moves':>7}{'fast-path moves':>17}")
 for r in rows:
-    print(f"  {r['policy']:<11}{r['demand_gpu_hours']:>14.0f}{r['unmet_gpu_hours']:>13.1f}{r['utilization']:>13.3f}{r['moves']:>7}")
+    print(f"  {r['policy']:<11}{r.get('fastpath', 'off'):>10}{r['demand_gpu_hours']:>14.0f}{r['unmet_gpu_hours']:>13.1f}"
+          f"{r['utilization']:>13.3f}{r['moves']:>7}{r.get('fastpath_moves', 0):>17}")
 for r in rows:
     if r.get("note"):
-        print(f"  {r['policy']}: {r['note']}")
+        print(f"  {r['policy']} (fast path {r.get('fastpath', 'off')}): {r['note']}")
 PY
 echo
 echo "report:   file://$AIRFLOW_HOME/report/index.html"

@@ -129,7 +129,9 @@ def _demand_table(hourly: dict[str, pd.Series]) -> pd.DataFrame:
 
 
 def what_if(raw: pd.DataFrame, out: Path, step: str = "5min", progress: Callable[[str], None] | None = None) -> list[dict]:
-    """Replay the staged demand under every policy; returns one row per policy."""
+    """Replay the staged demand under every policy; returns one row per policy and fast-path
+    setting: as shipped (``fastpath`` its cadence) and hourly only (``fastpath: off``), with the
+    moves the fast path started (``fastpath_moves``, of ``moves``)."""
     from gpupool.sim.scenario import load_scenario
     from gpupool.sim.study import simulate
 
@@ -155,14 +157,20 @@ def what_if(raw: pd.DataFrame, out: Path, step: str = "5min", progress: Callable
     path = out / "scenario.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     scenario = load_scenario(path)
+    hourly = scenario.model_copy(update={"fastpath": None})
     rows = []
+    # each policy as shipped (the fast path beside the hourly plan) and with the hourly plan alone;
+    # static never moves, so once
     for policy in POLICY_KINDS:
-        res = simulate(scenario, policy)
-        t = res["total"]
-        rows.append({"policy": policy, **{k: t[k] for k in ("demand_gpu_hours", "served_gpu_hours", "unmet_gpu_hours",
-                                                             "capacity_gpu_hours", "utilization", "moves")}})
-        if progress:
-            progress(f"what-if {policy}")
+        for sc in (scenario,) if policy == "static" else (scenario, hourly):
+            res = simulate(sc, policy)
+            t = res["total"]
+            rows.append({"policy": policy, "fastpath": res.get("fastpath", "off"),
+                         **{k: t[k] for k in ("demand_gpu_hours", "served_gpu_hours", "unmet_gpu_hours",
+                                              "capacity_gpu_hours", "utilization", "moves")},
+                         "fastpath_moves": t.get("fastpath_moves", 0)})
+            if progress:
+                progress(f"what-if {policy} (fast path {rows[-1]['fastpath']})")
     _explain_worse_than_static(rows)
     return rows
 
@@ -197,16 +205,21 @@ def _html(start, end, platforms, figures, table, n_anomalies, n_moves) -> str:
     if table:
         parts.append("<h2>What if: the period's demand under each policy</h2>")
         parts.append("<p>Replayed by <code>gpupool simulate scenario.yaml --policy …</code> on the staged demand "
-                     "(traces in <code>traces/</code>).</p><table><tr><th>policy</th><th>demand GPU-h</th><th>served GPU-h</th>"
-                     "<th>unmet GPU-h</th><th>capacity GPU-h</th><th>utilization</th><th>moves</th></tr>")
+                     "(traces in <code>traces/</code>), each policy with the fast path beside the hourly plan (as shipped) "
+                     "and with the hourly plan alone (<code>fastpath: off</code>).</p><table><tr><th>policy</th>"
+                     "<th>fast path</th><th>demand GPU-h</th><th>served GPU-h</th>"
+                     "<th>unmet GPU-h</th><th>capacity GPU-h</th><th>utilization</th><th>moves</th>"
+                     "<th>of which fast path</th></tr>")
         for r in table:
             parts.append(
-                f"<tr><td>{e(r['policy'])}</td><td>{r['demand_gpu_hours']:.1f}</td><td>{r['served_gpu_hours']:.1f}</td>"
+                f"<tr><td>{e(r['policy'])}</td><td>{e(str(r.get('fastpath', 'off')))}</td>"
+                f"<td>{r['demand_gpu_hours']:.1f}</td><td>{r['served_gpu_hours']:.1f}</td>"
                 f"<td>{r['unmet_gpu_hours']:.1f}</td><td>{r['capacity_gpu_hours']:.1f}</td><td>{r['utilization']:.3f}</td>"
-                f"<td>{r['moves']}</td></tr>"
+                f"<td>{r['moves']}</td><td>{r.get('fastpath_moves', 0)}</td></tr>"
             )
         parts.append("</table>")
-        parts += [f"<p>{e(r['policy'])}: {e(r['note'])}</p>" for r in table if r.get("note")]
+        parts += [f"<p>{e(r['policy'])} (fast path {e(str(r.get('fastpath', 'off')))}): {e(r['note'])}</p>" for r in table
+                  if r.get("note")]
     parts.append("</body></html>")
     return "".join(parts)
 

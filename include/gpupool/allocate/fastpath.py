@@ -38,13 +38,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from gpupool.allocate.cadence import FASTPATH_EVERY  # the cadence, defined once (the DAG reads it too)
 from gpupool.errors import UserError
 from gpupool.sources.base import Pressure, SourceError
 from gpupool.values import utc, utc_datetime
 
-
-#: the fast path's cadence (the DAG's schedule and the judge's grid)
-FASTPATH_EVERY = timedelta(minutes=5)
 #: the window of the move budget (issue 30: "at most N moves in any hour", both paths)
 BUDGET_WINDOW = timedelta(hours=1)
 #: Pressure field -> the metric its readings are staged (and judged) as
@@ -143,6 +141,31 @@ def settings_from_config(config, backfill: bool = False) -> Settings:
     )
 
 
+# ------------------------------------------------------------------------------ the decision's inputs
+
+
+def recent_since(at: datetime, settings: Settings) -> datetime:
+    """The oldest creation time :func:`decide` looks at: the budget window or the cool-down."""
+    return utc_datetime(at) - max(BUDGET_WINDOW, settings.cooldown)
+
+
+def decide_inputs(judged: Mapping[str, Judged], plan_row: Any, platforms: Iterable[str],
+                  opened: Sequence[Mapping[str, Any]], open_handovers: Sequence[Mapping[str, Any]],
+                  at: datetime, settings: Settings) -> dict[str, Any]:
+    """:func:`decide`'s keyword arguments, built one way for the fast-path tick and the what-if.
+
+    ``judged``: platform -> judged reading; ``plan_row``: the latest hourly plan as staging
+    stores it (``id``, ``decided_at``, ``summary``, ``moves``; None: none yet); ``opened``: the
+    handovers either path opened (``node``, ``from_platform``, ``to_platform``, ``created_at``),
+    of which those in ``[recent_since(at), at]`` count; ``open_handovers``: those not finished.
+    """
+    at = utc_datetime(at)
+    since = recent_since(at, settings)
+    recent = [h for h in opened if since <= utc_datetime(h["created_at"]) <= at]
+    return {"pressures": judged, "plan_bounds": plan_bounds(plan_row, platforms), "recent_moves": recent,
+            "open_handovers": list(open_handovers), "at": at, "settings": settings}
+
+
 # ------------------------------------------------------------------------------ the decision
 
 
@@ -178,7 +201,9 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
     for h in open_handovers:
         if h.get("state") == "failed":  # blocks its node, but nothing is on its way
             continue
-        transit[h["to_platform"]] = transit.get(h["to_platform"], 0.0) + float(node_gpus.get(h["node"], 0))
+        # a node in transit is reported by neither platform: its handover carries its GPUs
+        gpus = h.get("gpus") if h.get("gpus") is not None else node_gpus.get(h["node"], 0)
+        transit[h["to_platform"]] = transit.get(h["to_platform"], 0.0) + float(gpus)
     hour_ago, cool_since = at - BUDGET_WINDOW, at - settings.cooldown
     budget = settings.max_moves_per_hour - sum(1 for m in recent_moves if utc_datetime(m["created_at"]) > hour_ago)
     cooling = [m for m in recent_moves if utc_datetime(m["created_at"]) > cool_since]
@@ -404,12 +429,17 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
         store.record_pressure(engine, name, at, {m: getattr(p, f) for f, m in READING_METRICS.items()})
         judged[name], fitted = _judge_counted(engine, _pool_ids(config, p), router, pd.Timedelta(config.step))
         refits += fitted
-    bounds = plan_bounds(reads.latest_plan(engine, at), ctx.platforms())
     live_ok = (not dry_run) and (not config.dry_run)
-    since = at - max(BUDGET_WINDOW, settings.cooldown)
+    since = recent_since(at, settings)
     recent = [h for h in store.handovers_opened_between(engine, since, at) if not (live_ok and h["dry_run"])]
     open_h = [h.as_dict() for h in ho.list_handovers(engine, ho.BLOCKING_STATES)]
-    decisions = decide(judged, bounds, recent, open_h, at, settings)
+    if open_h:  # the GPUs each node in transit brings, from the last inventory that listed it
+        inv = reads.read_inventory(engine, at, ctx.platforms())
+        known = {config.pool.node_id(r.platform, r.node): int(r.gpus) for r in inv.itertuples()}
+        for h in open_h:
+            h.setdefault("gpus", known.get(h["node"]))
+    decisions = decide(**decide_inputs(judged, reads.latest_plan(engine, at), ctx.platforms(), recent, open_h,
+                                       at, settings))
     decisions += [Skip(name, why) for name, why in sorted({**unread, **without}.items())]
     live_platforms = {p.name for p in config.platforms if p.actuation and p.kind != "simulator"}
 

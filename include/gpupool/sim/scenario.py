@@ -16,12 +16,16 @@ Relative trace paths are relative to the scenario file. Optional keys beyond tha
 ``start``/``end`` (the simulated window; required when no platform has a trace, otherwise it
 clips the traces), ``seed`` (synthetic platforms), ``policy`` (overrides of
 :class:`gpupool.allocate.policy.Policy` fields), ``faults`` (telemetry faults the pipeline sees,
-:mod:`gpupool.sim.faults`; absent: clean telemetry) and, per platform, ``gpu_model``.
+:mod:`gpupool.sim.faults`; absent: clean telemetry), ``fastpath`` (the fast path's cadence between
+the hourly plans, e.g. ``5min``, or ``off`` for hourly decisions only; absent: what the shipped
+``gpupool_fastpath`` DAG does, :data:`gpupool.allocate.cadence.FASTPATH_EVERY`) and, per
+platform, ``gpu_model``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,7 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpupool.allocate.cadence import FASTPATH_EVERY
 from gpupool.errors import UserError
 from gpupool.sim.faults import FaultSpec
 from gpupool.sim.synthetic import SyntheticSpec
@@ -92,12 +97,25 @@ class Scenario(BaseModel):
     seed: int = 0
     policy: dict[str, Any] = Field(default_factory=dict)
     faults: FaultSpec | None = Field(None, description="telemetry faults the pipeline sees (gpupool.sim.faults)")
+    fastpath: dt.timedelta | None = Field(FASTPATH_EVERY, description="the fast path's cadence; None: off (hourly only)")
     name: str = ""
     source: Path | None = Field(None, exclude=True, description="the file this scenario was read from")
 
     @field_validator("step", "decision_every", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> dt.timedelta:
+        return _timedelta(value)
+
+    @field_validator("fastpath", mode="before")
+    @classmethod
+    def _fastpath(cls, value: Any) -> dt.timedelta | None:
+        # YAML reads a bare `off` as False and `on` as True
+        if value is False or (isinstance(value, str) and value.strip().lower() == "off"):
+            return None
+        if value is True or (isinstance(value, str) and value.strip().lower() == "on"):
+            return FASTPATH_EVERY
+        if value is None:
+            raise ValueError("give the fast path's cadence as a duration such as '5min', or 'off'")
         return _timedelta(value)
 
     @field_validator("policy")
@@ -129,6 +147,13 @@ class Scenario(BaseModel):
         ratio = self.decision_every / self.step
         if self.decision_every < self.step or abs(ratio - round(ratio)) > 1e-9:
             raise ValueError(f"decision_every ({self.decision_every}) must be a whole multiple of step ({self.step})")
+        if self.fastpath is not None and "fastpath" not in self.model_fields_set and self.fastpath % self.step:
+            # the product's cadence on a coarser grid: the world changes only at its steps
+            self.fastpath = self.step * math.ceil(self.fastpath / self.step)
+        if self.fastpath is not None:
+            fast = self.fastpath / self.step
+            if self.fastpath < self.step or abs(fast - round(fast)) > 1e-9:
+                raise ValueError(f"fastpath ({self.fastpath}) must be 'off' or a whole multiple of step ({self.step})")
         if self.start is not None and self.end is not None and self.end <= self.start:
             raise ValueError(f"end ({self.end}) must be after start ({self.start})")
         if all(p.trace is None for p in self.platforms.values()) and (self.start is None or self.end is None):

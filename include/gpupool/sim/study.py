@@ -17,6 +17,11 @@ Every ``decision_every`` the study runs what ``gpupool_pipeline`` runs, on what 
    the forecast and its track record (``predictive``), then :func:`gpupool.allocate.planner.plan`;
 5. the plan's moves are carried out in the world.
 
+Between the hourly plans, the fast path ticks at the scenario's ``fastpath`` cadence (absent:
+the shipped DAG's), production's :func:`gpupool.allocate.fastpath.decide` on the world's
+pressure readings, bound by the last plan (:mod:`gpupool.sim.fastpath`); both paths share the
+move budget of any rolling hour. ``fastpath: off`` is the hourly study alone.
+
 ``static`` never moves (the chain is not run: its plan could not change anything); ``oracle``
 skips steps 1-3 and plans on the true demand of the next hours (its hourly mean, and the true
 spread inside each hour) — the bound no forecast can beat. At the end the world's fluid-model
@@ -39,6 +44,7 @@ from gpupool.allocate.planner import NodeRecord, plan
 from gpupool.allocate.policy import POLICY_KINDS, Policy
 from gpupool.canonical import DEMAND_METRICS, demand_of_steps, hourly_levels
 from gpupool.config import default_config
+from gpupool.sim.fastpath import FastPath
 from gpupool.sim.faults import FaultSpec, corrupt, fault_plan
 from gpupool.sim.scenario import Scenario, load_scenario
 from gpupool.sim.world import World
@@ -86,9 +92,14 @@ def simulate(
     Returns ``{"total": {...}, "platforms": {name: {...}}, "policy": kind, "scenario": label}``,
     each block with ``demand_gpu_hours``, ``served_gpu_hours``, ``unmet_gpu_hours``,
     ``capacity_gpu_hours``, ``utilization`` (served / capacity) and ``moves`` (per platform:
-    nodes received). ``plans``, when given a list, receives every :class:`Plan` made;
-    ``clean=False`` skips cleaning (the raw telemetry is forecast from); ``chain_log``, when
-    given a list, receives one dict per decision and platform (what the chain saw and decided).
+    nodes received). With the fast path on (the scenario's ``fastpath``, on unless ``off``) the
+    result also has ``"fastpath"`` (its cadence; ``"off"`` for ``static``, which never moves) and
+    each block ``fastpath_moves`` (of ``moves``, those the fast path started); with it ``off`` the
+    result is the hourly study's alone.
+    ``plans``, when given a list, receives every :class:`Plan` made;
+    ``clean=False`` skips cleaning (the raw telemetry is forecast from, and the fast path acts on
+    unjudged readings); ``chain_log``, when given a list, receives one dict per decision and
+    platform (what the chain saw and decided).
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
@@ -96,26 +107,55 @@ def simulate(
     world = World(scenario, clock="start")
     source = demand_source(policy, world, clean=clean)
     every = pd.Timedelta(scenario.decision_every)
-    times = pd.date_range(world.start, world.end, freq=every, inclusive="left")
-    for t in tqdm(times, desc=f"{scenario.label()}:{policy.kind}", unit="decision", disable=not progress,
+    fast = None
+    if scenario.fastpath is not None and policy.kind != "static":  # static never moves
+        fast = FastPath(policy, world, source if isinstance(source, ChainDemand) else None, scenario.fastpath,
+                        judge=clean)
+    tick = every if fast is None else min(every, pd.Timedelta(scenario.fastpath))
+    times = pd.date_range(world.start, world.end, freq=tick, inclusive="left")
+    decided = 0
+    for t in tqdm(times, desc=f"{scenario.label()}:{policy.kind}", unit="tick", disable=not progress,
                   leave=False):
         world.advance(t)
-        demand = source.demand(t)
-        if demand is None:
-            continue
-        if chain_log is not None:
-            chain_log.extend({"at": t, "platform": p, "mean": d.mean, "upper": d.upper,
-                              **source.notes.get(p, {})} for p, d in demand.items())
-        records = [NodeRecord.from_mapping(n) for n in world.pool(t)]
-        result = plan(records, demand, policy, at=t)
-        if plans is not None:
-            plans.append(result)
-        for mv in result.moves:
-            world.move(mv.node, mv.target)
+        if (t - world.start) % every == pd.Timedelta(0):
+            demand = source.demand(t)
+            if demand is not None:
+                if chain_log is not None:
+                    chain_log.extend({"at": t, "platform": p, "mean": d.mean, "upper": d.upper,
+                                      **source.notes.get(p, {})} for p, d in demand.items())
+                records = [NodeRecord.from_mapping(n) for n in world.pool(t)]
+                # both paths share the move budget of the rolling hour
+                bound = policy if fast is None else policy.model_copy(
+                    update={"max_moves_per_decision": min(policy.max_moves_per_decision, fast.budget_left(t))})
+                result = plan(records, demand, bound, at=t)
+                if plans is not None:
+                    plans.append(result)
+                for mv in result.moves:
+                    world.move(mv.node, mv.target)
+                    if fast is not None:
+                        fast.record(t, mv.node, mv.source, mv.target, "plan")
+                if fast is not None:
+                    decided += 1
+                    fast.planned(decided, t, result, demand)
+        if fast is not None and (t - world.start) % pd.Timedelta(scenario.fastpath) == pd.Timedelta(0):
+            fast.tick(t)
     world.advance(world.end)
     out = world.summary()
-    return {"total": out["total"], "platforms": out["platforms"], "policy": policy.kind,
-            "scenario": scenario.label()}
+    result = {"total": out["total"], "platforms": out["platforms"], "policy": policy.kind,
+              "scenario": scenario.label()}
+    if scenario.fastpath is not None:
+        by_fast = fast.fast_moves() if fast is not None else {p: 0 for p in world.platforms}
+        for p, n in by_fast.items():
+            result["platforms"][p]["fastpath_moves"] = n
+        result["total"]["fastpath_moves"] = sum(by_fast.values())
+        result["fastpath"] = _duration(scenario.fastpath) if fast is not None else "off"  # static: never moves
+    return result
+
+
+def _duration(value) -> str:
+    """A cadence as a scenario writes it (``5min``, ``1h``)."""
+    minutes = pd.Timedelta(value) / pd.Timedelta("1min")
+    return f"{minutes:g}min" if minutes < 60 or minutes % 60 else f"{minutes / 60:g}h"
 
 
 class DemandSource:
@@ -179,10 +219,13 @@ class ChainDemand(DemandSource):
         self.cleaned = {k: np.full(n, np.nan) for k in self.truth}
         self.models: dict[tuple[str, str], dict] = {}
         self.summaries: dict[str, tuple[pd.Timestamp, dict | None]] = {}
-        self.read_until = 0  # steps before it are in `seen` and `cleaned`
+        self.read_until = 0  # steps before it are in `seen`
+        self.clean_until = 0  # steps before it are in `cleaned`
 
     # --- 1. telemetry
-    def _observe(self, i1: int) -> None:
+    def read(self, i1: int) -> None:
+        """The telemetry of the steps before ``i1`` as seen (faults applied), into ``seen``: the
+        hourly chain reads it each hour, the fast path at each tick (the same values)."""
         i0 = self.read_until
         if i1 <= i0:
             return
@@ -196,8 +239,27 @@ class ChainDemand(DemandSource):
                     values, extra = corrupt(self.truth[key], self.faults[key], i0, i1)
                     rows = rows & extra
                 self.seen[key][i0:i1] = np.where(rows, values, np.nan)
-        self._clean(i0, i1)
         self.read_until = i1
+
+    def _observe(self, i1: int) -> None:
+        self.read(i1)
+        i0 = self.clean_until
+        if i1 <= i0:
+            return
+        self._clean(i0, i1)
+        self.clean_until = i1
+
+    def model_for(self, key: tuple[str, str]):
+        """``model_for(anchor, history)`` of series ``key``: the detect stage's model of each refit
+        anchor, fitted once and kept in memory (the pipeline's ``series_profile``)."""
+        cache = self.models.setdefault(key, {})
+
+        def model_for(anchor, history, cache=cache, metric=key[1]):
+            if anchor not in cache:
+                cache[anchor] = detect_stage.fit_detector(history, self.router, metric)
+            return cache[anchor]
+
+        return model_for
 
     # --- 2. detect/clean, the detect stage's functions
     def _clean(self, i0: int, i1: int) -> None:
@@ -209,14 +271,7 @@ class ChainDemand(DemandSource):
                 self.cleaned[key][i0:i1] = seen[i0:i1]
                 continue
             series = pd.Series(seen[h0:i1], index=index[h0:i1])
-            cache = self.models.setdefault(key, {})
-
-            def model_for(anchor, history, cache=cache, metric=key[1]):
-                if anchor not in cache:  # the pipeline's series_profile, in memory
-                    cache[anchor] = detect_stage.fit_detector(history, self.router, metric)
-                return cache[anchor]
-
-            scored = detect_stage.judge_series(series, self.router, key[1], start, end, model_for)
+            scored = detect_stage.judge_series(series, self.router, key[1], start, end, self.model_for(key))
             self.cleaned[key][i0:i1] = scored["clean_value"].reindex(index[i0:i1]).to_numpy(float)
 
     # --- 3. what the forecast stage reads: hourly demand from cleaned telemetry

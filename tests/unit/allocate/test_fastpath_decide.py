@@ -114,3 +114,15 @@ def test_a_pending_spike_gone_at_the_next_scrape_moves_no_node():
     assert tick(after, 2.0, nxt) == []  # gone at the next scrape: no shortage
     # the same first reading followed by a second high one is a burst: the second moves a node
     assert len(tick(after, 41.0, nxt)) == 1
+
+
+def test_a_node_in_transit_counts_against_the_shortage_though_no_platform_reports_it():
+    # slurm is short 20 GPUs; a 24-GPU node left k8s for slurm and is reported by neither
+    # platform while it moves: its handover's GPUs cover the shortage, so nothing more moves
+    ps = _readings()
+    in_transit = [{"node": "k9", "to_platform": "slurm", "state": "released", "gpus": 24}]
+    assert "k9" not in {n for j in ps.values() for n in j.pressure.node_gpus}
+    assert not _moves(decide(ps, PLAN, [], in_transit, AT, SET))
+    # without its GPUs (a handover no inventory ever listed) it is counted as nothing, as before
+    unknown = [{"node": "k9", "to_platform": "slurm", "state": "released"}]
+    assert len(_moves(decide(ps, PLAN, [], unknown, AT, SET))) == 1

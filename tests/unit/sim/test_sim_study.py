@@ -22,8 +22,11 @@ def hourly(values) -> np.ndarray:
     return np.repeat(np.asarray(values, dtype=float), 60)
 
 
-def _yaml(tmp_path, platforms: dict[str, str], extra: str = "") -> str:
+def _yaml(tmp_path, platforms: dict[str, str], extra: str = "", fastpath: str | None = "off") -> str:
+    """A scenario file; these tests measure the hourly study, so the fast path is ``off`` unless
+    ``fastpath`` says otherwise (None: the key absent, the product's default)."""
     lines = ["step: 5min", "decision_every: 1h", "node_gpus: 8", "move_minutes: 30", "max_moves_per_decision: 4"]
+    lines.append(f"fastpath: {fastpath}") if fastpath is not None else None
     lines.append(extra) if extra else None
     lines.append("platforms:")
     lines += [f"  {name}: {spec}" for name, spec in platforms.items()]
@@ -133,7 +136,7 @@ def test_predictive_runs_the_pipeline_stages_own_functions(monkeypatch):
 
     for name in real:
         monkeypatch.setattr(home[name], name, spy(name))
-    sc = _synthetic(days=3)
+    sc = _synthetic(days=3).model_copy(update={"fastpath": None})  # the hourly chain alone
     log: list[dict] = []
     out = simulate(sc, Policy(kind="predictive"), chain_log=log)
     # 2 platforms x 2 demand metrics, refitted at least once each; judged every hour
