@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import numpy as np
 import openstack
 import pandas as pd
 import pytest
 import requests
 import yaml
 
+from gpupool.canonical import HEALTH_ENTITY_KIND
 from gpupool.emulator.serve import DEFAULT_PASSWORD, make_state, serve_in_thread
 from gpupool.sources.base import RetryPolicy, SourceError
 from gpupool.sources.openstack import GnocchiMeter, OpenStackSource
@@ -149,6 +151,11 @@ def _rows(frame: pd.DataFrame) -> list[tuple]:
     return sorted(frame[cols].itertuples(index=False, name=None))
 
 
+def _values(frame: pd.DataFrame) -> pd.DataFrame:
+    """The readings of a usage frame, without the meters' health series."""
+    return frame[frame["entity_kind"] != HEALTH_ENTITY_KIND]
+
+
 def _expected(c: Copied, every: str) -> pd.DataFrame:
     """What the written measures make at granularity `every`: Gnocchi's mean of each bucket."""
     rows = []
@@ -163,7 +170,7 @@ def _expected(c: Copied, every: str) -> pd.DataFrame:
 
 
 def test_source_reads_back_what_was_written(copied):
-    frame = _real_source(copied).usage(START, END, "5min")
+    frame = _values(_real_source(copied).usage(START, END, "5min"))
     want = _expected(copied, "5min")
     assert len(frame) == len(want) > 0
     assert set(frame["metric"]) == set(METERS)
@@ -175,7 +182,7 @@ def test_source_reads_back_what_was_written(copied):
 
 
 def test_hourly_reads_are_gnocchis_means_of_the_written_points(copied):
-    frame = _real_source(copied).usage(START, END, "1h")
+    frame = _values(_real_source(copied).usage(START, END, "1h"))
     want = _expected(copied, "1h")
     assert len(frame) == len(want) > 0
     got = {(r.entity_id, r.metric, r.ts): r.value for r in frame.itertuples()}
@@ -307,3 +314,34 @@ def test_no_token_is_refused_by_both(copied):
     assert real.headers["WWW-Authenticate"] == f'Keystone uri="{copied.keystone_url}"'
     assert fake.headers["WWW-Authenticate"] == f'Keystone uri="{copied.facade_urls["keystone"]}"'
 
+
+
+def test_a_measure_absent_at_a_step_is_a_health_gap(copied):
+    """Measures written with steps left out: Gnocchi's answer lacks them, and the source's
+    health series of the meter says so at those steps (last, as it adds a resource to Gnocchi)."""
+    real = copied.real
+    _ok(_call(real, "POST", "/v1/resource_type", json={
+        "name": "gpupool_gap", "attributes": {"host_name": {"type": "string", "required": True}}}), 201)
+    made = _ok(_call(real, "POST", "/v1/resource/gpupool_gap", json={
+        "id": "gap-node", "host_name": "gap-node", "metrics": {"gpu.util": {"archive_policy_name": POLICY}}}), 201)
+    try:
+        steps = pd.date_range(START, END, freq=f"{STEP_S}s", inclusive="left")
+        missing = {7, 8, len(steps) - 1}  # two inside the window, and the newest lagging
+        _ok(_call(real, "POST", f"/v1/resource/gpupool_gap/{made['id']}/metric/gpu.util/measures", json=[
+            {"timestamp": t.isoformat(), "value": float(i % 50)} for i, t in enumerate(steps) if i not in missing]), 202)
+        back = _ok(_call(real, "GET", f"/v1/resource/gpupool_gap/{made['id']}/metric/gpu.util/measures",
+                         params={"refresh": "true", "start": START.isoformat(), "stop": END.isoformat(),
+                                 "granularity": STEP_S}))
+        assert len(back) == len(steps) - len(missing)
+        src = _real_source(copied)
+        src.gnocchi_meters = {"gpu_util": GnocchiMeter("gpu.util", resource_type="gpupool_gap")}
+        frame = src.usage(START, END, "5min")
+        health = frame[frame["entity_kind"] == HEALTH_ENTITY_KIND].pivot(index="ts", columns="metric", values="value")
+        assert list(health.index) == list(steps)
+        assert sorted(np.flatnonzero(health["health_up"].to_numpy() == 0)) == sorted(missing)
+        age = health["health_sample_age_seconds"]
+        assert age.iloc[-1] == STEP_S and age.iloc[8] == 2 * STEP_S and age.drop(age.index[sorted(missing)]).eq(0).all()
+        assert not _values(frame)["ts"].isin(steps[sorted(missing)]).any()
+    finally:
+        _call(real, "DELETE", f"/v1/resource/gpupool_gap/{made['id']}")
+        _call(real, "DELETE", "/v1/resource_type/gpupool_gap")

@@ -19,9 +19,18 @@ from typing import Any, Callable, Mapping
 import keystoneauth1.exceptions as ksa_exc
 import openstack
 import openstack.exceptions as sdk_exc
+import numpy as np
 import pandas as pd
 
-from gpupool.canonical import CANONICAL_METRICS, CanonicalFrameError, empty_samples, normalize_samples
+from gpupool.canonical import (
+    CANONICAL_METRICS,
+    HEALTH_ENTITY_KIND,
+    HEALTH_METRICS,
+    CanonicalFrameError,
+    empty_samples,
+    health_target,
+    normalize_samples,
+)
 from gpupool.sources.base import (
     PermanentError,
     Pressure,
@@ -342,8 +351,10 @@ class OpenStackSource:
     def usage(self, start: datetime, end: datetime, step: str = "5min") -> pd.DataFrame:
         """History of the configured meters from Gnocchi for `[start, end)`, one point per step.
 
-        `step` must be a granularity of the meters' archive policy. Raises SourceError when
-        no meter is configured or the cloud has no metric service (no history to read).
+        `step` must be a granularity of the meters' archive policy. Beside each meter's rows,
+        its health series (`gnocchi_health`): the measures missing at that granularity.
+        Raises SourceError when no meter is configured or the cloud has no metric service
+        (no history to read).
         """
         window = format_window(start, end)
         if not self.gnocchi_meters:
@@ -356,11 +367,13 @@ class OpenStackSource:
         parts = []
         for metric, meter in self.gnocchi_meters.items():
             payload = self._gnocchi_aggregates(meter, grid[0], as_utc(end), step_s, window)
-            parts.append(gnocchi_groups_to_frame(payload, self.platform, self.cluster, metric, meter, window))
-        frame = pd.concat(parts, ignore_index=True)
-        if frame.empty:
+            rows = gnocchi_groups_to_frame(payload, self.platform, self.cluster, metric, meter, window)
+            rows = rows[(rows["ts"] >= grid[0]) & (rows["ts"] <= grid[1])]
+            parts += [rows, gnocchi_health(rows, self.platform, self.cluster, metric, grid, step_s)]
+        parts = [p for p in parts if len(p)]
+        if not parts:
             return empty_samples()
-        frame = frame[(frame["ts"] >= grid[0]) & (frame["ts"] <= grid[1])]
+        frame = pd.concat(parts, ignore_index=True)
         try:
             return normalize_samples(frame, where=f"{self.platform} gnocchi [{window}]")
         except CanonicalFrameError as exc:
@@ -431,6 +444,51 @@ def gnocchi_groups_to_frame(
                                         "unit"])
     frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
     return frame
+
+
+def gnocchi_health(
+    rows: pd.DataFrame, platform: str, cluster: str, metric: str, grid: tuple[datetime, datetime], step_s: int
+) -> pd.DataFrame:
+    """The health series of one meter's canonical ``rows`` (one group per ``entity_id``) on the
+    grid ``grid`` = (first, last) instants at the archive policy's granularity ``step_s``.
+
+    At each step: ``health_up`` 0 where a measure is missing, i.e. no group has one there or a
+    group lacks one between its first and last measure of the window; 1 elsewhere. And
+    ``health_sample_age_seconds``: how far the newest measure lags the step (0 where it is
+    there), the worst of the groups whose measures span the step, or else the newest of any.
+    A group's steps before its first or after its last measure are no gap of its own: a
+    compute node that joined or left the cloud in the window (the grouped answer does not say
+    which) has no measure there either; steps where every group is silent are. A meter with no
+    measure in the window stages no health (nothing read, nothing to vouch for). One health
+    series per meter (entity kind ``HEALTH_ENTITY_KIND``, entity id ``health_target(metric)``).
+    """
+    if rows.empty:
+        return pd.DataFrame()
+    first = pd.Timestamp(grid[0])
+    n = int((pd.Timestamp(grid[1]) - first).total_seconds() // step_s) + 1
+    groups = sorted(rows["entity_id"].unique())
+    at = ((rows["ts"] - first).dt.total_seconds() // step_s).to_numpy(int)
+    have = np.zeros((len(groups), n), dtype=bool)
+    have[np.searchsorted(groups, rows["entity_id"].to_numpy()), at] = True
+    steps = np.arange(n)
+    newest = np.maximum.accumulate(np.where(have, steps, -1), axis=1)  # each group's newest step <= t
+    began = np.maximum.accumulate(have, axis=1)
+    ended = np.maximum.accumulate(have[:, ::-1], axis=1)[:, ::-1]
+    spans = began & ended  # the step lies between the group's first and last measure
+    up = have.any(axis=0) & ~(spans & ~have).any(axis=0)
+    lag = np.where(newest >= 0, steps - newest, -1)
+    inside = np.where(spans, lag, -1).max(axis=0)
+    # where no group's measures span the step, the newest measure of any group is the meter's
+    freshest = np.where(lag >= 0, lag, n).min(axis=0)
+    outside = np.where(freshest < n, freshest, -1)
+    worst = np.where(spans.any(axis=0), inside, outside).astype(float) * step_s
+    ts = pd.date_range(first, periods=n, freq=f"{step_s}s")
+    known = worst >= 0
+    out = [("health_up", ts, up.astype(float)), ("health_sample_age_seconds", ts[known], worst[known])]
+    return pd.concat([pd.DataFrame({
+        "platform": platform, "cluster": cluster, "entity_kind": HEALTH_ENTITY_KIND,
+        "entity_id": health_target(metric), "metric": name, "ts": when, "value": values,
+        "unit": HEALTH_METRICS[name]}) for name, when, values in out], ignore_index=True)
 
 
 def _gnocchi_reason(resp: Any) -> str:
