@@ -14,6 +14,7 @@ Every hour, for the data interval `[start, end)`:
 
 Trigger it from the UI with **window_start / window_end** to run any window; otherwise the
 run's data interval is the window. Logic lives in the `gpupool` package; each task is a call.
+A failed run is mailed to platforms.yaml's `notify.to` (off when it names no one).
 """
 
 from __future__ import annotations
@@ -46,6 +47,18 @@ FORECAST_ASSET = Asset("x-gpupool://staging/forecast")
 PLAN_ASSET = Asset("x-gpupool://staging/plan")
 
 
+def notify_failure(context) -> None:
+    """Failure callback: mail what failed through the SMTP provider's notifier (Airflow's own
+    notifier mechanism), to platforms.yaml's `notify.to`; nothing when that names no one."""
+    from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+
+    from gpupool.notify import mail_for_failure
+
+    mail = mail_for_failure(context)
+    if mail is not None:
+        SmtpNotifier(**mail)(context)
+
+
 @dag(
     dag_id="gpupool_pipeline",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
@@ -55,6 +68,9 @@ PLAN_ASSET = Asset("x-gpupool://staging/plan")
     doc_md=__doc__,
     tags=["gpupool", "pipeline"],
     default_args={"retries": 2, "retry_delay": RETRY_DELAY},
+    # once per failed run (not per failed mapped task): the run, its window and failed task,
+    # and the handovers that failed or were rolled back in the window
+    on_failure_callback=notify_failure,
     params={
         "window_start": Param(None, type=["null", "string"], format="date-time", description="UI trigger: window start (UTC)"),
         "window_end": Param(None, type=["null", "string"], format="date-time", description="UI trigger: window end (UTC, exclusive)"),

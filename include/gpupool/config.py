@@ -193,12 +193,31 @@ class DetectConfig(_Strict):
         return RouterConfig(**self.router) if self.router else RouterConfig()
 
 
+class NotifyConfig(_Strict):
+    """Who is mailed when a pipeline run fails or a handover fails or is rolled back
+    (`gpupool.notify`): off while `to` is empty. Mail goes out through the Airflow SMTP
+    connection `smtp_conn_id`; `from_email` unset: the connection's own."""
+
+    to: list[str] = Field(default_factory=list)
+    from_email: str | None = None
+    smtp_conn_id: str = "smtp_default"
+
+    @field_validator("to")
+    @classmethod
+    def _addresses(cls, to: list[str]) -> list[str]:
+        bad = [a for a in to if "@" not in a.strip(" <>")]
+        if bad:
+            raise ValueError(f"not a mail address: {bad}")
+        return to
+
+
 class GpupoolConfig(_Strict):
     platforms: list[PlatformConfig]
     pool: PoolConfig = Field(default_factory=PoolConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
     detect: DetectConfig = Field(default_factory=DetectConfig)
+    notify: NotifyConfig = Field(default_factory=NotifyConfig)
     step: str = "5min"
     #: only a YAML boolean (true/false): a string such as "off" is refused, not read as false
     dry_run: StrictBool = True

@@ -10,17 +10,30 @@ Reusable fixtures for other test modules:
   slurm_cluster       -> SlurmCluster: node name, `env` for Slurm clients, sbatch/drain/resume helpers
   openstack_services  -> OpenStackServices: Keystone/Placement URLs, credentials, `connect()`
   gnocchi             -> GnocchiServer (module scope): Gnocchi registered in that Keystone's catalog
+  gpupool_prometheus  -> base URL of a Prometheus scraping `gpupool metrics serve` every second, on
+                         staging arranged so that every shipped alert fires and every dashboard
+                         panel has data (the shipped alert rules loaded)
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import socket
+import subprocess
 import sys
+import time
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
+import yaml
 
 # --import-mode=importlib keeps test directories off sys.path; the helpers live beside us.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -141,3 +154,134 @@ def gnocchi(openstack_services) -> GnocchiServer:
     server = start_gnocchi(openstack_services, PG_URL)
     yield server
     server.stop()
+
+
+# --- gpupool scraped by a real Prometheus ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+ALERT_RULES = ROOT / "config" / "prometheus" / "gpupool-alerts.yml"
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "metrics"))
+
+import metrics_staged  # noqa: E402
+
+#: the instant `gpupool metrics serve` describes: just after the staged pipeline passes
+SCRAPED_AT = metrics_staged.END + timedelta(minutes=5)
+SCRAPED_PLATFORMS = ("openstack", "slurm", "kubernetes", "lab")
+
+
+def prometheus_get(url: str) -> dict:
+    """GET a Prometheus API URL and decode its JSON."""
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def prometheus_query(base: str, expr: str) -> list:
+    """An instant query's result vector (asserting the query succeeded)."""
+    res = prometheus_get(f"{base}/api/v1/query?query=" + urllib.parse.quote(expr))
+    assert res["status"] == "success", res
+    return res["data"]["result"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _arrange_scraped(engine) -> None:
+    """Staging where every shipped alert should fire at SCRAPED_AT (with `_scraped_config`):
+    slurm's newest total says 6 GPUs pending (the others can lend idle nodes); kubernetes'
+    one-hour-ahead forecasts of the last day all said 0 GPUs, far worse than repeating
+    yesterday; one live handover failed and one is past its deadline; the config names a
+    platform `lab` that was never extracted (stale, and below its min_nodes). For the
+    dashboard's panels also: a live handover that finished (the duration histogram has a
+    value) and a plan decided a horizon and more before (a plan whose outcome is known)."""
+    from gpupool.allocate import handover as ho
+    from gpupool.staging.schema import allocation_plan, forecast, handover, sample
+
+    end = metrics_staged.END
+    with engine.begin() as conn:
+        newest = conn.execute(sa.select(sa.func.max(sample.c.ts)).where(
+            sample.c.platform == "slurm", sample.c.metric == "gpu_pending", sample.c.entity_kind == "platform")).scalar()
+        conn.execute(sample.update().where(sample.c.platform == "slurm", sample.c.metric == "gpu_pending",
+                                           sample.c.entity_kind == "platform", sample.c.ts == newest).values(value=6.0))
+        conn.execute(forecast.delete().where(forecast.c.platform == "kubernetes", forecast.c.step == 1))
+        hours = [end - timedelta(hours=h) for h in range(1, 25)]
+        conn.execute(forecast.insert(), [dict(platform="kubernetes", series="demand", issued_at=t, step=1, ts=t, yhat=0.0,
+                                              yhat_lower=0.0, yhat_upper=0.0) for t in hours])
+        plan = conn.execute(sa.select(allocation_plan).order_by(allocation_plan.c.id.desc()).limit(1)).first()
+        assert plan is not None, "metrics_staged.fill decided no plan"
+        old = dict(plan._mapping)
+        old.pop("id")
+        old["decided_at"] = end - timedelta(hours=int((old["summary"] or {}).get("horizon_hours") or 2) + 1)
+        conn.execute(allocation_plan.insert(), [old])
+    hid = ho.open_handover(engine, "gpu-x1", "slurm", "kubernetes", end - timedelta(hours=1), dry_run=False)
+    with engine.begin() as conn:
+        conn.execute(handover.update().where(handover.c.id == hid).values(state=ho.FAILED, error="attach refused"))
+    ho.open_handover(engine, "gpu-x2", "openstack", "kubernetes", end - timedelta(hours=3), dry_run=False,
+                     timeout=timedelta(hours=1))
+    done = ho.open_handover(engine, "gpu-x3", "kubernetes", "openstack", end - timedelta(hours=5), dry_run=False)
+    with engine.begin() as conn:
+        conn.execute(handover.update().where(handover.c.id == done).values(
+            state=ho.DONE, updated_at=end - timedelta(hours=5) + timedelta(minutes=12)))
+
+
+def _scraped_config(path: Path) -> Path:
+    platforms = [{"name": p, "kind": "simulator", "min_nodes": 1} for p in ("openstack", "slurm", "kubernetes")]
+    path.write_text(yaml.safe_dump({"platforms": platforms + [{"name": "lab", "kind": "simulator", "min_nodes": 2}]}))
+    return path
+
+
+@pytest.fixture(scope="session")
+def gpupool_prometheus(tmp_path_factory):
+    """`gpupool metrics serve` at SCRAPED_AT on arranged staging, scraped every second by a
+    Prometheus that loads the shipped alert rules: yields Prometheus' base URL once the first
+    scrape is in. Fails (never skips) without prometheus."""
+    from gpupool.staging import db
+
+    for tool in ("prometheus", "promtool"):
+        if shutil.which(tool) is None:  # make test installs them: fail, never skip
+            pytest.fail(f"{tool} not on PATH: run scripts/install-services.sh (Debian's prometheus package)")
+    tmp = tmp_path_factory.mktemp("metrics_prometheus")
+    url = f"sqlite:///{tmp / 'staging.db'}"
+    engine = db.make_engine(url)
+    db.upgrade(engine)
+    metrics_staged.fill(engine, hours=1)
+    _arrange_scraped(engine)
+    engine.dispose()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "include")}
+    gp = subprocess.Popen([sys.executable, "-m", "gpupool.cli", "metrics", "serve", "--port", "0", "--staging", url,
+                           "--config", str(_scraped_config(tmp / "platforms.yaml")), "--at", SCRAPED_AT.isoformat()],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    prom = None
+    try:
+        line = gp.stdout.readline()
+        assert line.startswith("gpupool metrics: serving "), line + gp.stderr.read()
+        target = urllib.parse.urlparse(line.split()[-1]).netloc
+        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                  "rule_files": [str(ALERT_RULES)],
+                  "scrape_configs": [{"job_name": "gpupool", "static_configs": [{"targets": [target]}]}]}
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+        check = subprocess.run(["promtool", "check", "config", str(tmp / "prometheus.yml")], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+        port = _free_port()
+        log = open(tmp / "prometheus.log", "w")
+        prom = subprocess.Popen(["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                                 "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while True:  # until the first scrape is in
+            try:
+                if prometheus_query(base, 'up{job="gpupool"} == 1'):
+                    break
+            except OSError:
+                pass
+            assert prom.poll() is None and time.monotonic() < deadline, (tmp / "prometheus.log").read_text()[-3000:]
+            time.sleep(0.5)
+        yield base
+    finally:
+        for proc in (prom, gp):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
