@@ -35,6 +35,7 @@ from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SKILL_HOURS, SPREAD_HIS
 from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.allocate.policy import Policy
 from gpupool.forecast.stage import FORECAST_LEVEL
+from gpupool.staging import fastpath as fastpath_store
 from gpupool.staging import handovers as handover_store
 from gpupool.staging import reads
 
@@ -178,6 +179,13 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
     """
     at = utc(window.end)
     pol = policy_from_config(ctx.config, policy)
+    # both paths share the move budget of any rolling hour: the plan gets what the fast path
+    # (or an earlier plan) left of it, as in the what-if
+    recent = [h for h in fastpath_store.handovers_opened_between(ctx.engine, (at - pd.Timedelta(hours=1)).to_pydatetime(),
+                                                                  at.to_pydatetime())
+              if ctx.config.dry_run or not h["dry_run"]]
+    if recent:
+        pol = pol.model_copy(update={"max_moves_per_decision": max(0, pol.max_moves_per_decision - len(recent))})
     nodes, excluded = pool_nodes(ctx.engine, at.to_pydatetime(), platforms, ctx.config)
     demand, source = platform_demand(ctx.engine, window, platforms, pol)
     result = plan(nodes, demand, pol, at=at)

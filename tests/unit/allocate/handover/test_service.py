@@ -296,3 +296,14 @@ def test_the_plan_task_moves_a_platform_with_a_daily_rhythm_along_it(ctx):
                for d in range(7) for h in range(1, 25))
     assert per["demand_peak_week"] == reactive["kubernetes"]["demand_peak_week"] == pytest.approx(peak, abs=0.1)
     assert peak > 59.0
+
+
+def test_the_plan_gets_what_the_fast_path_left_of_the_hours_move_budget(ctx):
+    """Both paths share the move budget of any rolling hour: a fast-path move opened 20 minutes
+    before the plan leaves it one of the two moves an hour allows; two leave it none."""
+    _model_record(ctx.engine, "kubernetes")
+    assert len(service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")["moves"]) == 2
+    ho.open_handover(ctx.engine, "gpu-n1", "slurm", "kubernetes", at=END - timedelta(minutes=20), dry_run=True)
+    assert len(service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")["moves"]) == 1
+    ho.open_handover(ctx.engine, "gpu-n2", "slurm", "kubernetes", at=END - timedelta(minutes=10), dry_run=True)
+    assert service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")["moves"] == []
