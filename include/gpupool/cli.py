@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default="predictive", choices=POLICY_KINDS)
     p.add_argument("--json", dest="json_out", help="write the result JSON here")
     p.add_argument("--no-clean", action="store_true",
-                   help="forecast from the raw telemetry (skip detect/clean) to measure what cleaning is worth")
+                   help="forecast, and let the fast path act, on the raw telemetry (skip detect/clean and the fast path's judge) to measure what cleaning is worth")
     p.add_argument("--no-progress", action="store_true")
 
     p = sub.add_parser("metrics", help="Prometheus metrics computed from staging")
