@@ -3,6 +3,7 @@ and an isolated Airflow home (SQLite metadata, examples off, our dags/ folder)."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -25,8 +26,8 @@ def sqlite_engine(tmp_path):
     engine.dispose()
 
 
-@pytest.fixture
-def pg_engine():
+@contextlib.contextmanager
+def _pg_schema_engine():
     """A migrated staging schema of its own on the real PostgreSQL, dropped afterwards."""
     from gpupool.staging import db
 
@@ -39,11 +40,27 @@ def pg_engine():
         pytest.fail(f"PostgreSQL at {PG_URL} unreachable: {exc.orig}")
     engine = db.make_engine(PG_URL, schema=schema)
     db.upgrade(engine)
-    yield engine
-    engine.dispose()
-    with admin.begin() as conn:
-        conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-    admin.dispose()
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_schema_engines():
+    """The factory behind :func:`pg_engine`, for fixtures of a wider scope (``with
+    pg_schema_engines() as engine: ...``); tests/conftest.py is not importable under importlib."""
+    return _pg_schema_engine
+
+
+@pytest.fixture
+def pg_engine():
+    """A migrated staging schema of its own on the real PostgreSQL, dropped afterwards."""
+    with _pg_schema_engine() as engine:
+        yield engine
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

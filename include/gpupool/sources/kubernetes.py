@@ -228,6 +228,11 @@ class KubernetesSource:
             phase = pod.status.phase if pod.status else None
             if node and phase not in ("Succeeded", "Failed"):
                 busy[node] = busy.get(node, 0) + self._pod_gpus(pod)
+        return sorted(self._node_records(nodes, busy, window), key=lambda r: r["node"]), pods
+
+    def _node_records(self, nodes, busy: dict[str, float], window) -> list[dict]:
+        """One record per GPU node (``_node_record``), with the GPUs its pods hold; a malformed
+        node object is an error naming the platform and the endpoint."""
         out = []
         for node in nodes:
             try:
@@ -237,7 +242,7 @@ class KubernetesSource:
                                   f"malformed node object ({type(exc).__name__})") from exc
             if rec:
                 out.append(rec)
-        return sorted(out, key=lambda r: r["node"]), pods
+        return out
 
     def _node_record(self, node: Any, busy: float) -> dict[str, Any] | None:
         alloc = (node.status.allocatable if node.status else None) or {}
@@ -293,15 +298,7 @@ class KubernetesSource:
                 busy[node] = busy.get(node, 0) + self._pod_gpus(pod)
             elif phase == "Pending":
                 pending += self._pod_gpus(pod)
-        records = []
-        for node in nodes:
-            try:
-                rec = self._node_record(node, busy.get(node.metadata.name, 0))
-            except (AttributeError, TypeError, ValueError) as exc:
-                raise SourceError(self.platform, f"{self.host} GET /api/v1/nodes", window,
-                                  f"malformed node object ({type(exc).__name__})") from exc
-            if rec:
-                records.append(rec)
+        records = self._node_records(nodes, busy, window)
         prov = {"nodes": f"{self.host} GET /api/v1/nodes",
                 "gpus_allocated": f"{self.host} GET /api/v1/pods ({self.gpu_resource} of bound pods)",
                 "gpus_pending": f"{self.host} GET /api/v1/pods ({self.gpu_resource} of unbound Pending pods)",
