@@ -73,7 +73,7 @@ def forecast_csv(
     summary = jsonable({**model.summary_, "input": str(input), "horizon": int(horizon)})
     if summary_json is not None:
         with atomic_output(summary_json) as tmp:
-            tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+            tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
     return summary
 
 
