@@ -220,6 +220,39 @@ def test_mixed_utc_offsets_are_read_as_utc(capsys, data):
     assert np.allclose(table["value"], v)
 
 
+
+@pytest.mark.parametrize("zone, offset", [("Europe/Paris", "+01:00"), ("America/New_York", "-05:00")])
+def test_a_utc_offset_is_kept_by_forecast_as_by_detect(capsys, data, zone, offset):
+    """Times that all carry one offset got forecast timestamps without it (an hour off as UTC)."""
+    ts, v = _series()
+    local = [t.tz_convert(zone).isoformat() for t in ts]
+    assert {t[-6:] for t in local} == {offset}
+    _write(data / "local.csv", local, v)
+    rc, _, err = _cli(capsys, "forecast", str(data / "local.csv"), "--horizon", "3", "--out", str(data / "fc.csv"))
+    assert rc == 0, err
+    stamps = pd.read_csv(data / "fc.csv")["timestamp"]
+    assert all(s.endswith(offset) for s in stamps), list(stamps)
+    step = pd.Timedelta(hours=1)
+    assert list(pd.to_datetime(stamps, utc=True)) == [ts[-1] + k * step for k in (1, 2, 3)]
+    rc, _, err = _cli(capsys, "detect", str(data / "local.csv"), "--out", str(data / "det.csv"))
+    assert rc == 0, err
+    assert pd.read_csv(data / "det.csv")["timestamp"].iloc[-1] == local[-1]  # the same form in both modes
+
+
+def test_mixed_offsets_forecast_in_utc_and_naive_times_stay_naive(capsys, data):
+    ts, v = _series()
+    mixed = [(t.tz_convert("Europe/Paris") if i % 2 else t).isoformat() for i, t in enumerate(ts)]
+    _write(data / "mixed.csv", mixed, v)
+    rc, _, err = _cli(capsys, "forecast", str(data / "mixed.csv"), "--horizon", "2", "--out", str(data / "fc.csv"))
+    assert rc == 0, err
+    assert list(pd.read_csv(data / "fc.csv")["timestamp"]) == [
+        (ts[-1] + pd.Timedelta(hours=k)).strftime("%Y-%m-%dT%H:%M:%S+00:00") for k in (1, 2)]
+    rc, _, err = _cli(capsys, "forecast", str(data / "good.csv"), "--horizon", "2", "--out", str(data / "fc2.csv"))
+    assert rc == 0, err
+    assert list(pd.read_csv(data / "fc2.csv")["timestamp"]) == [
+        (ts[-1] + pd.Timedelta(hours=k)).strftime("%Y-%m-%dT%H:%M:%S") for k in (1, 2)]
+
+
 # --- configuration and scenarios -------------------------------------------------------------
 
 
