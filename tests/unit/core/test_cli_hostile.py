@@ -284,6 +284,37 @@ def test_bad_config_is_one_line_naming_file_and_key(capsys, data, staging, text,
     assert "platforms.yaml" in line
 
 
+
+POOL_PLATFORMS = "platforms:\n  - {name: slurm, kind: simulator}\n  - {name: kubernetes, kind: simulator}\n"
+
+
+@pytest.mark.parametrize("nodes", [
+    "    - {node: gpu-n001, gpus: 8}\n    - {node: gpu-n002, gpus: 8, names: {slurm: gpu-n001}}\n",
+    "    - {node: gpu-n002, gpus: 8, names: {slurm: gpu-n001}}\n    - {node: gpu-n001, gpus: 8}\n",
+])
+def test_an_alias_that_is_another_nodes_implicit_name_is_refused(capsys, data, staging, nodes):
+    """Both machines mapped to one pool id on slurm: the sources would merge them into one node."""
+    path = _config(data, POOL_PLATFORMS + "pool:\n  nodes:\n" + nodes)
+    _refused(capsys, data, "summary", "--config", str(path), *WINDOW,
+             needles=("platforms.yaml", "'pool'", "'slurm'", "'gpu-n001'", "gpu-n002", "two pool nodes"))
+
+
+def test_a_names_key_that_is_no_platform_is_refused(capsys, data, staging):
+    path = _config(data, POOL_PLATFORMS + "pool:\n  nodes:\n    - {node: gpu-n001, gpus: 8, names: {slrum: a01}}\n")
+    _refused(capsys, data, "summary", "--config", str(path), *WINDOW,
+             needles=("platforms.yaml", "nodes[gpu-n001].names", "'slrum'", "slurm, kubernetes"))
+
+
+def test_swapped_aliases_and_many_pool_nodes_are_accepted(data):
+    from gpupool.config import parse_config
+
+    cfg = parse_config({"platforms": [{"name": "slurm", "kind": "simulator"}], "pool": {"nodes": [
+        {"node": "a", "gpus": 8, "names": {"slurm": "b"}}, {"node": "b", "gpus": 8, "names": {"slurm": "a"}}]}})
+    assert cfg.pool.node_id("slurm", "b") == "a" and cfg.pool.node_id("slurm", "a") == "b"
+    many = [{"node": f"n{i:05d}", "gpus": 8, "names": {"slurm": f"s{i:05d}"}} for i in range(20_000)]
+    assert len(parse_config({"platforms": [{"name": "slurm", "kind": "simulator"}], "pool": {"nodes": many}}).pool.nodes) == 20_000
+
+
 def test_real_yaml_booleans_still_work(data):
     from gpupool.config import load_config
 
