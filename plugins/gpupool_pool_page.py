@@ -39,6 +39,8 @@ def _state(at: str | None, hours: int) -> dict:
     engine = pipeline.Context.load().engine
     try:
         return poolview.pool_state(engine, when, hours=hours)
+    except poolview.InstantError as exc:  # a time, but one whose window cannot be read
+        raise HTTPException(status_code=422, detail=f"query parameter 'at': {exc}") from None
     except poolview.NoDataError as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from exc
 

@@ -65,7 +65,11 @@ for r in rows:
 PY
 echo
 echo "report:   file://$AIRFLOW_HOME/report/index.html"
-echo "pool page: AIRFLOW_HOME=$AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER=$PWD/dags AIRFLOW__CORE__PLUGINS_FOLDER=$PWD/plugins \\"
-echo "           GPUPOOL_STAGING_URL=$GPUPOOL_STAGING_URL $BIN/airflow standalone"
+# standalone starts its children as `airflow ...` found on PATH: the venv goes first on it, and
+# every value is shell-quoted so the command works as printed, from any directory
+q() { printf '%q' "$1"; }
+echo "pool page: cd $(q "$PWD") && PATH=$(q "$PWD/$BIN"):\"\$PATH\" AIRFLOW_HOME=$(q "$AIRFLOW_HOME") \\"
+echo "           AIRFLOW__CORE__DAGS_FOLDER=$(q "$PWD/dags") AIRFLOW__CORE__PLUGINS_FOLDER=$(q "$PWD/plugins") \\"
+echo "           AIRFLOW__CORE__LOAD_EXAMPLES=False GPUPOOL_STAGING_URL=$(q "$GPUPOOL_STAGING_URL") airflow standalone"
 echo "           then open http://localhost:8080/gpupool/ (Browse -> GPU pool; the admin password is printed at start)"
 echo "staging:  $GPUPOOL_STAGING_URL   DAG log: $LOG"

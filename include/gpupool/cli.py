@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import numbers
 import sys
 from typing import Sequence
 
@@ -208,7 +210,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.input, args.out, time_col=args.time_col, value_col=args.value_col, detector=args.detector,
             refit_every=args.refit_every,
         )
-        print(json.dumps(info, default=str))
+        print(_json(info))
         return 0
     if args.command == "forecast":
         return _forecast(args)
@@ -219,7 +221,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario)
         result = simulate(scenario, args.policy, progress=not args.no_progress and sys.stderr.isatty(),
                           clean=not args.no_clean)
-        text = json.dumps(result, indent=2)
+        text = _json(result, indent=2)
         if args.json_out:
             with open(args.json_out, "w") as fh:
                 fh.write(text + "\n")
@@ -245,7 +247,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         window = pipeline.Window(at - pipeline.timedelta(hours=1), at)
         result = pipeline.plan(ctx, window, policy=args.policy, dry_run=True)
         if args.json:
-            print(json.dumps(result, indent=2, default=str))
+            print(_json(result, indent=2))
         else:
             print(format_summary(pipeline.summary(ctx, window)))
             print(_recent_fastpath(ctx, until=at, moves_only=False))
@@ -254,7 +256,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from gpupool.allocate.service import format_handovers, list_handovers
 
         rows = list_handovers(ctx.engine, open_only=args.open)
-        print(json.dumps(rows, indent=2, default=str) if args.json else format_handovers(rows))
+        print(_json(rows, indent=2) if args.json else format_handovers(rows))
         if not args.json:
             print(_recent_fastpath(ctx, moves_only=True))
         return 0
@@ -266,7 +268,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         db.upgrade(ctx.engine)
         at = pipeline.parse_time(args.at) if args.at else pipeline.parse_time(datetime.now(timezone.utc))
         out = run_fastpath(ctx, at.replace(microsecond=0), dry_run=args.dry_run, allow_evict=ctx.config.limits.allow_evict)
-        print(json.dumps(out, indent=2, default=str) if args.json
+        print(_json(out, indent=2) if args.json
               else format_decisions(out["decisions"], title=f"fast path at {out['at']}"))
         return 0
     if args.command == "rollback":
@@ -275,12 +277,12 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         if not 1 <= args.handover_id <= MAX_ROW_ID:  # beyond the id column: no such row can exist
             raise UserError(f"no handover #{args.handover_id} (handover ids run from 1 to {MAX_ROW_ID})")
-        print(json.dumps(rollback_handover(ctx, args.handover_id, dry_run=args.dry_run), indent=2, default=str))
+        print(_json(rollback_handover(ctx, args.handover_id, dry_run=args.dry_run), indent=2))
         return 0
     window = pipeline.Window(pipeline.parse_time(args.start), pipeline.parse_time(args.end))
     if args.command == "extract":
         db.upgrade(ctx.engine)
-        print(json.dumps(pipeline.extract(ctx, args.platform, window)))
+        print(_json(pipeline.extract(ctx, args.platform, window)))
         return 0
     if args.command == "run":
         db.upgrade(ctx.engine)
@@ -288,7 +290,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                                      progress=_progress_printer())
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump(report, fh, indent=2, default=str)
+                fh.write(_json(report, indent=2))
         print(format_summary(pipeline.summary(ctx, window)))
         return 0
     if args.command == "report":
@@ -300,7 +302,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "summary":
         s = pipeline.summary(ctx, window)
-        print(json.dumps(s, indent=2, default=str) if args.json else format_summary(s))
+        print(_json(s, indent=2) if args.json else format_summary(s))
         return 0
     raise AssertionError(args.command)
 
@@ -331,7 +333,7 @@ def _forecast(args: argparse.Namespace) -> int:
         check_horizon_level(args.horizon or ctx.config.limits.horizon_hours, args.level)
         ctx.config.platform(args.platform)  # a platform the config does not name: one line listing those it does
         window = pipeline.Window(at - pipeline.timedelta(hours=1), at)
-        print(json.dumps(pipeline.forecast_demand(ctx, args.platform, window, horizon=args.horizon, level=args.level), default=str))
+        print(_json(pipeline.forecast_demand(ctx, args.platform, window, horizon=args.horizon, level=args.level)))
         return 0
     if not args.input or not args.out or args.horizon is None:
         raise UsageError("INPUT.csv needs --horizon and --out (or use --platform NAME --at TIME)")
@@ -343,7 +345,7 @@ def _forecast(args: argparse.Namespace) -> int:
 
     info = forecast_csv(args.input, args.horizon, args.out, level=args.level, season=args.season,
                         summary_json=args.summary_json, time_col=args.time_col, value_col=args.value_col)
-    print(json.dumps(info, default=str))
+    print(_json(info))
     return 0
 
 
@@ -364,6 +366,22 @@ def _metrics_serve(args: argparse.Namespace) -> int:
     except OSError as exc:  # the port is taken or the address is not ours: one line
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     return 0
+
+
+def _json(value, indent: int | None = None) -> str:
+    """``value`` as strict JSON: a non-finite float becomes null (never the ``NaN``/``Infinity``
+    tokens other JSON readers refuse); what JSON has no type for is written as its text."""
+    return json.dumps(_finite(value), indent=indent, default=str, allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):  # numpy's floats too
+        return value if math.isfinite(float(value)) else None
+    return value
 
 
 def _progress_printer():

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from gpupool.errors import UserError
 
@@ -120,16 +121,24 @@ class PoolConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique_names(self) -> "PoolConfig":
-        ids = [n.node for n in self.nodes]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        ids: set[str] = set()
+        dup = sorted({n.node for n in self.nodes if n.node in ids or ids.add(n.node)})
         if dup:
             raise ValueError(f"pool node ids must be unique, repeated: {dup}")
-        seen: dict[tuple[str, str], str] = {}
-        for n in self.nodes:
-            for p, alias in n.names.items():
-                if seen.setdefault((p, alias), n.node) != n.node:
+        # On each platform a node answers to its alias there, else to its id: two nodes answering
+        # to one name would be one machine to the sources and two to the plan. Only platforms
+        # some node has an alias on can collide (elsewhere every name is a unique id).
+        for p in sorted({p for n in self.nodes for p in n.names}):
+            seen: dict[str, PoolNode] = {}
+            for n in self.nodes:
+                alias = n.name_on(p)
+                other = seen.setdefault(alias, n)
+                if other is not n:
+                    def how(x: PoolNode) -> str:
+                        return f"names.{p}" if p in x.names else "its node id"
+
                     raise ValueError(f"platform {p!r} name {alias!r} is given to two pool nodes: "
-                                     f"{seen[(p, alias)]!r} and {n.node!r}")
+                                     f"{other.node!r} ({how(other)}) and {n.node!r} ({how(n)})")
         return self
 
 
@@ -221,6 +230,22 @@ class GpupoolConfig(_Strict):
     step: str = "5min"
     #: only a YAML boolean (true/false): a string such as "off" is refused, not read as false
     dry_run: StrictBool = True
+
+    @field_validator("pool")
+    @classmethod
+    def _pool_names_on_platforms(cls, pool: PoolConfig, info: ValidationInfo) -> PoolConfig:
+        """A ``names:`` key must be a configured platform: a typo (``slrum``) would leave the node
+        unmapped on the platform meant, silently."""
+        platforms = [p.name for p in info.data.get("platforms") or []]
+        if not platforms:  # the platforms failed validation: that error is the one to show
+            return pool
+        known = set(platforms)
+        for n in pool.nodes:
+            for key in n.names:
+                if key not in known:
+                    raise ValueError(f"nodes[{n.node}].names: {key!r} is not a configured platform; "
+                                     f"platforms: {', '.join(platforms)}")
+        return pool
 
     @field_validator("platforms")
     @classmethod

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.engine import Engine
 
+from gpupool.errors import UserError
 from gpupool.values import utc
 from gpupool.staging import reads
 
@@ -23,6 +24,15 @@ OPEN_STATES = ("planned", "releasing", "released", "attaching")
 
 class NoDataError(LookupError):
     """Staging holds nothing to show yet."""
+
+
+class InstantError(UserError, ValueError):
+    """An instant whose window the page cannot show (it leaves the range staging's reads hold)."""
+
+
+#: the instants the page shows: the whole years inside pandas' nanosecond timestamps, which bound
+#: every frame the reads build
+EARLIEST, LATEST = utc("1678-01-01"), utc("2262-01-01")
 
 
 def latest_instant(engine: Engine) -> datetime:
@@ -35,8 +45,12 @@ def latest_instant(engine: Engine) -> datetime:
 
 def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> dict[str, Any]:
     """Per platform: GPUs owned, demand over the last `hours` and its forecast band over the
-    next, anomalies found and cleaned, open handovers, and the last plan with its reasons."""
+    next, anomalies found and cleaned, open handovers, and the last plan with its reasons.
+    An `at` whose window leaves the instants the reads hold is an InstantError."""
     at = utc(at if at is not None else latest_instant(engine))
+    if not EARLIEST + pd.Timedelta(hours=hours) <= at <= LATEST:
+        raise InstantError(f"{at.isoformat()}: the page shows instants whose last {hours} h lie within "
+                           f"{EARLIEST:%Y-%m-%d} .. {LATEST:%Y-%m-%d}")
     since = at - pd.Timedelta(hours=hours)
     platforms = reads.sampled_platforms(engine, since.to_pydatetime(), at.to_pydatetime())
     plan_row = reads.latest_plan(engine, at.to_pydatetime())

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Engine
 from gpupool.allocate.policy import POLICY_KINDS
 from gpupool.canonical import DEMAND_METRICS
 from gpupool.staging import reads
+from gpupool.values import jsonable
 
 class ReportError(ValueError):
     """Nothing to report for the period asked."""
@@ -116,7 +117,7 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
     table = None
     if whatif:
         table = what_if(raw, out, step=step, progress=tick)
-        (out / "whatif.json").write_text(json.dumps(table, indent=2))
+        (out / "whatif.json").write_text(json.dumps(jsonable(table), indent=2, allow_nan=False))  # strict: no NaN
     page = _html(start, end, platforms, figures, table, len(anomalies), len(moves))
     (out / "index.html").write_text(page)
     return out / "index.html"

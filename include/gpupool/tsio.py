@@ -103,6 +103,13 @@ def _check_unique(path: Path, col: str, index: pd.DatetimeIndex) -> None:
         )
 
 
+def iso_timestamps(index: pd.DatetimeIndex) -> pd.Index:
+    """``index`` as ISO 8601 text the way the CSV modes write it: with the input's UTC offset
+    (``+01:00``; ``+00:00`` for times read as UTC) when it had one, none when it was naive."""
+    text = pd.DatetimeIndex(index).strftime("%Y-%m-%dT%H:%M:%S%z")
+    return text.str.replace(r"([+-]\d\d)(\d\d)$", r"\1:\2", regex=True)
+
+
 def check_output(target: str | Path, inputs: dict[str, str | Path | None], option: str = "--out") -> Path:
     """Refuse an output path that is one of ``inputs`` (by any name: relative path, symlink,
     hard link) or whose directory does not exist; returns it as a Path. ``inputs`` maps a label

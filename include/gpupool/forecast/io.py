@@ -13,7 +13,7 @@ import pandas as pd
 from gpupool.errors import UsageError
 from gpupool.forecast.arima import jsonable
 from gpupool.forecast.select import AutoForecaster
-from gpupool.tsio import atomic_output, check_output, read_series_csv
+from gpupool.tsio import atomic_output, check_output, iso_timestamps, read_series_csv
 
 OUTPUT_COLUMNS = ["step", "timestamp", "yhat", "yhat_lower", "yhat_upper"]
 #: the longest horizon a forecast may ask for, in steps: a year of hours (24 x 366)
@@ -42,7 +42,9 @@ def forecast_csv(
 
     ``input`` has a time column and a value column (``time_col``/``value_col``, else found as
     :func:`gpupool.tsio.read_series_csv` finds them). ``out`` gets the columns ``step,timestamp,yhat,yhat_lower,yhat_upper`` with
-    ``step`` = 1..horizon. ``season`` is a period hint in steps; without it the period is detected.
+    ``step`` = 1..horizon and ``timestamp`` carrying the input's UTC offset (``+00:00`` where the
+    input's offsets were mixed and read as UTC; none for naive input). ``season`` is a period
+    hint in steps; without it the period is detected.
     The model is chosen per series by validation inside the history (:class:`AutoForecaster`).
     Returns the summary (the choice, every candidate's validation error and the reason under
     ``selection``; the ARIMA procedure's orders, Fourier terms, criterion values, ADF/KPSS/Ljung-Box
@@ -61,7 +63,7 @@ def forecast_csv(
     table = pd.DataFrame(
         {
             "step": range(1, len(frame) + 1),
-            "timestamp": pd.DatetimeIndex(frame["ts"]).strftime("%Y-%m-%dT%H:%M:%S"),
+            "timestamp": iso_timestamps(frame["ts"]),  # the input's UTC offset kept, as detect keeps it
             "yhat": frame["yhat"].to_numpy(),
             "yhat_lower": frame["yhat_lower"].to_numpy(),
             "yhat_upper": frame["yhat_upper"].to_numpy(),
@@ -73,7 +75,7 @@ def forecast_csv(
     summary = jsonable({**model.summary_, "input": str(input), "horizon": int(horizon)})
     if summary_json is not None:
         with atomic_output(summary_json) as tmp:
-            tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+            tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
     return summary
 
 

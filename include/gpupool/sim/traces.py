@@ -48,7 +48,8 @@ def read_helios(paths: str | Path | Iterable[str | Path], step: str | pd.Timedel
     ------
     TraceError
         Naming the file on a missing column, an unreadable file, no rows, or files that do
-        not cover the same time range.
+        not cover the same time range; naming the file, line and column on an infinite value
+        or a negative GPU count.
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -105,9 +106,10 @@ def _read_one(path: Path, step: pd.Timedelta) -> pd.DataFrame:
         values = pd.to_numeric(raw[col], errors="coerce")
         if values.isna().all():
             raise TraceError(f"{path}: column {col!r} has no numeric values")
-        cols[name] = values.to_numpy(dtype="float64")
+        cols[name] = _checked(path, col, values.to_numpy(dtype="float64"), counts=True)
     if "gpu_utilization" in raw.columns:
-        cols["util"] = pd.to_numeric(raw["gpu_utilization"], errors="coerce").to_numpy(dtype="float64")
+        util = pd.to_numeric(raw["gpu_utilization"], errors="coerce").to_numpy(dtype="float64")
+        cols["util"] = _checked(path, "gpu_utilization", util, counts=False)
     else:
         cols["util"] = np.full(len(raw), np.nan)
     frame = pd.DataFrame(cols, index=pd.DatetimeIndex(ts, name="ts")).sort_index()
@@ -119,3 +121,15 @@ def _read_one(path: Path, step: pd.Timedelta) -> pd.DataFrame:
     binned.index = binned.index.astype("datetime64[us, UTC]")
     binned.index.name = "ts"
     return binned
+
+
+def _checked(path: Path, col: str, values: np.ndarray, counts: bool) -> np.ndarray:
+    """``values`` unchanged, or a TraceError naming the file line (the header is line 1) of the
+    first infinite value or, for a GPU count, the first negative one. Blank values stay gaps."""
+    with np.errstate(invalid="ignore"):
+        bad = np.isinf(values) | ((values < 0) if counts else False)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        what = "is not finite" if np.isinf(values[i]) else "is a negative GPU count"
+        raise TraceError(f"{path}: line {i + 2}, column {col!r}: value {float(values[i])!r} {what}")
+    return values

@@ -128,6 +128,7 @@ class World:
             )
         if len(index) == 0:
             raise WorldError("the scenario's window holds no step")
+        self._check_move_fits(index)
         for name, spec in sc.platforms.items():
             if spec.synthetic is not None:
                 seed = (sc.seed * 1_000_003 + zlib.crc32(name.encode())) % (2**32)
@@ -143,6 +144,19 @@ class World:
         for p in self.platforms:
             if p in self.anomalies_:
                 self._glitch[p] = glitch_factors(index, self.anomalies_[p])
+
+    def _check_move_fits(self, index: pd.DatetimeIndex) -> None:
+        """Refuse a ``move_minutes`` no move could finish inside the window: a node moved at the
+        first step would still be in transit at the end, owned by nobody the planner can name."""
+        sc = self.scenario
+        window = len(index) * self.step
+        if pd.Timedelta(minutes=sc.move_minutes) >= window:
+            where = sc.source if sc.source is not None else "scenario"
+            raise WorldError(
+                f"{where}: move_minutes: {sc.move_minutes:g} minutes outlasts the simulated window "
+                f"({window.total_seconds() / 60:g} minutes, {index[0]} .. {index[-1] + self.step}): a moved "
+                "node would never arrive; shorten move_minutes or widen start/end"
+            )
 
     def _build_nodes(self) -> None:
         sc = self.scenario
@@ -309,12 +323,14 @@ class World:
         busy = self._busy_by_node(prev, prev + 1)[:, 0]
         at_ts = self.index[look] if i < n else self.end
         last_move: dict[str, pd.Timestamp] = {}
+        bound_for: dict[str, str] = {}  # where a node in transit goes, when it arrives after the end
         reasons: dict[str, str] = {}
         for ev in self.events_:
             if ev["ts"] > at_ts:
                 break
             if ev["kind"] == "move":
                 last_move[ev["node"]] = ev["ts"]
+                bound_for[ev["node"]] = ev["target"]
             elif ev["kind"] in ("cordon", "uncordon"):
                 reasons[ev["node"]] = ev["reason"]
         out = []
@@ -325,7 +341,7 @@ class World:
             if transit:
                 ahead = np.nonzero(self.owner_[j, look:] != TRANSIT)[0]
                 stop = look + (int(ahead[0]) if len(ahead) else n - look)
-                owner = int(self.owner_[j, stop]) if stop < n else int(self.owner_[j, -1])
+                owner = int(self.owner_[j, stop]) if stop < n else self._pidx[bound_for[node.name]]
                 remaining = (stop - i) * self.step_hours * 60.0
             cordoned = bool(self.cordoned_[j, look])
             out.append({

@@ -220,6 +220,39 @@ def test_mixed_utc_offsets_are_read_as_utc(capsys, data):
     assert np.allclose(table["value"], v)
 
 
+
+@pytest.mark.parametrize("zone, offset", [("Europe/Paris", "+01:00"), ("America/New_York", "-05:00")])
+def test_a_utc_offset_is_kept_by_forecast_as_by_detect(capsys, data, zone, offset):
+    """Times that all carry one offset got forecast timestamps without it (an hour off as UTC)."""
+    ts, v = _series()
+    local = [t.tz_convert(zone).isoformat() for t in ts]
+    assert {t[-6:] for t in local} == {offset}
+    _write(data / "local.csv", local, v)
+    rc, _, err = _cli(capsys, "forecast", str(data / "local.csv"), "--horizon", "3", "--out", str(data / "fc.csv"))
+    assert rc == 0, err
+    stamps = pd.read_csv(data / "fc.csv")["timestamp"]
+    assert all(s.endswith(offset) for s in stamps), list(stamps)
+    step = pd.Timedelta(hours=1)
+    assert list(pd.to_datetime(stamps, utc=True)) == [ts[-1] + k * step for k in (1, 2, 3)]
+    rc, _, err = _cli(capsys, "detect", str(data / "local.csv"), "--out", str(data / "det.csv"))
+    assert rc == 0, err
+    assert pd.read_csv(data / "det.csv")["timestamp"].iloc[-1] == local[-1]  # the same form in both modes
+
+
+def test_mixed_offsets_forecast_in_utc_and_naive_times_stay_naive(capsys, data):
+    ts, v = _series()
+    mixed = [(t.tz_convert("Europe/Paris") if i % 2 else t).isoformat() for i, t in enumerate(ts)]
+    _write(data / "mixed.csv", mixed, v)
+    rc, _, err = _cli(capsys, "forecast", str(data / "mixed.csv"), "--horizon", "2", "--out", str(data / "fc.csv"))
+    assert rc == 0, err
+    assert list(pd.read_csv(data / "fc.csv")["timestamp"]) == [
+        (ts[-1] + pd.Timedelta(hours=k)).strftime("%Y-%m-%dT%H:%M:%S+00:00") for k in (1, 2)]
+    rc, _, err = _cli(capsys, "forecast", str(data / "good.csv"), "--horizon", "2", "--out", str(data / "fc2.csv"))
+    assert rc == 0, err
+    assert list(pd.read_csv(data / "fc2.csv")["timestamp"]) == [
+        (ts[-1] + pd.Timedelta(hours=k)).strftime("%Y-%m-%dT%H:%M:%S") for k in (1, 2)]
+
+
 # --- configuration and scenarios -------------------------------------------------------------
 
 
@@ -251,6 +284,37 @@ def test_bad_config_is_one_line_naming_file_and_key(capsys, data, staging, text,
     assert "platforms.yaml" in line
 
 
+
+POOL_PLATFORMS = "platforms:\n  - {name: slurm, kind: simulator}\n  - {name: kubernetes, kind: simulator}\n"
+
+
+@pytest.mark.parametrize("nodes", [
+    "    - {node: gpu-n001, gpus: 8}\n    - {node: gpu-n002, gpus: 8, names: {slurm: gpu-n001}}\n",
+    "    - {node: gpu-n002, gpus: 8, names: {slurm: gpu-n001}}\n    - {node: gpu-n001, gpus: 8}\n",
+])
+def test_an_alias_that_is_another_nodes_implicit_name_is_refused(capsys, data, staging, nodes):
+    """Both machines mapped to one pool id on slurm: the sources would merge them into one node."""
+    path = _config(data, POOL_PLATFORMS + "pool:\n  nodes:\n" + nodes)
+    _refused(capsys, data, "summary", "--config", str(path), *WINDOW,
+             needles=("platforms.yaml", "'pool'", "'slurm'", "'gpu-n001'", "gpu-n002", "two pool nodes"))
+
+
+def test_a_names_key_that_is_no_platform_is_refused(capsys, data, staging):
+    path = _config(data, POOL_PLATFORMS + "pool:\n  nodes:\n    - {node: gpu-n001, gpus: 8, names: {slrum: a01}}\n")
+    _refused(capsys, data, "summary", "--config", str(path), *WINDOW,
+             needles=("platforms.yaml", "nodes[gpu-n001].names", "'slrum'", "slurm, kubernetes"))
+
+
+def test_swapped_aliases_and_many_pool_nodes_are_accepted(data):
+    from gpupool.config import parse_config
+
+    cfg = parse_config({"platforms": [{"name": "slurm", "kind": "simulator"}], "pool": {"nodes": [
+        {"node": "a", "gpus": 8, "names": {"slurm": "b"}}, {"node": "b", "gpus": 8, "names": {"slurm": "a"}}]}})
+    assert cfg.pool.node_id("slurm", "b") == "a" and cfg.pool.node_id("slurm", "a") == "b"
+    many = [{"node": f"n{i:05d}", "gpus": 8, "names": {"slurm": f"s{i:05d}"}} for i in range(20_000)]
+    assert len(parse_config({"platforms": [{"name": "slurm", "kind": "simulator"}], "pool": {"nodes": many}}).pool.nodes) == 20_000
+
+
 def test_real_yaml_booleans_still_work(data):
     from gpupool.config import load_config
 
@@ -265,6 +329,100 @@ def test_unknown_key_under_a_scenario_policy(capsys, data):
     (data / "scenario.yaml").write_text(text)
     _refused(capsys, data, "simulate", str(data / "scenario.yaml"), "--no-progress",
              needles=("scenario.yaml", "policy", "'move_cots'"))
+
+
+
+def _two_platform_scenario(folder: Path, move_minutes: float, slurm: str = "synthetic: {base: 5, total_gpus: 64}") -> Path:
+    path = folder / "scenario.yaml"
+    path.write_text(
+        f"step: 5min\ndecision_every: 1h\nnode_gpus: 8\nmove_minutes: {move_minutes}\n"
+        "start: 2024-01-01T00:00:00Z\nend: 2024-01-03T00:00:00Z\nplatforms:\n"
+        f"  slurm: {{nodes: 8, {slurm}}}\n  kubernetes: {{nodes: 2, synthetic: {{base: 60, total_gpus: 16}}}}\n")
+    return path
+
+
+@pytest.mark.parametrize("minutes", ["2880", "100000"])
+def test_a_move_that_outlasts_the_window_is_named(capsys, data, minutes):
+    """Was `node 'gpu-n002': no 'owner' (or 'platform')` from the planner, an hour into the run."""
+    path = _two_platform_scenario(data, float(minutes))
+    _refused(capsys, data, "simulate", str(path), "--no-progress", "--policy", "reactive",
+             needles=("scenario.yaml", "move_minutes", minutes, "outlasts", "2880 minutes"))
+
+
+def test_a_late_move_that_arrives_after_the_end_keeps_its_target():
+    """A move shorter than the window but made near its end is still bound for its target."""
+    from gpupool.allocate.layouts import node_records
+    from gpupool.sim.scenario import scenario_from_dict
+    from gpupool.sim.world import World
+
+    scenario = scenario_from_dict({
+        "move_minutes": 600, "start": "2024-01-01T00:00Z", "end": "2024-01-03T00:00Z",
+        "platforms": {"slurm": {"nodes": 2, "synthetic": {"base": 5, "total_gpus": 16}},
+                      "kubernetes": {"nodes": 1, "synthetic": {"base": 5, "total_gpus": 8}}}})
+    world = World(scenario, clock="start")
+    world.advance(world.start + pd.Timedelta(hours=40))
+    assert world.move("gpu-n001", "kubernetes") > world.end
+    world.advance(world.start + pd.Timedelta(hours=41))
+    moving = next(n for n in world.pool() if n["name"] == "gpu-n001")
+    assert moving["platform"] == "kubernetes" and moving["in_transit"] and moving["available_in_minutes"] == 420
+    assert {r.name: r.owner for r in node_records(world.pool())}["gpu-n001"] == "kubernetes"
+
+
+def _helios(path: Path, running: list[float], pending: list[float] | None = None) -> Path:
+    ts = pd.date_range("2024-01-01", periods=len(running), freq="5min", tz="UTC")
+    pd.DataFrame({"time": ts.strftime("%Y-%m-%d %H:%M:%S"), "running_gpu_num": running,
+                  "pending_gpu_num": pending or [0.0] * len(running), "total_gpu_num": 32.0}).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("column, value, needle", [
+    ("running", -30.0, "negative"),
+    ("pending", float("inf"), "not finite"),
+    ("running", float("-inf"), "not finite"),
+])
+def test_a_bad_trace_value_names_file_line_and_column(capsys, data, column, value, needle):
+    """Negative values were blamed on a node (`busy_gpus -30.0 outside 0..8`); an `inf` was
+    simulated and written into the result as `Infinity`."""
+    running, pending = [10.0] * 288, [0.0] * 288
+    (running if column == "running" else pending)[99] = value
+    _helios(data / "bad.csv", running, pending)
+    _helios(data / "ok.csv", [10.0] * 288)
+    (data / "trace.yaml").write_text("move_minutes: 30\nplatforms:\n  slurm: {trace: [bad.csv]}\n"
+                                     "  kubernetes: {trace: [ok.csv]}\n")
+    _refused(capsys, data, "simulate", str(data / "trace.yaml"), "--no-progress", "--policy", "reactive",
+             "--json", str(data / "out.json"),
+             needles=("bad.csv", "line 101", f"'{column}_gpu_num'", needle))
+
+
+def _strict(text: str):
+    import json
+
+    def refuse(token):
+        raise AssertionError(f"non-strict JSON token {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_every_json_the_cli_writes_is_strict(capsys, data, monkeypatch):
+    """No `NaN` or `Infinity` leaves the CLI: a non-finite number is written as null."""
+    import gpupool.detect.io as detect_io
+    import gpupool.sim.scenario as sim_scenario
+    import gpupool.sim.study as sim_study
+
+    monkeypatch.setattr(detect_io, "detect_csv", lambda *a, **k: {"rows": 3, "score": float("nan")})
+    rc, out, err = _cli(capsys, "detect", str(data / "good.csv"), "--out", str(data / "out.csv"))
+    assert rc == 0, err
+    assert _strict(out) == {"rows": 3, "score": None}
+
+    monkeypatch.setattr(sim_scenario, "load_scenario", lambda path: None)
+    monkeypatch.setattr(sim_study, "simulate", lambda *a, **k: {
+        "totals": {"unmet_gpu_hours": float("inf"), "utilization": np.float32("nan"), "moves": 2},
+        "series": [1.5, float("-inf")]})
+    rc, out, err = _cli(capsys, "simulate", "any.yaml", "--no-progress", "--json", str(data / "result.json"))
+    assert rc == 0, err
+    expected = {"totals": {"unmet_gpu_hours": None, "utilization": None, "moves": 2}, "series": [1.5, None]}
+    assert _strict(out) == expected
+    assert _strict((data / "result.json").read_text()) == expected
 
 
 def test_planner_says_when_bounds_cannot_hold():
