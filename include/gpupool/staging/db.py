@@ -269,6 +269,12 @@ def partition_name(day: datetime) -> str:
     return f"sample_p{day:%Y%m%d}"
 
 
+#: the transaction lock of one partition's creation, keyed on its schema-qualified name
+_PARTITION_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtextextended('gpupool-partition:' || current_schema() || '.' || :n, 0))"
+)
+
+
 def ensure_partitions(conn: sa.Connection, start: datetime, end: datetime) -> list[str]:
     """Create the day partitions of `sample` covering [start, end); no-op on SQLite."""
     if conn.dialect.name != "postgresql":
@@ -278,12 +284,17 @@ def ensure_partitions(conn: sa.Connection, start: datetime, end: datetime) -> li
     while day < end:
         nxt = day + timedelta(days=1)
         name = partition_name(day)
-        conn.execute(
-            sa.text(
-                f'CREATE TABLE IF NOT EXISTS "{name}" PARTITION OF sample '
-                f"FOR VALUES FROM ('{day.isoformat()}') TO ('{nxt.isoformat()}')"
+        # IF NOT EXISTS alone races: two writers that both miss the partition both create it,
+        # and the later one fails with DuplicateTable. The transaction lock on the schema-
+        # qualified name makes the later one wait for the first's commit and then find it.
+        if conn.execute(sa.text("SELECT to_regclass(:n)"), {"n": f'"{name}"'}).scalar() is None:
+            conn.execute(sa.text(_PARTITION_LOCK), {"n": name})
+            conn.execute(
+                sa.text(
+                    f'CREATE TABLE IF NOT EXISTS "{name}" PARTITION OF sample '
+                    f"FOR VALUES FROM ('{day.isoformat()}') TO ('{nxt.isoformat()}')"
+                )
             )
-        )
         created.append(name)
         day = nxt
     return created
