@@ -12,10 +12,12 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 
 from gpupool.canonical import SERIES_KEY
-from gpupool.staging.schema import series_profile
+from gpupool.staging.schema import SERIES_PK, series_profile
 
 
 def _key(key: tuple, computed_at: datetime) -> list:
@@ -35,10 +37,20 @@ def model_text(engine: Engine, key: tuple, computed_at: datetime) -> Any:
 def replace_model(engine: Engine, key: tuple, computed_at: datetime, *, features: dict, detector: str,
                   reason: str, model: str) -> None:
     """Store the model of series `key` fitted at `computed_at` (`model`: its parameters as
-    JSON text), replacing any row of that series and anchor, in one transaction."""
+    JSON text), replacing any row of that series and anchor in one statement, so that two runs
+    storing the same series and anchor at once both succeed and the last one's row stays."""
+    _key(key, computed_at)  # the key's shape, checked before anything is written
     rec = dict(zip(SERIES_KEY, key))
     rec.update(computed_at=computed_at, features=features, detector=detector, reason=reason, model=model)
-    cond = _key(key, computed_at)
+    # an upsert, not delete-then-insert: two transactions that both delete nothing would both
+    # insert, and the later one would fail on the primary key
+    insert = {"postgresql": pg_insert, "sqlite": sqlite_insert}.get(engine.dialect.name)
+    if insert is None:
+        raise ValueError(f"the model store runs on PostgreSQL or SQLite, not {engine.dialect.name!r}")
+    stmt = insert(series_profile).values(**rec)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[*SERIES_PK, "computed_at"],
+        set_={c: stmt.excluded[c] for c in ("features", "detector", "reason", "model")},
+    )
     with engine.begin() as conn:
-        conn.execute(series_profile.delete().where(*cond))
-        conn.execute(series_profile.insert().values(**rec))
+        conn.execute(stmt)
