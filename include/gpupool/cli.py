@@ -30,6 +30,14 @@ def _add_window(p: argparse.ArgumentParser) -> None:
     p.add_argument("--end", required=True, help="window end (exclusive), ISO 8601")
 
 
+def _add_reader(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dayfirst", action=argparse.BooleanOptionalAction, default=None,
+                   help="CSV mode: read year-last dates (05.01.2026) day-first, or with --no-dayfirst month-first "
+                   "(default: the reading under which they all parse; refused when both do)")
+    p.add_argument("--duplicates", default="refuse", choices=["refuse", "first", "last", "mean"],
+                   help="CSV mode: a repeated timestamp is refused (default) or keeps its first, last or mean value")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gpupool.allocate.policy import PLANNED_KINDS, POLICY_KINDS  # pydantic only: cheap to import
 
@@ -70,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--value-col")
     p.add_argument("--detector", default="auto", choices=["auto", "sr", "svr", "prophet", "zscore"])
     p.add_argument("--refit-every", default=None, help="refit cadence, e.g. 1d (default, as the pipeline), 6h")
+    _add_reader(p)
 
     p = sub.add_parser("forecast", help="forecast a series in a CSV, or a platform's demand from staging")
     p.add_argument("input", nargs="?", help="CSV with a time column and a value column")
@@ -82,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-col", help="CSV mode: the time column (default: the first that parses as times)")
     p.add_argument("--value-col", help="CSV mode: the value column (default: the first numeric one after it)")
     p.add_argument("--summary-json")
+    _add_reader(p)
     p.add_argument("--platform", help="staging mode: forecast this platform's demand")
     p.add_argument("--at", help="staging mode: issue time (ISO 8601)")
     _add_common(p)
@@ -208,7 +218,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         info = detect_csv(
             args.input, args.out, time_col=args.time_col, value_col=args.value_col, detector=args.detector,
-            refit_every=args.refit_every,
+            refit_every=args.refit_every, dayfirst=args.dayfirst, duplicates=args.duplicates,
         )
         print(_json(info))
         return 0
@@ -344,7 +354,8 @@ def _forecast(args: argparse.Namespace) -> int:
     from gpupool.forecast.io import forecast_csv
 
     info = forecast_csv(args.input, args.horizon, args.out, level=args.level, season=args.season,
-                        summary_json=args.summary_json, time_col=args.time_col, value_col=args.value_col)
+                        summary_json=args.summary_json, time_col=args.time_col, value_col=args.value_col,
+                        dayfirst=args.dayfirst, duplicates=args.duplicates)
     print(_json(info))
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -23,8 +24,21 @@ class SeriesInputError(UserError, ValueError):
 #: squares overflow double precision; GPU counts, shares and byte counters stay far below it
 MAX_ABS_VALUE = 1e100
 
+#: what ``duplicates=`` may say about a timestamp that repeats an earlier one
+DUPLICATE_POLICIES = ("refuse", "first", "last", "mean")
 
-def read_series_csv(path: str | Path, time_col: str | None = None, value_col: str | None = None) -> pd.Series:
+#: a date written day or month first with the year last (``05.01.2026``, ``5/1/26 10:00``): the
+#: only form whose reading depends on a convention the file does not state
+_DAY_MONTH_YEAR = re.compile(r"^\s*(\d{1,2})([./-])(\d{1,2})\2(\d{4}|\d{2})(?!\d)(.*)$", re.DOTALL)
+
+
+def read_series_csv(
+    path: str | Path,
+    time_col: str | None = None,
+    value_col: str | None = None,
+    dayfirst: bool | None = None,
+    duplicates: str = "refuse",
+) -> pd.Series:
     """Read a CSV into a float Series indexed by timestamp, in file order.
 
     By default the time column is the first column that parses as datetimes and the
@@ -33,12 +47,22 @@ def read_series_csv(path: str | Path, time_col: str | None = None, value_col: st
     Timestamps with different UTC offsets in one column are converted to UTC (naive ones are
     then read as UTC too).
 
+    Dates written with the year last (``05.01.2026``, ``05/01/2026``) are read day-first when
+    ``dayfirst`` is True, month-first when it is False; when None, the one reading under which
+    every such date parses, and refused when both do and give different dates (the file does
+    not say which convention it follows). ``duplicates`` says what a timestamp that repeats an
+    earlier one gets: ``refuse`` (default: which value is the genuine one cannot be known),
+    ``first`` or ``last`` (that row's value, the others dropped) or ``mean`` (of the rows'
+    values); the kept row stands where the timestamp first appears.
+
     Refused with :class:`SeriesInputError` naming the file and the line (line 1 is the header):
-    a file that is not UTF-8 text, a timestamp that repeats an earlier one (which of the two
-    values is the genuine one cannot be known), and a value that is infinite or beyond
+    a file that is not UTF-8 text, a timestamp that does not parse (or is empty), an ambiguous
+    date, a repeated timestamp under ``refuse``, and a value that is infinite or beyond
     ±:data:`MAX_ABS_VALUE`.
     """
     path = Path(path)
+    if duplicates not in DUPLICATE_POLICIES:
+        raise SeriesInputError(f"--duplicates {duplicates!r}: expected one of {', '.join(DUPLICATE_POLICIES)}")
     try:
         raw = pd.read_csv(path)
     except UnicodeDecodeError as exc:
@@ -50,17 +74,15 @@ def read_series_csv(path: str | Path, time_col: str | None = None, value_col: st
     cols = list(raw.columns)
     if time_col is None:
         for col in cols:
-            parsed = _parse_times(raw[col])
-            if parsed is not None:
+            order = [dayfirst] if dayfirst is not None else [False, True]
+            if any(_parse_times(raw[col], dayfirst=first) is not None for first in order):
                 time_col = col
                 break
         if time_col is None:
             raise SeriesInputError(f"{path}: no column parses as datetimes; pass --time-col")
     elif time_col not in cols:
         raise SeriesInputError(f"{path}: time column {time_col!r} not in {cols}")
-    times = _parse_times(raw[time_col])
-    if times is None:
-        raise SeriesInputError(f"{path}: column {time_col!r} does not parse as datetimes")
+    times = _read_times(path, time_col, raw[time_col], dayfirst)
     if value_col is None:
         after = cols[cols.index(time_col) + 1 :]
         for col in after:
@@ -74,8 +96,17 @@ def read_series_csv(path: str | Path, time_col: str | None = None, value_col: st
     values = pd.to_numeric(raw[value_col], errors="coerce").astype("float64").to_numpy()
     index = pd.DatetimeIndex(times, name="timestamp")
     _check_values(path, value_col, values)
-    _check_unique(path, time_col, index)
-    return pd.Series(values, index=index, name=value_col)
+    if duplicates == "refuse":
+        _check_unique(path, time_col, index)
+        return pd.Series(values, index=index, name=value_col)
+    series = pd.Series(values, index=index, name=value_col)
+    if duplicates == "mean":
+        return series.groupby(level=0, sort=False).mean()
+    first = series[~index.duplicated(keep="first")]
+    if duplicates == "first":
+        return first
+    last = series[~index.duplicated(keep="last")]
+    return pd.Series(last.reindex(first.index).to_numpy(), index=first.index, name=value_col)
 
 
 def _line(row: int) -> int:
@@ -99,7 +130,7 @@ def _check_unique(path: Path, col: str, index: pd.DatetimeIndex) -> None:
         first = int(np.flatnonzero(index == index[i])[0])
         raise SeriesInputError(
             f"{path}: line {_line(i)}, column {col!r}: timestamp {index[i].isoformat()} repeats line {_line(first)}; "
-            "give one value per timestamp"
+            "give one value per timestamp, or pass --duplicates first|last|mean"
         )
 
 
@@ -154,18 +185,68 @@ def atomic_output(out: str | Path) -> Iterator[Path]:
         raise
 
 
-def _parse_times(col: pd.Series) -> pd.DatetimeIndex | None:
+def _parse_times(col: pd.Series, dayfirst: bool = False, min_share: float = 0.9) -> pd.DatetimeIndex | None:
+    """``col`` as datetimes (year-last dates read as ``dayfirst`` says, strictly: a date that
+    reads only the other way is NaT), or None where fewer than ``min_share`` of the values, or
+    none at all, parse."""
     if pd.api.types.is_numeric_dtype(col):
         return None
+    text = col.where(col.isna(), col.astype(str))
+    parts = text.str.extract(_DAY_MONTH_YEAR) if text.notna().any() else pd.DataFrame()
+    if len(parts.columns) and parts[0].notna().any():
+        dmy = parts[0].notna()
+        a, b = parts.loc[dmy, 0].astype(int), parts.loc[dmy, 2].astype(int)
+        day, month = (a, b) if dayfirst else (b, a)
+        year = parts.loc[dmy, 3].astype(int)
+        year = year.where(parts.loc[dmy, 3].str.len() == 4, year + np.where(year < 69, 2000, 1900))
+        iso = (year.map("{:04d}".format) + "-" + month.map("{:02d}".format) + "-" + day.map("{:02d}".format)
+               + parts.loc[dmy, 4])
+        text = text.copy()
+        text[dmy] = iso.where(month <= 12, None)  # a month of 13 or more: that reading does not parse
     try:
-        parsed = pd.to_datetime(col, errors="coerce", format="mixed")
+        parsed = pd.to_datetime(text, errors="coerce", format="mixed")
     except ValueError:  # mixed UTC offsets (or aware and naive together): bring them to UTC
         try:
-            parsed = pd.to_datetime(col, errors="coerce", format="mixed", utc=True)
+            parsed = pd.to_datetime(text, errors="coerce", format="mixed", utc=True)
         except (ValueError, TypeError):
             return None
     except TypeError:
         return None
-    if parsed.notna().mean() < 0.9:
+    if parsed.notna().mean() < min_share or parsed.isna().all():
         return None
     return pd.DatetimeIndex(parsed)
+
+
+def _read_times(path: Path, col: str, raw: pd.Series, dayfirst: bool | None) -> pd.DatetimeIndex:
+    """The time column read as :func:`read_series_csv` says; a SeriesInputError naming the line
+    of the first value that does not parse, or of a date the two conventions read differently."""
+    if dayfirst is not None:
+        times = _parse_times(raw, dayfirst=dayfirst, min_share=0.0)  # a line the order refuses is named below
+    else:
+        month_first, day_first = _parse_times(raw, dayfirst=False), _parse_times(raw, dayfirst=True)
+        if month_first is not None and day_first is not None:
+            full_m, full_d = month_first.notna().sum(), day_first.notna().sum()
+            both = np.asarray(month_first.notna() & day_first.notna())
+            differ = both & (month_first.to_numpy() != day_first.to_numpy())
+            if full_m == full_d and differ.any():
+                i = int(np.flatnonzero(differ)[0])
+                raise SeriesInputError(
+                    f"{path}: line {_line(i)}, column {col!r}: {raw.iloc[i]!r} reads as {month_first[i].date()} "
+                    f"month-first and {day_first[i].date()} day-first, and every date of the column parses "
+                    "either way; pass --dayfirst or --no-dayfirst"
+                )
+            times = day_first if full_d > full_m else month_first
+        else:
+            times = month_first if month_first is not None else day_first
+    if times is None:
+        raise SeriesInputError(f"{path}: column {col!r} does not parse as datetimes")
+    if times.isna().any():
+        i = int(np.flatnonzero(times.isna())[0])
+        value = raw.iloc[i]
+        what = "the timestamp is empty" if pd.isna(value) or not str(value).strip() else f"{value!r} is not a timestamp"
+        order = "" if dayfirst is None else (" read day-first" if dayfirst else " read month-first")
+        raise SeriesInputError(
+            f"{path}: line {_line(i)}, column {col!r}: {what}{order} "
+            f"({int(times.isna().sum())} such rows); fix or remove them"
+        )
+    return times

@@ -35,6 +35,8 @@ def detect_csv(
     detector: str = "auto",
     config: RouterConfig | None = None,
     refit_every: str | None = None,
+    dayfirst: bool | None = None,
+    duplicates: str = "refuse",
 ) -> dict:
     """Read INPUT.csv, detect and clean its series, write OUT.csv; returns a summary dict.
 
@@ -42,13 +44,15 @@ def detect_csv(
     detector, reason and value_col. Raises `gpupool.tsio.SeriesInputError` on unusable
     input or an unreadable `refit_every` (a duration such as "1d", "6h" or "90min"),
     `gpupool.errors.UsageError` when OUT is INPUT (by any name) or its directory does not
-    exist, and ValueError on an unknown detector. OUT is replaced in one step, never left
+    exist, and ValueError on an unknown detector. ``dayfirst`` and ``duplicates`` are
+    :func:`gpupool.tsio.read_series_csv`'s (a repeated timestamp collapsed by ``duplicates``
+    gives one output row). OUT is replaced in one step, never left
     half-written.
     """
     if detector not in DETECTOR_CHOICES:
         raise ValueError(f"unknown detector {detector!r}; expected one of {', '.join(DETECTOR_CHOICES)}")
     out = check_output(out, {"input": input})
-    y = read_series_csv(input, time_col=time_col, value_col=value_col)
+    y = read_series_csv(input, time_col=time_col, value_col=value_col, dayfirst=dayfirst, duplicates=duplicates)
     cfg = config or RouterConfig()
     if refit_every is not None:
         cfg = cfg.model_copy(update={"refit_every_hours": refit_hours(refit_every)})

@@ -12,10 +12,14 @@ import pandas as pd
 
 from gpupool.errors import UsageError
 from gpupool.forecast.arima import jsonable
+from gpupool.forecast._series import infer_step
 from gpupool.forecast.select import AutoForecaster
-from gpupool.tsio import atomic_output, check_output, iso_timestamps, read_series_csv
+from gpupool.tsio import SeriesInputError, atomic_output, check_output, iso_timestamps, read_series_csv
 
 OUTPUT_COLUMNS = ["step", "timestamp", "yhat", "yhat_lower", "yhat_upper"]
+#: the most points the input's regular grid (its span over its most common step) may hold: a
+#: year of one-minute samples; beyond it the grid alone outgrows memory and the fit takes hours
+MAX_GRID_POINTS = 525_600
 #: the longest horizon a forecast may ask for, in steps: a year of hours (24 x 366)
 MAX_HORIZON = 24 * 366
 
@@ -37,6 +41,8 @@ def forecast_csv(
     summary_json: str | Path | None = None,
     time_col: str | None = None,
     value_col: str | None = None,
+    dayfirst: bool | None = None,
+    duplicates: str = "refuse",
 ) -> dict[str, Any]:
     """Forecast the series in ``input`` and write ``out``; the CLI's ``gpupool forecast``.
 
@@ -51,13 +57,18 @@ def forecast_csv(
     p-values and fallback reason; clipping), also written to ``summary_json`` when given.
     Refuses (:class:`gpupool.errors.UsageError`) a horizon outside 1..:data:`MAX_HORIZON`, a
     level outside (0, 100), and an output that is the input or lies in a missing directory;
+    :class:`gpupool.tsio.SeriesInputError` an input whose grid would exceed
+    :data:`MAX_GRID_POINTS` (``dayfirst`` and ``duplicates`` are
+    :func:`gpupool.tsio.read_series_csv`'s). ``missing_filled`` counts the grid points
+    interpolated over the whole history;
     outputs are replaced in one step, never left half-written.
     """
     check_horizon_level(horizon, level)
     out = check_output(out, {"input": input})
     if summary_json is not None:
         summary_json = check_output(summary_json, {"input": input, "--out file": out}, option="--summary-json")
-    series = read_series_csv(input, time_col=time_col, value_col=value_col)
+    series = read_series_csv(input, time_col=time_col, value_col=value_col, dayfirst=dayfirst, duplicates=duplicates)
+    check_grid(input, series.index)
     model = AutoForecaster(horizon=int(horizon), level=level, season=season).fit(series)
     frame = model.predict(int(horizon))
     table = pd.DataFrame(
@@ -72,11 +83,26 @@ def forecast_csv(
     )
     with atomic_output(out) as tmp:
         table.to_csv(tmp, index=False)
-    summary = jsonable({**model.summary_, "input": str(input), "horizon": int(horizon)})
+    # the chosen candidate's own count covers only the window it was fitted on
+    summary = jsonable({**model.summary_, "missing_filled": int(model.series_.n_missing),
+                        "input": str(input), "horizon": int(horizon)})
     if summary_json is not None:
         with atomic_output(summary_json) as tmp:
             tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
     return summary
+
+
+def check_grid(input: str | Path, index: pd.DatetimeIndex, limit: int = MAX_GRID_POINTS) -> None:
+    """Refuse (SeriesInputError, one line naming the step and span) a series whose regular grid,
+    its span over its most common step, would hold more than ``limit`` points."""
+    step = infer_step(pd.DatetimeIndex(index))
+    span = index.max() - index.min()
+    points = int(span // step) + 1
+    if points > limit:
+        raise SeriesInputError(
+            f"{input}: the series spans {span} at a most common step of {step}, a grid of {points:,} points; "
+            f"at most {limit:,} are forecast: resample the input to a coarser step or cut its span"
+        )
 
 
 def forecast_long(

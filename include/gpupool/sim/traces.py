@@ -19,6 +19,10 @@ from gpupool.errors import UserError
 #: columns every Helios trace file must carry
 HELIOS_REQUIRED = ("time", "running_gpu_num", "pending_gpu_num", "total_gpu_num")
 
+#: the most simulation steps a world may hold: five years of five-minute steps. Every node keeps
+#: its owner per step, so a longer span (a mistyped year in a three-line trace) only exhausts memory
+MAX_WORLD_STEPS = 5 * 366 * 24 * 12
+
 #: columns of the frame :func:`read_helios` returns
 TRACE_COLUMNS = ("running", "pending", "demand", "total", "util")
 
@@ -112,6 +116,7 @@ def _read_one(path: Path, step: pd.Timedelta) -> pd.DataFrame:
         cols["util"] = _checked(path, "gpu_utilization", util, counts=False)
     else:
         cols["util"] = np.full(len(raw), np.nan)
+    check_span(ts.min(), ts.max() + step, step, str(path))
     frame = pd.DataFrame(cols, index=pd.DatetimeIndex(ts, name="ts")).sort_index()
     binned = frame.resample(step, label="left", closed="left").mean()
     # A step with no row at all (a gap in the trace) carries the previous step's state: the
@@ -121,6 +126,17 @@ def _read_one(path: Path, step: pd.Timedelta) -> pd.DataFrame:
     binned.index = binned.index.astype("datetime64[us, UTC]")
     binned.index.name = "ts"
     return binned
+
+
+def check_span(start: pd.Timestamp, end: pd.Timestamp, step: pd.Timedelta, what: str) -> None:
+    """Refuse (TraceError, one line naming the span and step) a span of more than
+    :data:`MAX_WORLD_STEPS` steps; ``what`` names the trace file or the scenario window."""
+    steps = (pd.Timestamp(end) - pd.Timestamp(start)) // pd.Timedelta(step)
+    if steps > MAX_WORLD_STEPS:
+        raise TraceError(
+            f"{what}: spans {start} .. {end} ({pd.Timestamp(end) - pd.Timestamp(start)}), {steps:,} steps of {step}; "
+            f"a world holds at most {MAX_WORLD_STEPS:,}: shorten the span or lengthen the step"
+        )
 
 
 def _checked(path: Path, col: str, values: np.ndarray, counts: bool) -> np.ndarray:

@@ -30,7 +30,7 @@ from gpupool import mig
 from gpupool.canonical import CANONICAL_METRICS, SAMPLE_COLUMNS, empty_samples
 from gpupool.sim.scenario import Scenario, scenario_from_dict
 from gpupool.sim.synthetic import glitch_factors, generate
-from gpupool.sim.traces import read_helios
+from gpupool.sim.traces import check_span, read_helios
 
 TRANSIT = -1
 MIG_MODELS = mig.MIG_MODELS
@@ -123,6 +123,7 @@ class World:
                         f"{first!r} covers {index[0]}..{index[-1]}; set start/end inside both"
                     )
         else:
+            check_span(start, end, self.step, "the scenario's window")
             index = pd.date_range(start, end, freq=self.step, inclusive="left", name="ts").astype(
                 "datetime64[us, UTC]"
             )
