@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_window(p)
     p.add_argument("--platform", action="append", help="only this platform (repeatable)")
     p.add_argument("--policy", default="predictive", choices=PLANNED_KINDS)
-    p.add_argument("--json", help="write the report as JSON here")
+    p.add_argument("--json", help="write the report as JSON here (its directory must exist)")
 
     p = sub.add_parser("extract", help="extract one platform's window into staging")
     _add_common(p)
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="steps ahead, 1 to 8784 = 24 x 366 (CSV mode: required; staging mode: default limits.horizon_hours)")
     p.add_argument("--out", help="CSV out: step,timestamp,yhat,yhat_lower,yhat_upper (not the input; its directory must exist)")
     p.add_argument("--level", type=float, default=None,
-                   help="prediction-interval level in percent, in (0, 100) (default forecast.stage.FORECAST_LEVEL, 90)")
+                   help="prediction-interval level in percent, 1 to 99.9 (default forecast.stage.FORECAST_LEVEL, 90)")
     p.add_argument("--season", type=int, default=None, help="season length hint in steps, >= 2 (default: detected)")
     p.add_argument("--time-col", help="CSV mode: the time column (default: the first that parses as times)")
     p.add_argument("--value-col", help="CSV mode: the value column (default: the first numeric one after it)")
@@ -123,13 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="HTML report with plots of a staged period and its what-if table")
     _add_common(p)
     _add_window(p)
-    p.add_argument("--out", required=True, help="directory to write index.html and the plots to")
+    p.add_argument("--out", required=True, help="directory to write index.html and the plots to (made if missing; "
+                   "its parent must exist)")
     p.add_argument("--no-whatif", action="store_true", help="skip the what-if replay under every policy")
 
     p = sub.add_parser("simulate", help="closed-loop what-if study of a scenario")
     p.add_argument("scenario")
     p.add_argument("--policy", default="predictive", choices=POLICY_KINDS)
-    p.add_argument("--json", dest="json_out", help="write the result JSON here")
+    p.add_argument("--json", dest="json_out", help="write the result JSON here (not the scenario or a trace; its "
+                   "directory must exist)")
     p.add_argument("--no-clean", action="store_true",
                    help="forecast, and let the fast path act, on the raw telemetry (skip detect/clean and the fast path's judge) to measure what cleaning is worth")
     p.add_argument("--no-progress", action="store_true")
@@ -156,6 +158,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: the largest id staging's integer id columns hold
 MAX_ROW_ID = 2**31 - 1
+#: the issue and decision times `--at` may name: the hour before and a year of horizon after
+#: stay inside what datetimes and staging's timestamps hold
+EARLIEST_AT, LATEST_AT = "1970-01-01T00:00Z", "2200-01-01T00:00Z"
+
+
+def _at(value: str, option: str = "--at"):
+    """``value`` as an aware UTC datetime; a time outside EARLIEST_AT..LATEST_AT is a UsageError."""
+    from gpupool.errors import UsageError
+    from gpupool.window import parse_time
+
+    at = parse_time(value)
+    if not parse_time(EARLIEST_AT) <= at <= parse_time(LATEST_AT):
+        raise UsageError(f"{option} {value}: give a time from {EARLIEST_AT[:10]} to {LATEST_AT[:10]}")
+    return at
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -225,18 +241,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "forecast":
         return _forecast(args)
     if args.command == "simulate":
-        from gpupool.sim.scenario import load_scenario
-        from gpupool.sim.study import simulate
-
-        scenario = load_scenario(args.scenario)
-        result = simulate(scenario, args.policy, progress=not args.no_progress and sys.stderr.isatty(),
-                          clean=not args.no_clean)
-        text = _json(result, indent=2)
-        if args.json_out:
-            with open(args.json_out, "w") as fh:
-                fh.write(text + "\n")
-        print(text)
-        return 0
+        return _simulate(args)
 
     if args.command == "metrics":
         return _metrics_serve(args)
@@ -253,7 +258,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(db.current_revision(ctx.engine) or "<empty>")
         return 0
     if args.command == "plan":
-        at = pipeline.parse_time(args.at)
+        at = _at(args.at)
         window = pipeline.Window(at - pipeline.timedelta(hours=1), at)
         result = pipeline.plan(ctx, window, policy=args.policy, dry_run=True)
         if args.json:
@@ -276,7 +281,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from gpupool.allocate.fastpath import format_decisions, run_fastpath
 
         db.upgrade(ctx.engine)
-        at = pipeline.parse_time(args.at) if args.at else pipeline.parse_time(datetime.now(timezone.utc))
+        at = _at(args.at) if args.at else pipeline.parse_time(datetime.now(timezone.utc))
         out = run_fastpath(ctx, at.replace(microsecond=0), dry_run=args.dry_run, allow_evict=ctx.config.limits.allow_evict)
         print(_json(out, indent=2) if args.json
               else format_decisions(out["decisions"], title=f"fast path at {out['at']}"))
@@ -295,16 +300,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(_json(pipeline.extract(ctx, args.platform, window)))
         return 0
     if args.command == "run":
-        db.upgrade(ctx.engine)
-        report = pipeline.run_window(ctx, window, platforms=args.platform, policy=args.policy, dry_run=True,
-                                     progress=_progress_printer())
-        if args.json:
-            with open(args.json, "w") as fh:
-                fh.write(_json(report, indent=2))
-        print(format_summary(pipeline.summary(ctx, window)))
-        return 0
+        return _run(args, ctx, window)
     if args.command == "report":
-        from gpupool.report import write_report
+        from gpupool.report import write_report  # refuses a bad --out before it reads staging
 
         path = write_report(ctx.engine, window.start, window.end, args.out, step=ctx.config.step,
                             whatif=not args.no_whatif, progress=_progress_printer())
@@ -315,6 +313,49 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(_json(s, indent=2) if args.json else format_summary(s))
         return 0
     raise AssertionError(args.command)
+
+
+def _run(args: argparse.Namespace, ctx, window) -> int:
+    """`gpupool run`: ``--json`` is checked before the run and written in one step after it."""
+    from gpupool import pipeline
+    from gpupool.staging import db
+    from gpupool.summary import format_summary
+    from gpupool.tsio import atomic_output, check_output
+
+    json_out = check_output(args.json, {}, option="--json") if args.json else None
+    db.upgrade(ctx.engine)
+    report = pipeline.run_window(ctx, window, platforms=args.platform, policy=args.policy, dry_run=True,
+                                 progress=_progress_printer())
+    if json_out is not None:
+        with atomic_output(json_out) as tmp:
+            tmp.write_text(_json(report, indent=2))
+    print(format_summary(pipeline.summary(ctx, window)))
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    """`gpupool simulate`: the output is checked against the scenario and its traces before the
+    simulation runs, and written in one step after it."""
+    from gpupool.sim.scenario import load_scenario
+    from gpupool.sim.study import simulate
+    from gpupool.tsio import atomic_output, check_output
+
+    json_out = None
+    if args.json_out:
+        json_out = check_output(args.json_out, {"scenario": args.scenario}, option="--json")
+    scenario = load_scenario(args.scenario)
+    if json_out is not None:
+        traces = {f"trace platforms.{name}.trace.{i}": path
+                  for name, spec in scenario.platforms.items() for i, path in enumerate(spec.trace or ())}
+        check_output(json_out, traces, option="--json")
+    result = simulate(scenario, args.policy, progress=not args.no_progress and sys.stderr.isatty(),
+                      clean=not args.no_clean)
+    text = _json(result, indent=2)
+    if json_out is not None:
+        with atomic_output(json_out) as tmp:
+            tmp.write_text(text + "\n")
+    print(text)
+    return 0
 
 
 def _recent_fastpath(ctx, until=None, moves_only: bool = False) -> str:
@@ -338,7 +379,7 @@ def _forecast(args: argparse.Namespace) -> int:
 
         if not args.at:
             raise UsageError("--platform needs --at (the issue time)")
-        at = pipeline.parse_time(args.at)
+        at = _at(args.at)
         ctx = pipeline.Context.load(args.config, args.staging_url)
         check_horizon_level(args.horizon or ctx.config.limits.horizon_hours, args.level)
         ctx.config.platform(args.platform)  # a platform the config does not name: one line listing those it does

@@ -21,11 +21,25 @@ from sqlalchemy.engine import Engine
 
 from gpupool.allocate.policy import POLICY_KINDS
 from gpupool.canonical import DEMAND_METRICS
+from gpupool.errors import UsageError, UserError
 from gpupool.staging import reads
 from gpupool.values import jsonable
 
-class ReportError(ValueError):
+
+class ReportError(UserError, ValueError):
     """Nothing to report for the period asked."""
+
+
+def check_report_dir(out: str | Path) -> Path:
+    """Refuse a report directory that is an existing file (or a link to one) or whose parent
+    directory does not exist, before any work; returns it as a Path. An existing directory is
+    reused: the report's files in it are replaced."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a directory; give a directory for the report")
+    if not out.parent.is_dir():
+        raise UsageError(f"--out {out}: directory {out.parent} does not exist")
+    return out
 
 
 def _read_platform_series(engine: Engine, start: datetime, end: datetime) -> pd.DataFrame:
@@ -38,16 +52,19 @@ def _read_platform_series(engine: Engine, start: datetime, end: datetime) -> pd.
 def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path, step: str = "5min",
                  whatif: bool = True, progress: Callable[[str], None] | None = None) -> Path:
     """Write `index.html`, the PNG plots, `demand_hourly.csv` (the hourly demand plotted), the
-    what-if traces/scenario and `whatif.json` to `out`."""
+    what-if traces/scenario and `whatif.json` to `out`.
+
+    Refuses (a :class:`gpupool.errors.UserError`, before anything is written) an ``out`` that is
+    a file or whose parent directory is missing, and a period staging holds no samples for."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_report_dir(out)
+    raw = _read_platform_series(engine, start, end)  # nothing to report: refused before out is made
+    out.mkdir(exist_ok=True)
     tick = progress or (lambda _label: None)
-    raw = _read_platform_series(engine, start, end)
     wide = raw.pivot_table(index="ts", columns=["platform", "metric"], values="value", aggfunc="mean").sort_index()
     platforms = sorted(raw["platform"].unique())
     anomalies = reads.anomalies(engine, start, end)

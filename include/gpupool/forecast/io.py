@@ -22,14 +22,19 @@ OUTPUT_COLUMNS = ["step", "timestamp", "yhat", "yhat_lower", "yhat_upper"]
 MAX_GRID_POINTS = 525_600
 #: the longest horizon a forecast may ask for, in steps: a year of hours (24 x 366)
 MAX_HORIZON = 24 * 366
+#: the prediction-interval levels a forecast may ask for, in percent: below 1 % the interval's
+#: normal quantile is so near zero that the interval scale divides by it (1e-300 % divided by
+#: zero); above 99.9 % the quantile grows without bound and the interval says nothing
+MIN_LEVEL, MAX_LEVEL = 1.0, 99.9
 
 
 def check_horizon_level(horizon: Any, level: Any) -> None:
-    """Refuse a horizon outside 1..MAX_HORIZON steps or a level outside (0, 100) percent."""
+    """Refuse a horizon outside 1..MAX_HORIZON steps or a level outside MIN_LEVEL..MAX_LEVEL percent."""
     if isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or not 1 <= horizon <= MAX_HORIZON:
         raise UsageError(f"--horizon {horizon}: give a whole number of steps from 1 to {MAX_HORIZON}")
-    if isinstance(level, bool) or not (isinstance(level, numbers.Real) and 0 < float(level) < 100):
-        raise UsageError(f"--level {level}: give a prediction-interval level in percent, above 0 and below 100")
+    if isinstance(level, bool) or not (isinstance(level, numbers.Real) and MIN_LEVEL <= float(level) <= MAX_LEVEL):
+        raise UsageError(f"--level {level}: give a prediction-interval level in percent, "
+                         f"from {MIN_LEVEL:g} to {MAX_LEVEL:g}")
 
 
 def forecast_csv(
@@ -56,9 +61,9 @@ def forecast_csv(
     ``selection``; the ARIMA procedure's orders, Fourier terms, criterion values, ADF/KPSS/Ljung-Box
     p-values and fallback reason; clipping), also written to ``summary_json`` when given.
     Refuses (:class:`gpupool.errors.UsageError`) a horizon outside 1..:data:`MAX_HORIZON`, a
-    level outside (0, 100), and an output that is the input or lies in a missing directory;
-    :class:`gpupool.tsio.SeriesInputError` an input whose grid would exceed
-    :data:`MAX_GRID_POINTS` (``dayfirst`` and ``duplicates`` are
+    level outside :data:`MIN_LEVEL`..:data:`MAX_LEVEL` percent, and an output that is the input
+    or lies in a missing directory; :class:`gpupool.tsio.SeriesInputError` an input whose grid
+    would exceed :data:`MAX_GRID_POINTS` (``dayfirst`` and ``duplicates`` are
     :func:`gpupool.tsio.read_series_csv`'s). ``missing_filled`` counts the grid points
     interpolated over the whole history;
     outputs are replaced in one step, never left half-written.

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -136,6 +137,9 @@ def test_detect_into_a_missing_directory(capsys, data):
         ("--level", "150", "--level"),
         ("--level", "0", "--level"),
         ("--level", "nan", "--level"),
+        ("--level", "1e-300", "from 1 to 99.9"),  # was a ZeroDivisionError traceback
+        ("--level", "0.5", "from 1 to 99.9"),
+        ("--level", "99.95", "from 1 to 99.9"),
     ],
 )
 def test_forecast_option_out_of_range(capsys, data, option, value, needle):
@@ -414,7 +418,7 @@ def test_every_json_the_cli_writes_is_strict(capsys, data, monkeypatch):
     assert rc == 0, err
     assert _strict(out) == {"rows": 3, "score": None}
 
-    monkeypatch.setattr(sim_scenario, "load_scenario", lambda path: None)
+    monkeypatch.setattr(sim_scenario, "load_scenario", lambda path: SimpleNamespace(platforms={}))
     monkeypatch.setattr(sim_study, "simulate", lambda *a, **k: {
         "totals": {"unmet_gpu_hours": float("inf"), "utilization": np.float32("nan"), "moves": 2},
         "series": [1.5, float("-inf")]})
@@ -609,6 +613,116 @@ def test_forecast_reads_the_named_columns(capsys, data, tmp_path):
 def test_forecast_season_below_two_is_refused(capsys, data, tmp_path, season):
     _refused(capsys, data, "forecast", str(data / "good.csv"), "--horizon", "3", "--out", str(tmp_path / "fc.csv"),
              f"--season={season}", needles=("--season", season))
+
+
+@pytest.mark.parametrize("level", ["1", "99.9"])
+def test_the_level_bounds_themselves_are_accepted(capsys, data, level):
+    rc, _, err = _cli(capsys, "forecast", str(data / "good.csv"), "--horizon", "3", "--out", str(data / "out.csv"),
+                      "--level", level)
+    assert rc == 0, err
+    fc = pd.read_csv(data / "out.csv")
+    assert (fc["yhat_lower"] <= fc["yhat"]).all() and (fc["yhat"] <= fc["yhat_upper"]).all()
+
+
+# --- outputs of simulate, run and report: never an input, checked before the work ------------
+
+
+def _trace_scenario(folder: Path) -> Path:
+    _helios(folder / "a.csv", [10.0] * 288)
+    _helios(folder / "b.csv", [12.0] * 288)
+    path = folder / "trace.yaml"
+    path.write_text("move_minutes: 30\nplatforms:\n  slurm: {trace: [a.csv]}\n  kubernetes: {trace: [b.csv]}\n")
+    return path
+
+
+@pytest.fixture
+def no_simulation(monkeypatch):
+    """Fail the test if a simulation starts: a refused output must be refused before it."""
+    import gpupool.sim.study as sim_study
+
+    def simulate(*a, **k):
+        raise AssertionError("the simulation ran before the output was checked")
+
+    monkeypatch.setattr(sim_study, "simulate", simulate)
+
+
+@pytest.mark.parametrize("target", ["scenario", "trace", "trace-by-link"])
+def test_simulate_json_never_overwrites_its_scenario_or_a_trace(capsys, data, no_simulation, target):
+    """`simulate S.yaml --json S.yaml` replaced the scenario with its result and exited 0."""
+    scenario = _trace_scenario(data)
+    if target == "scenario":
+        out, needle = scenario, "scenario"
+    elif target == "trace":
+        out, needle = data / "b.csv", "platforms.kubernetes.trace.0"
+    else:
+        (data / "link.csv").symlink_to(data / "a.csv")
+        out, needle = data / "link.csv", "platforms.slurm.trace.0"
+    _refused(capsys, data, "simulate", str(scenario), "--no-progress", "--json", str(out),
+             needles=("--json", needle, "refusing to overwrite"))
+
+
+def test_simulate_json_into_a_missing_directory_is_refused_before_the_run(capsys, data, no_simulation):
+    """Was a bare `[Errno 2]` after the whole simulation."""
+    _refused(capsys, data, "simulate", str(_trace_scenario(data)), "--no-progress", "--json",
+             str(data / "nope" / "out.json"), needles=("--json", "nope", "does not exist"))
+
+
+def test_simulate_json_is_written_whole(capsys, data):
+    rc, out, err = _cli(capsys, "simulate", str(_trace_scenario(data)), "--no-progress", "--policy", "static",
+                        "--json", str(data / "result.json"))
+    assert rc == 0, err
+    assert _strict((data / "result.json").read_text()) == _strict(out)
+    assert not [p.name for p in data.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_run_json_into_a_missing_directory_is_refused_before_the_run(capsys, data, staging):
+    import sqlalchemy as sa
+
+    _refused(capsys, data, "run", *WINDOW, "--json", str(data / "nope" / "report.json"),
+             needles=("--json", "nope", "does not exist"))
+    assert not sa.inspect(sa.create_engine(staging)).get_table_names()  # nothing staged, not even the schema
+
+
+def test_report_out_onto_an_existing_file(capsys, data, staging):
+    """Was a FileExistsError traceback."""
+    _refused(capsys, data, "report", *WINDOW, "--out", str(data / "good.csv"),
+             needles=("--out", "good.csv", "not a directory"))
+
+
+def test_report_out_under_a_missing_directory(capsys, data, staging):
+    _refused(capsys, data, "report", *WINDOW, "--out", str(data / "nope" / "report"),
+             needles=("--out", "nope", "does not exist"))
+
+
+def test_report_on_a_window_with_no_data(capsys, data, staging):
+    """Was a ReportError traceback; nothing is left behind, not even the report's directory."""
+    from gpupool.errors import UserError
+    from gpupool.report import ReportError
+
+    assert issubclass(ReportError, UserError)
+    assert main(["db", "upgrade"]) == 0
+    capsys.readouterr()
+    _refused(capsys, data, "report", *WINDOW, "--out", str(data / "report"),
+             needles=("no platform samples", "2026-11-01T00:00:00"))
+
+
+@pytest.mark.parametrize("at", ["0001-01-01", "0001-01-01T00:30:00", "2201-01-01"])
+def test_an_at_beyond_the_times_staging_holds(capsys, data, staging, at):
+    """`plan --at 0001-01-01` was an OverflowError traceback (the hour before it is no date)."""
+    assert main(["db", "upgrade"]) == 0
+    capsys.readouterr()
+    for argv in (("plan", "--at", at), ("forecast", "--platform", "slurm", "--at", at, "--horizon", "3"),
+                 ("fastpath", "--at", at)):
+        _refused(capsys, data, *argv, needles=("--at", at, "1970-01-01", "2200-01-01"))
+
+
+def test_plan_at_a_time_with_no_staged_data(capsys, data, staging):
+    assert main(["db", "upgrade"]) == 0
+    capsys.readouterr()
+    for extra in ((), ("--json",)):
+        rc, out, err = _cli(capsys, "plan", "--at", "2026-11-01T01:00Z", *extra)
+        assert rc == 0, err
+        assert "Traceback" not in err and out
 
 
 # --- the contract itself ---------------------------------------------------------------------
