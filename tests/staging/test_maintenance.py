@@ -53,3 +53,36 @@ def test_vacuum_is_not_cut_short_by_the_statement_timeout(pg_engine):
     assert seen == ["0"]
     with pg_engine.connect() as conn:
         assert conn.execute(sa.text("SHOW statement_timeout")).scalar() == "5min"
+
+
+def test_retention_purges_models_forecasts_and_plans_but_keeps_what_gpupool_did(engine):
+    """Fitted models, forecasts, fast-path readings and plans past retention go; a plan a
+    handover names stays with it, and handovers, their audit and fast-path decisions stay."""
+    from gpupool.allocate import handover as ho
+    from gpupool.staging.schema import (allocation_plan, fastpath_decision, forecast, forecast_run, handover,
+                                        pressure_sample, series_profile)
+
+    old, new = AT - timedelta(days=40), AT - timedelta(days=1)
+    key = dict(platform="slurm", cluster="", entity_kind="platform", entity_id="", metric="gpu_allocated")
+    with engine.begin() as conn:
+        for when in (old, new):
+            conn.execute(series_profile.insert().values(**key, computed_at=when, features={}, detector="sr",
+                                                        reason="r", model=None))
+            conn.execute(forecast_run.insert().values(platform="slurm", series="demand", issued_at=when,
+                                                      model="arima", summary={}, level=90.0))
+            conn.execute(forecast.insert().values(platform="slurm", series="demand", issued_at=when, step=1,
+                                                  ts=when + timedelta(hours=1), yhat=1.0, yhat_lower=0.0, yhat_upper=2.0))
+            conn.execute(pressure_sample.insert().values(platform="slurm", at=when, metric="gpu_pending_now", value=1.0))
+        plans = [conn.execute(allocation_plan.insert().values(decided_at=when, policy="reactive", solver="milp",
+                                                              dry_run=True, summary={}, moves=[])).inserted_primary_key[0]
+                 for when in (old, old, new)]
+        conn.execute(fastpath_decision.insert().values(decided_at=old, platform="slurm", pressure={}, reason="r",
+                                                       dry_run=True))
+    ho.open_handover(engine, "n1", "slurm", "kubernetes", at=old, plan_id=plans[0], dry_run=True)
+    report = maintenance.maintain(engine, AT, retention_days=30, ahead_days=1)
+    with engine.connect() as conn:
+        count = lambda t: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar()
+        assert [count(t) for t in (series_profile, forecast_run, forecast, pressure_sample)] == [1, 1, 1, 1]
+        assert sorted(conn.execute(sa.select(allocation_plan.c.id)).scalars()) == [plans[0], plans[2]]
+        assert count(handover) == 1 and count(fastpath_decision) == 1
+    assert report["rows_deleted"]["allocation_plan"] == 1 and report["rows_deleted"]["series_profile"] == 1

@@ -8,12 +8,20 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from gpupool.staging import db
-from gpupool.staging.schema import clean_sample, extract_part, extract_run, inventory_node, metadata
+from gpupool.staging.schema import (
+    allocation_plan, clean_sample, extract_part, extract_run, forecast, forecast_run, handover, inventory_node, metadata,
+    pressure_sample, series_profile,
+)
 
 
 def maintain(engine: Engine, at: datetime, retention_days: int = 90, ahead_days: int = 3) -> dict:
     """Create partitions for the next `ahead_days`, drop data older than `retention_days`
     before `at`, refresh planner statistics, and report the size of every table.
+
+    Past retention go samples, cleaned samples, inventories, extraction runs, fast-path
+    readings, fitted models, forecasts and plans; a plan a handover names is kept with it.
+    Handovers, their audit and the fast path's decisions are kept: they are the record of
+    what gpupool did to the platforms, which an operator may need long after the data.
 
     `at` is the run's window end, never the wall clock: a rerun of an old maintenance run
     does the same thing it did then.
@@ -32,6 +40,13 @@ def maintain(engine: Engine, at: datetime, retention_days: int = 90, ahead_days:
         deleted["inventory_node"] = conn.execute(inventory_node.delete().where(inventory_node.c.snapshot_at < cutoff)).rowcount
         deleted["extract_run"] = conn.execute(extract_run.delete().where(extract_run.c.window_end < cutoff)).rowcount
         deleted["extract_part"] = conn.execute(extract_part.delete().where(extract_part.c.window_end < cutoff)).rowcount
+        deleted["pressure_sample"] = conn.execute(pressure_sample.delete().where(pressure_sample.c.at < cutoff)).rowcount
+        deleted["series_profile"] = conn.execute(series_profile.delete().where(series_profile.c.computed_at < cutoff)).rowcount
+        deleted["forecast"] = conn.execute(forecast.delete().where(forecast.c.issued_at < cutoff)).rowcount
+        deleted["forecast_run"] = conn.execute(forecast_run.delete().where(forecast_run.c.issued_at < cutoff)).rowcount
+        named = sa.select(handover.c.plan_id).where(handover.c.plan_id.is_not(None))
+        deleted["allocation_plan"] = conn.execute(allocation_plan.delete().where(
+            allocation_plan.c.decided_at < cutoff, allocation_plan.c.id.not_in(named))).rowcount
     _analyze(engine)
     return {
         "at": at.isoformat(),
