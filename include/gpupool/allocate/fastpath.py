@@ -407,13 +407,30 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
     Raises :class:`~gpupool.allocate.handover.HandoverFailed` when a handover failed and
     :class:`FastPathReadError` when a platform could not be read, after the rest was done.
     """
-    from gpupool.allocate import handover as ho
     from gpupool.allocate import service
+    from gpupool.staging import handovers as handover_store
+
+    at = utc_datetime(at)
+    # read, decide and open under the pool's move-budget lock: a CLI tick beside the DAG's, or
+    # a plan's actuation beside either, waits, so no two spend the same rolling-hour budget
+    with handover_store.moves_lock(ctx.engine):
+        out = _decide_and_open(ctx, at, dry_run, backfill, actuators, sources, lookup)
+    if out.get("repeat") or out.get("backfill"):
+        return out
+    out["advance"] = service.advance_handovers(ctx, at, dry_run=dry_run, actuators=actuators,
+                                               allow_evict=allow_evict, lookup=lookup)
+    if out["unread"]:
+        raise FastPathReadError("; ".join(f"{p}: {why}" for p, why in sorted(out["unread"].items())))
+    return out
+
+
+def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators, sources, lookup) -> dict[str, Any]:
+    """The part of a tick that spends the move budget: read, judge, decide, record, open."""
+    from gpupool.allocate import handover as ho
     from gpupool.staging import fastpath as store
     from gpupool.staging import reads
 
     engine, config = ctx.engine, ctx.config
-    at = utc_datetime(at)
     done = store.decisions_at(engine, at)
     if done:
         return {"at": at.isoformat(), "repeat": True, "decisions": done, "opened": []}
@@ -464,13 +481,8 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
             continue
         store.set_handover(engine, did, hid)
         opened.append({"id": hid, "node": d.node, "from": d.source, "to": d.target, "dry_run": not live(d)})
-    advance = service.advance_handovers(ctx, at, dry_run=dry_run, actuators=actuators, allow_evict=allow_evict,
-                                        lookup=lookup)
-    out = {"at": at.isoformat(), "live": live_ok, "decisions": store.decisions_at(engine, at), "opened": opened,
-           "advance": advance, "unread": unread, "refits": refits}
-    if unread:
-        raise FastPathReadError("; ".join(f"{p}: {why}" for p, why in sorted(unread.items())))
-    return out
+    return {"at": at.isoformat(), "live": live_ok, "decisions": store.decisions_at(engine, at), "opened": opened,
+            "unread": unread, "refits": refits}
 
 
 def _row(d: FastMove | Skip, seen: Mapping[str, Any] | None, dry_run: bool) -> dict[str, Any]:

@@ -271,30 +271,46 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     timeout = timedelta(hours=lim.max_actuation_age_hours) if lim.max_actuation_age_hours > 0 else ho.DEFAULT_TIMEOUT
     opened, skipped = [], []
     stale = lim.max_actuation_age_hours > 0 and at - decided > timedelta(hours=lim.max_actuation_age_hours)
-    done_nodes = handover_store.nodes_of_plan(engine, plan_id)
-    for m in row.moves or []:
-        node, src, dst = m["node"], m["from"], m["to"]
-        if stale:
-            skipped.append({"node": node, "why": f"plan decided {decided.isoformat()} is older than "
-                                                 f"{lim.max_actuation_age_hours} h at {at.isoformat()}"})
-            continue
-        if node in done_nodes:
-            skipped.append({"node": node, "why": "this plan already opened a handover for it"})
-            continue
-        live = (live_ok and src in live_platforms and dst in live_platforms
-                and src in actuators and dst in actuators)
-        try:
-            hid = ho.open_handover(engine, node, src, dst, at, plan_id=plan_id, reason=m.get("reason"),
-                                   dry_run=not live, timeout=timeout)
-        except ho.HandoverConflict as exc:
-            skipped.append({"node": node, "why": str(exc)})
-            continue
-        opened.append({"id": hid, "node": node, "from": src, "to": dst, "dry_run": not live})
+    with handover_store.moves_lock(engine):  # the fast path may have spent budget since the plan
+        budget = _budget_left(ctx, at)
+        done_nodes = handover_store.nodes_of_plan(engine, plan_id)
+        for m in row.moves or []:
+            node, src, dst = m["node"], m["from"], m["to"]
+            if stale:
+                skipped.append({"node": node, "why": f"plan decided {decided.isoformat()} is older than "
+                                                     f"{lim.max_actuation_age_hours} h at {at.isoformat()}"})
+                continue
+            if node in done_nodes:
+                skipped.append({"node": node, "why": "this plan already opened a handover for it"})
+                continue
+            if budget <= 0:
+                skipped.append({"node": node, "why": f"move budget spent: {lim.max_moves_per_decision} handovers "
+                                                     "opened in the last hour, both paths"})
+                continue
+            live = (live_ok and src in live_platforms and dst in live_platforms
+                    and src in actuators and dst in actuators)
+            try:
+                hid = ho.open_handover(engine, node, src, dst, at, plan_id=plan_id, reason=m.get("reason"),
+                                       dry_run=not live, timeout=timeout)
+            except ho.HandoverConflict as exc:
+                skipped.append({"node": node, "why": str(exc)})
+                continue
+            budget -= 1
+            opened.append({"id": hid, "node": node, "from": src, "to": dst, "dry_run": not live})
     advance = ho.advance_all(engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
     out = {"plan_id": plan_id, "live": live_ok, "opened": opened, "skipped": skipped, "advance": advance}
     if advance["failed"]:
         raise ho.HandoverFailed(advance)
     return out
+
+
+def _budget_left(ctx, at: datetime) -> int:
+    """What is left of the rolling hour's move budget at ``at``: the limit,
+    less every handover opened in the hour before (either path, this plan's own included)."""
+    since = at - timedelta(hours=1)
+    spent = [h for h in fastpath_store.handovers_opened_between(ctx.engine, since, at)
+             if h["created_at"] > since and (ctx.config.dry_run or not h["dry_run"])]
+    return ctx.config.limits.max_moves_per_decision - len(spent)
 
 
 def advance_handovers(ctx, at: datetime, dry_run: bool = True, actuators: Mapping[str, Actuator] | None = None,

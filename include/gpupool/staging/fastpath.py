@@ -117,9 +117,9 @@ def recent_decisions(engine: Engine, limit: int = 10, moves_only: bool = False,
 
 def handovers_opened_between(engine: Engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
     """Handovers (either path's) created in ``[start, end]``: node, from/to platform, state,
-    dry_run, created_at (UTC), oldest first — the moves a rolling budget and cool-downs count."""
+    dry_run, created_at (UTC), plan_id, oldest first — the moves a rolling budget and cool-downs count."""
     c = handover.c
-    q = (sa.select(c.id, c.node, c.from_platform, c.to_platform, c.state, c.dry_run, c.created_at)
+    q = (sa.select(c.id, c.node, c.from_platform, c.to_platform, c.state, c.dry_run, c.created_at, c.plan_id)
          .where(c.created_at >= utc_datetime(start), c.created_at <= utc_datetime(end))
          .order_by(c.created_at, c.id))
     return _rows(engine, q)

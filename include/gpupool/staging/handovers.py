@@ -16,6 +16,10 @@ Two kinds of lock serialise writers of one node:
 * the transaction lock of :func:`insert_handover` / :func:`close_and_reverse` (an advisory
   transaction lock on PostgreSQL; SQLite's single writer) — the check "no blocking handover of
   this node" and the insert run as one.
+
+And one pool-wide lock, :func:`moves_lock`, serialises the writers that spend the rolling hour's
+move budget (a fast-path tick, a plan's actuation): each holds it from its read of the handovers
+opened in the last hour to its last open. It waits, where the node lock does not.
 """
 
 from __future__ import annotations
@@ -75,7 +79,47 @@ def node_lock(engine: Engine, node: str) -> Iterator[bool]:
     """Hold the writer lock of ``node`` for the ``with`` block; yields False (and holds nothing)
     when another writer has it. Released when the block ends, or when the process or its
     database session dies."""
-    key = _key("gpupool-handover-writer", node)
+    with _writer_lock(engine, "gpupool-handover-writer", node) as got:
+        yield got
+
+
+#: how long a writer waits for the move-budget lock before giving up with an error
+MOVES_LOCK_WAIT_S = 300.0
+
+
+class LockTimeout(RuntimeError):
+    """A writer waited longer than :data:`MOVES_LOCK_WAIT_S` for the move-budget lock."""
+
+
+@contextlib.contextmanager
+def moves_lock(engine: Engine, wait_s: float = MOVES_LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the pool's move-budget lock for the ``with`` block, waiting for it.
+
+    Every writer that reads the rolling hour's opened handovers and then opens more (a fast-path
+    tick, the hourly plan's actuation, the CLI's of either) holds it from that read to its last
+    open, so two of them at once cannot both spend the same remaining budget. Ticks are short,
+    so a second writer waits rather than stands down; past ``wait_s`` it raises
+    :class:`LockTimeout` naming the lock.
+    """
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        with _writer_lock(engine, "gpupool-moves", "pool") as got:
+            if got:
+                yield
+                return
+        if time.monotonic() > deadline:
+            raise LockTimeout(f"the pool's move-budget lock was held by another writer for more than "
+                              f"{wait_s:g} s (a fast-path tick or a plan actuation that did not finish)")
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _writer_lock(engine: Engine, namespace: str, name: str) -> Iterator[bool]:
+    """One writer lock, ``namespace:name``: a session advisory lock on PostgreSQL, an ``flock``
+    beside an SQLite file, a process lock otherwise; yields whether it is held."""
+    key = _key(namespace, name)
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             got = bool(conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
@@ -89,7 +133,7 @@ def node_lock(engine: Engine, node: str) -> Iterator[bool]:
         return
     path = _sqlite_lock_file(engine, key)
     if path is None:
-        with _process_lock(engine, node) as got:
+        with _process_lock(engine, f"{namespace}:{name}") as got:
             yield got
         return
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -117,9 +161,9 @@ def _sqlite_lock_file(engine: Engine, key: int) -> Path | None:
 
 
 @contextlib.contextmanager
-def _process_lock(engine: Engine, node: str) -> Iterator[bool]:
+def _process_lock(engine: Engine, name: str) -> Iterator[bool]:
     with _process_locks_guard:
-        lock = _process_locks.setdefault((str(engine.url), node), threading.Lock())
+        lock = _process_locks.setdefault((str(engine.url), name), threading.Lock())
     got = lock.acquire(blocking=False)
     try:
         yield got
