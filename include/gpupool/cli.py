@@ -346,7 +346,7 @@ def _simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     if json_out is not None:
         traces = {f"trace platforms.{name}.trace.{i}": path
-                  for name, spec in scenario.platforms.items() for i, path in enumerate(spec.trace or ())}
+                  for name, spec in scenario.platforms.items() for i, path in enumerate(spec.trace_files())}
         check_output(json_out, traces, option="--json")
     result = simulate(scenario, args.policy, progress=not args.no_progress and sys.stderr.isatty(),
                       clean=not args.no_clean)
