@@ -83,6 +83,16 @@ class HistorySpec(BaseModel):
     pending_query: str | None = None
     step: str = "1m"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, value: Any) -> Any:
+        if isinstance(value, dict) and value.get("format") in _KEYS:
+            extra = sorted(set(value) - _KEYS[value["format"]] - {"format"})
+            if extra:
+                raise ValueError(f"{', '.join(map(str, extra))}: not a key of format {value['format']} "
+                                 f"(it takes {', '.join(sorted(_KEYS[value['format']]))})")
+        return value
+
     @field_validator("partition", mode="before")
     @classmethod
     def _partitions(cls, value: Any) -> Any:
@@ -111,10 +121,6 @@ class HistorySpec(BaseModel):
     @model_validator(mode="after")
     def _keys_of_format(self) -> "HistorySpec":
         given = {k for k in self.model_fields_set if k != "format"}
-        extra = sorted(given - _KEYS[self.format])
-        if extra:
-            raise ValueError(f"{', '.join(extra)}: not a key of format {self.format} "
-                             f"(it takes {', '.join(sorted(_KEYS[self.format]))})")
         if self.format == "prometheus":
             files, live = self.allocated is not None, self.url is not None
             if files == live:
@@ -458,7 +464,7 @@ def _pod_times(path: Path, line_no: np.ndarray, col: pd.Series, name: str, origi
         if seconds is not None:
             if origin is None:
                 raise HistoryError(f"{path}: line {line_no[i]}, column {name}: {value!r} is seconds from the trace's "
-                                   "origin; give origin: (the instant second 0 stands for)")
+                                   "origin; give origin (the instant second 0 stands for)")
             if not np.isfinite(seconds) or abs(seconds) > 1e11:
                 raise HistoryError(f"{path}: line {line_no[i]}, column {name}: {value!r} is not a time")
             out.append(origin + pd.Timedelta(seconds=seconds))
