@@ -48,7 +48,7 @@ _KEYS = {
     "sacct": {"path", "timezone", "partition"},
     "pods": {"path", "origin", "timezone"},
     "prometheus": {"allocated", "pending", "url", "allocated_query", "pending_query", "step"},
-    "csv": {"path", "time_col", "value_col", "pending_col", "timezone"},
+    "csv": {"path", "time_col", "value_col", "pending_col", "timezone", "duplicates"},
 }
 
 #: the columns a sacct file must carry (its header names them)
@@ -82,6 +82,7 @@ class HistorySpec(BaseModel):
     allocated_query: str | None = None
     pending_query: str | None = None
     step: str = "1m"
+    duplicates: Literal["refuse", "first", "last", "mean"] = "refuse"
 
     @model_validator(mode="before")
     @classmethod
@@ -278,7 +279,7 @@ def query_prometheus(url: str, query: str, start: pd.Timestamp, end: pd.Timestam
 
 
 def read_csv_columns(path: Path, time_col: str | None, value_col: str | None, pending_col: str | None,
-                     timezone: str = "UTC") -> tuple[pd.Series, pd.Series | None]:
+                     timezone: str = "UTC", duplicates: str = "refuse") -> tuple[pd.Series, pd.Series | None]:
     """The allocated (and pending) series of a plain CSV, read as ``gpupool detect`` reads its
     input (:func:`gpupool.tsio.read_series_csv`), in UTC; a negative GPU count names its line."""
     from gpupool.tsio import SeriesInputError, read_series_csv
@@ -286,14 +287,17 @@ def read_csv_columns(path: Path, time_col: str | None, value_col: str | None, pe
     out = []
     for col in (value_col, pending_col) if pending_col else (value_col,):
         try:
-            series = read_series_csv(path, time_col=time_col, value_col=col)
-        except SeriesInputError as exc:
-            raise HistoryError(str(exc)) from None
+            series = read_series_csv(path, time_col=time_col, value_col=col, duplicates=duplicates)
+        except SeriesInputError as exc:  # the reader speaks of CLI options; a trace entry has keys
+            text = str(exc)
+            for option, key in (("--time-col", "time_col"), ("--value-col", "value_col"), ("--duplicates", "duplicates:")):
+                text = text.replace(option, key)
+            raise HistoryError(text) from None
         values = series.to_numpy()
         with np.errstate(invalid="ignore"):
             neg = np.flatnonzero(values < 0)
         if len(neg):
-            raise HistoryError(f"{path}: line {neg[0] + 2}, column {series.name!r}: value {values[neg[0]]!r} is a "
+            raise HistoryError(f"{path}: line {neg[0] + 2}, column {series.name!r}: value {float(values[neg[0]])!r} is a "
                                "negative GPU count")
         idx = series.index
         idx = idx.tz_localize(zoneinfo.ZoneInfo(timezone), ambiguous=True, nonexistent="shift_forward") \
@@ -365,7 +369,8 @@ def read_history(spec: HistorySpec, step: pd.Timedelta, start: pd.Timestamp, end
             pend = read_prometheus_answer(spec.pending) if spec.pending is not None else None
         gaps = "zero"
     elif spec.format == "csv":
-        alloc, pend = read_csv_columns(spec.path, spec.time_col, spec.value_col, spec.pending_col, spec.timezone)
+        alloc, pend = read_csv_columns(spec.path, spec.time_col, spec.value_col, spec.pending_col, spec.timezone,
+                                       spec.duplicates)
         gaps = "carry"
     else:
         raise HistoryError(f"{spec.label()}: format {spec.format} is read by gpupool.sim.traces")
@@ -388,7 +393,8 @@ def history_span(spec: HistorySpec) -> tuple[pd.Timestamp, pd.Timestamp] | None:
     elif spec.format == "prometheus" and spec.url is None:
         times = pd.Series(read_prometheus_answer(spec.allocated).index)
     elif spec.format == "csv":
-        times = pd.Series(read_csv_columns(spec.path, spec.time_col, spec.value_col, None, spec.timezone)[0].index)
+        times = pd.Series(read_csv_columns(spec.path, spec.time_col, spec.value_col, None, spec.timezone,
+                                           spec.duplicates)[0].index)
     else:
         return None
     return (times.min(), times.max()) if len(times) else None
