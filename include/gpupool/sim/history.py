@@ -177,7 +177,9 @@ def read_sacct(path: str | Path, timezone: str = "UTC", partition: Iterable[str]
             continue
         if keep is not None and not keep & set(fields[col["Partition"]].split(",")):
             continue
-        rows.append((n, fields[col["Submit"]], fields[col["Start"]], fields[col["End"]],
+        # a pending job's Start is the scheduler's estimate, not a start
+        begun = "" if fields[col["State"]].strip().upper() == "PENDING" else fields[col["Start"]]
+        rows.append((n, fields[col["Submit"]], begun, fields[col["End"]],
                      fields[col["AllocTRES"]], fields[col["ReqTRES"]]))
     line_no = np.array([r[0] for r in rows], dtype=np.int64)
     submit = _sacct_times(path, line_no, [r[1] for r in rows], "Submit", timezone, unknown_ok=False)
@@ -259,18 +261,31 @@ def read_prometheus_answer(path: str | Path) -> pd.Series:
 
 
 def query_prometheus(url: str, query: str, start: pd.Timestamp, end: pd.Timestamp, step: str) -> pd.Series:
-    """``query`` over ``[start, end)`` from a live Prometheus, its series summed per timestamp."""
+    """``query`` over ``[start, end)`` from a live Prometheus, its series summed per timestamp.
+
+    Evaluated on the epoch grid of ``step`` (as the Prometheus source reads), in requests of at
+    most :data:`~gpupool.sources.prometheus.DEFAULT_CHUNK_POINTS` points: a month at one minute
+    is more than one query_range answer may hold."""
     from prometheus_api_client import PrometheusConnect
     from prometheus_api_client.exceptions import PrometheusApiClientException
     from requests import RequestException
 
-    from gpupool.sources.base import redact_url
+    from gpupool.sources.base import aligned_points, chunk_range, redact_url, step_seconds
+    from gpupool.sources.prometheus import DEFAULT_CHUNK_POINTS
 
     where = redact_url(url)
-    client = PrometheusConnect(url=url, disable_ssl=False, timeout=60)
     try:
-        result = client.custom_query_range(query=query, start_time=start.to_pydatetime(),
-                                           end_time=(end - pd.Timedelta(seconds=1)).to_pydatetime(), step=step)
+        step_s = step_seconds(step)
+    except ValueError as exc:
+        raise HistoryError(f"{where}: {exc}") from None
+    grid = aligned_points(start.to_pydatetime(), end.to_pydatetime(), step_s)
+    if grid is None:
+        return pd.Series([], index=pd.DatetimeIndex([], tz="UTC"), dtype=float)
+    client = PrometheusConnect(url=url, disable_ssl=False, timeout=60)
+    result = []
+    try:
+        for lo, hi in chunk_range(grid[0], grid[1], step_s, DEFAULT_CHUNK_POINTS):
+            result += client.custom_query_range(query=query, start_time=lo, end_time=hi, step=str(step_s))
     except (PrometheusApiClientException, RequestException, ValueError) as exc:
         raise HistoryError(f"{where}: query {query!r} failed ({' '.join(str(exc).split())[:300]})") from None
     finally:
@@ -456,8 +471,12 @@ def _tres_gpus(path: Path, line: int, col: str, tres: str) -> int:
 def _pod_times(path: Path, line_no: np.ndarray, col: pd.Series, name: str, origin: pd.Timestamp | None,
                timezone: str, empty_ok: bool) -> pd.Series:
     """A pod list's time column in UTC: seconds after ``origin``, or ISO 8601; NaT where empty."""
+    text = col.str.strip()
+    seconds = pd.to_numeric(text, errors="coerce").to_numpy(float)
+    if origin is not None and np.isfinite(seconds).all() and (np.abs(seconds) <= 1e11).all():
+        return pd.Series(origin + pd.to_timedelta(seconds, unit="s"))  # the usual list: all seconds, at once
     out = []
-    for i, value in enumerate(col.str.strip()):
+    for i, value in enumerate(text):
         if not value:
             if not empty_ok:
                 raise HistoryError(f"{path}: line {line_no[i]}, column {name}: empty, a pod has a creation time")

@@ -100,6 +100,14 @@ def test_sacct_local_times_are_read_in_the_given_zone():
     assert berlin.loc["2023-04-25T22:10:00Z", "running"] == 4 and berlin.loc["2023-04-25T22:05:00Z", "running"] == 0
 
 
+def test_a_pending_jobs_estimated_start_is_not_a_start(tmp_path):
+    path = tmp_path / "jobs.txt"
+    path.write_text("JobID|Submit|Start|End|State|AllocTRES|ReqTRES|Partition\n"
+                    "9|2023-04-26T01:00:00|2023-04-26T03:00:00|Unknown|PENDING||cpu=8,gres/gpu=4|gpu\n")
+    got = read_history(HistorySpec(format="sacct", path=path), pd.Timedelta("1h"), START, END)
+    assert list(got["pending"]) == [0, 4, 4, 4, 4, 4, 4, 4] and got["running"].eq(0).all()
+
+
 def test_sacct_partition_filter_keeps_jobs_of_those_partitions():
     debug = read_history(HistorySpec(format="sacct", path=FIX / "jobs.txt", partition="debug"),
                          pd.Timedelta("5min"), START, END)
@@ -189,9 +197,14 @@ def test_prometheus_answers_are_summed_per_timestamp_and_averaged_per_step():
 class _Prometheus(http.server.BaseHTTPRequestHandler):
     """A Prometheus HTTP API answering query_range from the answer files, by query name."""
 
+    points: list[int] = []  # points asked per request, as Prometheus counts them
+
     def do_GET(self):  # noqa: N802 - http.server's hook
         url = urllib.parse.urlparse(self.path)
         query = urllib.parse.parse_qs(url.query)
+        if "start" in query:
+            span = float(query["end"][0]) - float(query["start"][0])
+            self.points.append(int(span // float(query["step"][0])) + 1)
         name = {"gpus_allocated": "prom_allocated.json", "gpus_pending": "prom_pending.json"}.get(query["query"][0])
         if url.path != "/api/v1/query_range" or name is None:
             self.send_response(400)
@@ -215,6 +228,7 @@ class _Prometheus(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def prometheus():
+    _Prometheus.points = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -229,6 +243,15 @@ def test_a_live_prometheus_reads_as_its_answer_files_do(prometheus):
     live = read_history(HistorySpec(format="prometheus", url=prometheus, allocated_query="gpus_allocated",
                                     pending_query="gpus_pending", step="5m"), pd.Timedelta("10min"), START, END)
     pd.testing.assert_frame_equal(live, files)
+    # nine days at one minute is more than one answer may hold (11,000 points): read in parts
+    _Prometheus.points.clear()
+    long_end = START + pd.Timedelta(days=9)
+    longer = read_history(HistorySpec(format="prometheus", url=prometheus, allocated_query="gpus_allocated",
+                                      step="1m"), pd.Timedelta("10min"), START, long_end)
+    assert len(_Prometheus.points) == 2 and max(_Prometheus.points) <= 11_000
+    assert sum(_Prometheus.points) == 9 * 24 * 60
+    np.testing.assert_allclose(longer["running"].iloc[:48], files["running"])
+    assert (longer["running"].iloc[48:] == 0).all()  # no sample: no series, nothing allocated
     with pytest.raises(HistoryError, match=r"^http://127\.0\.0\.1:\d+: query 'nope' failed \(HTTP Status Code 400"):
         read_history(HistorySpec(format="prometheus", url=prometheus, allocated_query="nope"),
                      pd.Timedelta("10min"), START, END)
