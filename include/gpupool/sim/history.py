@@ -152,8 +152,9 @@ def read_sacct(path: str | Path, timezone: str = "UTC", partition: Iterable[str]
     so a job is counted once; ``partition`` keeps jobs of those partitions only (a pending job
     submitted to several counts when one of them is kept). Refused, naming the file and line: a
     missing column, a row with too few or too many fields, a time that does not parse, a GPU
-    count that is not a whole number, and a job that starts before it was submitted or ends
-    before it started.
+    count that is not a whole number, a job that ends before it started (or, never started,
+    before it was submitted). A job that started before its Submit time (a requeued job's
+    Submit is the requeue) did not wait.
     """
     path = Path(path)
     lines = _text(path).splitlines()
@@ -188,9 +189,9 @@ def read_sacct(path: str | Path, timezone: str = "UTC", partition: Iterable[str]
     alloc = np.array([_tres_gpus(path, r[0], "AllocTRES", r[4]) for r in rows], dtype=np.int64) * 1000
     req = np.array([_tres_gpus(path, r[0], "ReqTRES", r[5]) for r in rows], dtype=np.int64) * 1000
     started = ~start.isna()
-    _order(path, line_no, submit, start, "Submit", "Start")
+    # a Start before Submit (a requeued job's Submit is its requeue) is no wait, not a bad row
     _order(path, line_no, start, end, "Start", "End")
-    _order(path, line_no, submit, end, "Submit", "End")
+    _order(path, line_no, submit, end.where(~started), "Submit", "End")
     # pending from Submit until it started, or (never started) until it ended or the window does
     wait_end = start.where(started, end)
     return _intervals(line_no, submit, wait_end, req, start, end, alloc, started)
@@ -510,7 +511,7 @@ def _counts(path: Path, line_no: np.ndarray, col: pd.Series, name: str, whole: b
     if empty is not None:
         values = np.where(blank, empty, values)
     with np.errstate(invalid="ignore"):
-        bad = (np.isnan(values) & ~(blank & (empty is not None))) | (values < 0) | ~np.isfinite(np.nan_to_num(values))
+        bad = (np.isnan(values) & ~(blank & (empty is not None))) | (values < 0) | np.isinf(values)
         if whole:
             bad |= ~np.isnan(values) & (values != np.round(values))
     if bad.any():

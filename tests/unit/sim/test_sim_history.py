@@ -108,6 +108,16 @@ def test_a_pending_jobs_estimated_start_is_not_a_start(tmp_path):
     assert list(got["pending"]) == [0, 4, 4, 4, 4, 4, 4, 4] and got["running"].eq(0).all()
 
 
+def test_a_requeued_job_started_before_its_submit_did_not_wait_and_an_empty_log_is_no_demand(tmp_path):
+    path = tmp_path / "jobs.txt"
+    path.write_text("JobID|Submit|Start|End|State|AllocTRES|ReqTRES|Partition\n"
+                    "9|2023-04-26T02:00:00|2023-04-26T01:00:00|2023-04-26T03:00:00|COMPLETED|gres/gpu=4|gres/gpu=4|gpu\n")
+    got = read_history(HistorySpec(format="sacct", path=path), pd.Timedelta("1h"), START, END)
+    assert list(got["running"]) == [0, 4, 4, 0, 0, 0, 0, 0] and got["pending"].eq(0).all()
+    path.write_text("JobID|Submit|Start|End|State|AllocTRES|ReqTRES|Partition\n")
+    assert read_history(HistorySpec(format="sacct", path=path), pd.Timedelta("1h"), START, END)["demand"].eq(0).all()
+
+
 def test_sacct_partition_filter_keeps_jobs_of_those_partitions():
     debug = read_history(HistorySpec(format="sacct", path=FIX / "jobs.txt", partition="debug"),
                          pd.Timedelta("5min"), START, END)
@@ -285,8 +295,12 @@ POD_HEAD = "name,creation_time,scheduled_time,deletion_time,num_gpu,gpu_milli\n"
      {"format": "sacct"}, r"jobs\.txt: line 2: 7 fields, the header names 8"),
     ("jobs.txt", SACCT_HEAD + "\n1|2023-04-26T00:00:00|2023-04-26T00:01:00|2023-04-26T01:00:00|COMPLETED|gres/gpu=two||gpu\n",
      {"format": "sacct"}, r"jobs\.txt: line 3, column AllocTRES: 'gres/gpu=two' is not a whole GPU count"),
-    ("jobs.txt", SACCT_HEAD + "1|2023-04-26T02:00:00|2023-04-26T01:00:00|2023-04-26T03:00:00|COMPLETED|gres/gpu=1||gpu\n",
-     {"format": "sacct"}, r"jobs\.txt: line 2: Start 2023-04-26 01:00:00\+00:00 is before Submit"),
+    ("jobs.txt", SACCT_HEAD + "1|2023-04-26T02:00:00|2023-04-26T03:00:00|2023-04-26T02:30:00|COMPLETED|gres/gpu=1||gpu\n",
+     {"format": "sacct"}, r"jobs\.txt: line 2: End 2023-04-26 02:30:00\+00:00 is before Start 2023-04-26 03:00:00"),
+    ("jobs.txt", SACCT_HEAD + "1|2023-04-26T02:00:00|None|2023-04-26T01:30:00|CANCELLED||gres/gpu=1|gpu\n",
+     {"format": "sacct"}, r"jobs\.txt: line 2: End 2023-04-26 01:30:00\+00:00 is before Submit"),
+    ("pods.csv", POD_HEAD + "a,0,10,20,inf,1000\n", {"format": "pods", "origin": "2023-04-26T00:00:00Z"},
+     r"pods\.csv: line 2, column num_gpu: 'inf' is not a GPU count"),
     ("jobs.txt", "JobID|Submit|End\n", {"format": "sacct"}, r"jobs\.txt: line 1: not sacct --parsable2 output .* missing Start"),
     ("pods.csv", POD_HEAD + "a,0,10,20,1,1000\nb,0,10,20,-1,1000\n", {"format": "pods", "origin": "2023-04-26T00:00:00Z"},
      r"pods\.csv: line 3, column num_gpu: '-1' is not a GPU count"),
