@@ -256,9 +256,9 @@ def read_prometheus_answer(path: str | Path) -> pd.Series:
         doc = json.loads(_text(path))
     except json.JSONDecodeError as exc:
         raise HistoryError(f"{path}: line {exc.lineno}: not JSON ({exc.msg})") from None
-    return _matrix_sum(doc.get("data", {}).get("result") if isinstance(doc, dict) and doc.get("status") == "success"
-                       and isinstance(doc.get("data"), dict) and doc["data"].get("resultType") == "matrix" else None,
-                       str(path))
+    data = doc.get("data") if isinstance(doc, dict) and doc.get("status") == "success" else None
+    matrix = isinstance(data, dict) and data.get("resultType") == "matrix"
+    return _matrix_sum(data.get("result") if matrix else None, str(path))
 
 
 def query_prometheus(url: str, query: str, start: pd.Timestamp, end: pd.Timestamp, step: str) -> pd.Series:

@@ -237,7 +237,9 @@ class _Prometheus(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def prometheus():
+def prometheus(monkeypatch):
+    for name in ("NO_PROXY", "no_proxy"):  # a proxy the environment names never stands before loopback
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
     _Prometheus.points = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
