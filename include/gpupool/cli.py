@@ -136,6 +136,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="forecast, and let the fast path act, on the raw telemetry (skip detect/clean and the fast path's judge) to measure what cleaning is worth")
     p.add_argument("--no-progress", action="store_true")
 
+    p = sub.add_parser("whatif", help="what-if study of your own history (sacct, a pod list, Prometheus, a CSV) "
+                       "with your node counts")
+    for name in ("slurm", "kubernetes", "openstack"):
+        p.add_argument(f"--{name}", action="append", metavar="FORMAT:PATH[,KEY=VALUE...]",
+                       help=f"{name}'s history: sacct:jobs.txt[,timezone=Europe/Berlin,partition=gpu], "
+                       "pods:pods.csv[,origin=TIME], csv:FILE,time_col=C,value_col=C[,pending_col=C], "
+                       "prometheus:ALLOCATED.json[,pending=PENDING.json], or a Helios CSV (repeatable: summed)")
+        p.add_argument(f"--{name}-nodes", type=int, metavar="N", help=f"{name}'s GPU nodes (required with a history)")
+    p.add_argument("--start", help="window start, ISO 8601 (naive = UTC; default: the history's first instant)")
+    p.add_argument("--end", help="window end, exclusive (default: the history's last instant)")
+    p.add_argument("--step", default="5min", help="simulation step (default 5min)")
+    p.add_argument("--node-gpus", type=int, default=8, help="GPUs per node (default 8)")
+    p.add_argument("--move-minutes", type=float, default=30.0, help="minutes a moving node serves nobody (default 30)")
+    p.add_argument("--policy", default="predictive", choices=POLICY_KINDS)
+    p.add_argument("--json", "--out", dest="json_out", help="write the result JSON here (not an input; its "
+                   "directory must exist)")
+    p.add_argument("--scenario-out", help="also write the scenario built, for `gpupool simulate` to rerun or edit")
+    p.add_argument("--no-clean", action="store_true", help="as for simulate")
+    p.add_argument("--no-progress", action="store_true")
+
     p = sub.add_parser("metrics", help="Prometheus metrics computed from staging")
     msub = p.add_subparsers(dest="metrics_command", required=True, metavar="ACTION")
     mp = msub.add_parser("serve", help="serve /metrics for Prometheus to scrape (read from staging at each scrape)")
@@ -242,6 +262,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _forecast(args)
     if args.command == "simulate":
         return _simulate(args)
+    if args.command == "whatif":
+        return _whatif(args)
 
     if args.command == "metrics":
         return _metrics_serve(args)
@@ -346,11 +368,44 @@ def _simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     if json_out is not None:
         traces = {f"trace platforms.{name}.trace.{i}": path
-                  for name, spec in scenario.platforms.items() for i, path in enumerate(spec.trace or ())}
+                  for name, spec in scenario.platforms.items() for i, path in enumerate(spec.trace_files())}
         check_output(json_out, traces, option="--json")
     result = simulate(scenario, args.policy, progress=not args.no_progress and sys.stderr.isatty(),
                       clean=not args.no_clean)
     text = _json(result, indent=2)
+    if json_out is not None:
+        with atomic_output(json_out) as tmp:
+            tmp.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+def _whatif(args: argparse.Namespace) -> int:
+    """`gpupool whatif`: the scenario built from the histories and node counts, run as
+    `gpupool simulate` runs one; outputs are checked against every input before it runs."""
+    from gpupool.errors import UsageError
+    from gpupool.sim.study import simulate
+    from gpupool.sim.whatif import WHATIF_PLATFORMS, scenario_text, whatif_scenario
+    from gpupool.tsio import atomic_output, check_output
+
+    sources = {n: getattr(args, n) for n in WHATIF_PLATFORMS if getattr(args, n)}
+    nodes = {n: getattr(args, f"{n}_nodes") for n in WHATIF_PLATFORMS}
+    for name, count in nodes.items():
+        if count is not None and (count < 0 or name not in sources):
+            raise UsageError(f"--{name}-nodes {count}: " + ("give 0 or more" if count < 0 else f"without --{name}"))
+    settings = {"step": args.step, "node_gpus": args.node_gpus, "move_minutes": args.move_minutes}
+    scenario, raw = whatif_scenario(sources, nodes, start=args.start, end=args.end, settings=settings)
+    inputs = {f"--{name} file": path for name, spec in scenario.platforms.items() for path in spec.trace_files()}
+    json_out = check_output(args.json_out, inputs, option="--json") if args.json_out else None
+    scenario_out = check_output(args.scenario_out, inputs, option="--scenario-out") if args.scenario_out else None
+    if json_out is not None and scenario_out is not None:
+        check_output(json_out, {"--scenario-out file": scenario_out}, option="--json")
+    result = simulate(scenario, args.policy, progress=not args.no_progress and sys.stderr.isatty(),
+                      clean=not args.no_clean)
+    text = _json(result, indent=2)
+    if scenario_out is not None:
+        with atomic_output(scenario_out) as tmp:
+            tmp.write_text(scenario_text(raw))
     if json_out is not None:
         with atomic_output(json_out) as tmp:
             tmp.write_text(text + "\n")

@@ -12,6 +12,11 @@ The format other tools read and write::
       slurm: {trace: [path/c.csv]}
       openstack: {trace: [path/d.csv], nodes: 12}     # optional: start with this many nodes
 
+A trace entry is a Helios CSV's path, or a mapping naming its format: a platform's own history
+(``{format: sacct, path: jobs.txt}``, ``pods``, ``prometheus``, ``csv``; see
+:mod:`gpupool.sim.history`). Such a platform needs ``nodes`` (these formats carry no capacity)
+and the scenario ``start`` and ``end`` (a job log defines demand at every instant).
+
 Relative trace paths are relative to the scenario file. Optional keys beyond that format:
 ``start``/``end`` (the simulated window; required when no platform has a trace, otherwise it
 clips the traces), ``seed`` (synthetic platforms), ``policy`` (overrides of
@@ -36,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpupool.allocate.cadence import FASTPATH_EVERY
 from gpupool.errors import UserError
 from gpupool.sim.faults import FaultSpec
+from gpupool.sim.history import HistorySpec
 from gpupool.sim.synthetic import SyntheticSpec
 
 
@@ -60,7 +66,7 @@ class PlatformSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    trace: list[Path] | None = None
+    trace: list[HistorySpec | Path] | None = None
     synthetic: SyntheticSpec | None = None
     nodes: int | None = Field(None, ge=0)
     gpu_model: str = "NVIDIA A100-SXM4-80GB"
@@ -72,13 +78,39 @@ class PlatformSpec(BaseModel):
             return [value]
         if isinstance(value, list) and not value:
             raise ValueError("at least one trace file")
+        if isinstance(value, list):  # a mapping names its format: its own message, not a union's
+            out = []
+            for i, entry in enumerate(value):
+                if isinstance(entry, dict):
+                    try:
+                        entry = HistorySpec.model_validate(entry)
+                    except ValidationError as exc:
+                        first = exc.errors()[0]
+                        key = ".".join(str(p) for p in first["loc"])
+                        msg = str(first["msg"]).removeprefix("Value error, ")
+                        raise ValueError(f"entry {i}: {key + ': ' if key else ''}{msg}") from None
+                    if entry.format == "helios":
+                        entry = entry.path
+                out.append(entry)
+            return out
         return value
 
     @model_validator(mode="after")
     def _one_source(self) -> "PlatformSpec":
         if (self.trace is None) == (self.synthetic is None):
             raise ValueError("give exactly one of 'trace' or 'synthetic'")
+        history = [t.format for t in self.trace or () if isinstance(t, HistorySpec)]
+        if history and self.nodes is None:
+            raise ValueError(f"nodes: required with a {history[0]} trace (it carries no capacity)")
         return self
+
+    def history(self) -> list[HistorySpec]:
+        """The trace entries that name a format other than Helios."""
+        return [t for t in self.trace or () if isinstance(t, HistorySpec)]
+
+    def trace_files(self) -> list[Path]:
+        """Every file the platform's traces read."""
+        return [f for t in self.trace or () for f in (t.files() if isinstance(t, HistorySpec) else [t])]
 
 
 class Scenario(BaseModel):
@@ -158,6 +190,11 @@ class Scenario(BaseModel):
             raise ValueError(f"end ({self.end}) must be after start ({self.start})")
         if all(p.trace is None for p in self.platforms.values()) and (self.start is None or self.end is None):
             raise ValueError("start and end are required when no platform replays a trace")
+        history = [(n, p.history()[0].format) for n, p in self.platforms.items() if p.history()]
+        if history and (self.start is None or self.end is None):
+            name, fmt = history[0]
+            raise ValueError(f"start and end are required with a {fmt} trace (platforms.{name}): a job log "
+                             "defines demand at every instant, zero between jobs")
         return self
 
     @property
@@ -216,11 +253,21 @@ def scenario_from_dict(raw: dict, base_dir: str | Path = ".", where: str = "scen
         if spec.trace is not None:
             paths = []
             for i, p in enumerate(spec.trace):
-                full = p if p.is_absolute() else (base_dir / p)
-                if not full.is_file():
-                    raise ScenarioError(f"{where}: platforms.{name}.trace.{i}: no such file {full}")
-                paths.append(full.resolve())
+                if isinstance(p, HistorySpec):
+                    files = {k: _existing(getattr(p, k), base_dir, f"{where}: platforms.{name}.trace.{i}.{k}")
+                             for k in ("path", "allocated", "pending") if getattr(p, k) is not None}
+                    paths.append(p.model_copy(update=files))
+                    continue
+                paths.append(_existing(p, base_dir, f"{where}: platforms.{name}.trace.{i}"))
             spec = spec.model_copy(update={"trace": paths})
         platforms[name] = spec
     source = Path(where) if where != "scenario" else None
     return scenario.model_copy(update={"platforms": platforms, "source": source})
+
+
+def _existing(path: Path, base_dir: Path, where: str) -> Path:
+    """``path`` against ``base_dir`` when relative, resolved; a ScenarioError when no such file."""
+    full = path if path.is_absolute() else (base_dir / path)
+    if not full.is_file():
+        raise ScenarioError(f"{where}: no such file {full}")
+    return full.resolve()

@@ -30,7 +30,8 @@ from gpupool import mig
 from gpupool.canonical import CANONICAL_METRICS, SAMPLE_COLUMNS, empty_samples
 from gpupool.sim.scenario import Scenario, scenario_from_dict
 from gpupool.sim.synthetic import glitch_factors, generate
-from gpupool.sim.traces import check_span, read_helios
+from gpupool.sim.history import read_traces
+from gpupool.sim.traces import check_span
 
 TRANSIT = -1
 MIG_MODELS = mig.MIG_MODELS
@@ -107,7 +108,7 @@ class World:
         end = None if sc.end is None else pd.Timestamp(sc.end)
         for name, spec in sc.platforms.items():
             if spec.trace is not None:
-                frame = read_helios(spec.trace, self.step)
+                frame = read_traces(spec.trace, self.step, start, end)
                 if start is not None:
                     frame = frame[frame.index >= start]
                 if end is not None:

@@ -1,0 +1,120 @@
+"""`gpupool whatif`: a scenario built from a platform's own history and the user's node counts.
+
+A source on the command line is ``FORMAT:PATH[,key=value...]`` — ``sacct:jobs.txt``,
+``pods:pods.csv,origin=2023-01-01T00:00:00Z``, ``csv:demand.csv,time_col=ts,value_col=gpus``,
+``prometheus:allocated.json,pending=pending.json`` — or a bare path (a Helios CSV). The keys are
+those of a scenario's trace mapping (:class:`gpupool.sim.history.HistorySpec`); a live Prometheus
+(``url`` and queries, whose commas a command line cannot split) goes in a scenario file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from gpupool.errors import UsageError
+from gpupool.sim.history import HISTORY_FORMATS, HistorySpec, history_span
+from gpupool.sim.scenario import Scenario, scenario_from_dict
+
+#: the platforms `gpupool whatif` has options for (their nodes are named as the real ones are)
+WHATIF_PLATFORMS = ("slurm", "kubernetes", "openstack")
+
+
+def parse_source(text: str, option: str) -> dict[str, Any] | str:
+    """One ``FORMAT:PATH[,key=value...]`` as a scenario trace entry (a bare path: Helios)."""
+    fmt, sep, rest = text.partition(":")
+    if not sep or fmt not in (*HISTORY_FORMATS, "helios"):
+        return text
+    path, *pairs = rest.split(",")
+    if not path:
+        raise UsageError(f"{option} {text}: give the file after '{fmt}:'")
+    entry: dict[str, Any] = {"format": fmt, "allocated" if fmt == "prometheus" else "path": path}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"{option} {text}: {pair!r} is not key=value")
+        entry[key.strip()] = value.strip()
+    return entry
+
+
+def whatif_scenario(sources: dict[str, list[str]], nodes: dict[str, int | None], *, start: str | None = None,
+                    end: str | None = None, settings: dict[str, Any] | None = None,
+                    base_dir: str | Path = ".") -> tuple[Scenario, dict[str, Any]]:
+    """The scenario of a what-if and its mapping (what ``--scenario-out`` writes, with absolute
+    paths). Without ``start``/``end`` the window is the span the history files name, on the step
+    grid (a job still running at the log's last instant runs to it)."""
+    base_dir = Path(base_dir)
+    if not sources:
+        raise UsageError("give at least one platform's history, e.g. --slurm sacct:jobs.txt")
+    platforms: dict[str, dict[str, Any]] = {}
+    for name, texts in sources.items():
+        trace = [parse_source(t, f"--{name}") for t in texts]
+        history = [e["format"] for e in trace if isinstance(e, dict) and e["format"] != "helios"]
+        if history and nodes.get(name) is None:
+            raise UsageError(f"--{name}-nodes: required with a {history[0]} history (it carries no capacity)")
+        platforms[name] = {"trace": [_absolute(e, base_dir, f"--{name} {t}") for e, t in zip(trace, texts)]}
+        if nodes.get(name) is not None:
+            platforms[name]["nodes"] = nodes[name]
+    raw: dict[str, Any] = {"start": start, "end": end, **(settings or {}), "platforms": platforms}
+    if start is None or end is None:
+        lo, hi = _span(raw, sources)
+        if lo is not None:
+            raw["start"] = start if start is not None else lo.isoformat()
+            raw["end"] = end if end is not None else hi.isoformat()
+    raw = {k: v for k, v in raw.items() if v is not None}
+    scenario = scenario_from_dict(raw, base_dir=base_dir, where="the scenario built")
+    return scenario, raw
+
+
+def scenario_text(raw: dict[str, Any]) -> str:
+    """A scenario mapping as the YAML file `gpupool simulate` reads."""
+    head = "# written by gpupool whatif; run it again with: gpupool simulate THIS_FILE\n"
+    return head + yaml.safe_dump(raw, sort_keys=False, default_flow_style=None)
+
+
+def _absolute(entry: dict[str, Any] | str, base_dir: Path, option: str) -> dict[str, Any] | str:
+    """``entry`` with its files resolved; a UsageError naming the option when one is missing."""
+    def resolved(value: str) -> str:
+        full = (base_dir / value).resolve()
+        if not full.is_file():
+            raise UsageError(f"{option}: no such file {full}")
+        return str(full)
+
+    if isinstance(entry, str):
+        return resolved(entry)
+    return {k: resolved(v) if k in ("path", "allocated", "pending") else v for k, v in entry.items()}
+
+
+def _span(raw: dict[str, Any], sources: dict[str, list[str]]) -> tuple[pd.Timestamp | None, pd.Timestamp | None]:
+    """The first and last instant the history entries name, widened to whole steps."""
+    from pydantic import ValidationError
+
+    try:
+        step = pd.Timedelta(str(raw.get("step", "5min")))
+    except ValueError:
+        raise UsageError(f"--step {raw.get('step')}: not a duration such as 5min") from None
+    firsts, lasts = [], []
+    for name, platform in raw["platforms"].items():
+        platform = {**platform, "sources": sources[name]}
+        for text, entry in zip(platform["sources"], platform["trace"]):
+            if not isinstance(entry, dict):
+                continue
+            try:
+                spec = HistorySpec.model_validate(entry)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                key = ".".join(str(p) for p in first["loc"])
+                msg = str(first["msg"]).removeprefix("Value error, ")
+                raise UsageError(f"--{name} {text}: {key + ': ' if key else ''}{msg}") from None
+            span = history_span(spec)
+            if span is not None:
+                firsts.append(span[0])
+                lasts.append(span[1])
+    if not firsts:
+        return None, None
+    lo = min(firsts).floor(step)
+    hi = max(lasts).ceil(step)
+    return lo, max(hi, lo + step)

@@ -1,0 +1,93 @@
+"""`gpupool whatif`: a scenario from a platform's own history and the user's node counts."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from gpupool.cli import main
+from gpupool.errors import UsageError
+from gpupool.sim.whatif import parse_source, whatif_scenario
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "history"
+
+
+@pytest.fixture
+def logs(tmp_path, monkeypatch):
+    """The fixture logs copied to a working directory the test runs in."""
+    for name in ("jobs.txt", "pods.csv", "demand.csv", "prom_allocated.json", "prom_pending.json"):
+        shutil.copy(FIX / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_a_source_is_format_path_and_keys():
+    assert parse_source("sacct:jobs.txt", "--slurm") == {"format": "sacct", "path": "jobs.txt"}
+    assert parse_source("pods:p.csv,origin=2023-01-01T00:00:00Z", "--kubernetes") == {
+        "format": "pods", "path": "p.csv", "origin": "2023-01-01T00:00:00Z"}
+    assert parse_source("prometheus:a.json,pending=b.json", "--slurm") == {
+        "format": "prometheus", "allocated": "a.json", "pending": "b.json"}
+    assert parse_source("helios/cluster.csv", "--slurm") == "helios/cluster.csv"  # a bare path: Helios
+    with pytest.raises(UsageError, match=r"^--slurm sacct:jobs.txt,utc: 'utc' is not key=value$"):
+        parse_source("sacct:jobs.txt,utc", "--slurm")
+
+
+def test_the_window_defaults_to_the_span_the_logs_name(logs):
+    scenario, raw = whatif_scenario({"slurm": ["sacct:jobs.txt"], "kubernetes": ["pods:pods.csv,origin=2023-04-26"]},
+                                    {"slurm": 3, "kubernetes": 2}, settings={"step": "10min"}, base_dir=logs)
+    # the first submit (00:05) and the last end (job 1007 at 06:15), widened to whole steps
+    assert pd.Timestamp(scenario.start) == pd.Timestamp("2023-04-26T00:00:00Z")
+    assert pd.Timestamp(scenario.end) == pd.Timestamp("2023-04-26T06:20:00Z")
+    assert scenario.platforms["slurm"].nodes == 3 and raw["platforms"]["slurm"]["trace"][0]["path"] == str(logs / "jobs.txt")
+    given, _ = whatif_scenario({"slurm": ["sacct:jobs.txt"]}, {"slurm": 3}, start="2023-04-26T01:00:00Z",
+                               base_dir=logs)
+    assert pd.Timestamp(given.start) == pd.Timestamp("2023-04-26T01:00:00Z")
+    assert pd.Timestamp(given.end) == pd.Timestamp("2023-04-26T06:15:00Z")
+
+
+def test_whatif_writes_the_report_and_a_scenario_simulate_reruns_alike(logs, capsys):
+    argv = ["whatif", "--slurm", "sacct:jobs.txt", "--slurm-nodes", "2", "--kubernetes",
+            "pods:pods.csv,origin=2023-04-26T00:00:00Z", "--kubernetes-nodes", "2", "--start", "2023-04-26T00:00:00Z",
+            "--end", "2023-04-26T08:00:00Z", "--move-minutes", "10", "--json", "report.json",
+            "--scenario-out", "built.yaml", "--no-progress"]
+    assert main(argv) == 0
+    report = json.loads((logs / "report.json").read_text())
+    assert json.loads(capsys.readouterr().out) == report
+    assert set(report["platforms"]) == {"slurm", "kubernetes"} and report["policy"] == "predictive"
+    built = yaml.safe_load((logs / "built.yaml").read_text())
+    assert built["platforms"]["slurm"] == {"trace": [{"format": "sacct", "path": str(logs / "jobs.txt")}], "nodes": 2}
+    # the same scenario as the shipped fixture's: the same study, figure for figure
+    assert main(["simulate", str(FIX / "scenario.yaml"), "--no-progress"]) == 0
+    fixture = json.loads(capsys.readouterr().out)
+    assert main(["simulate", "built.yaml", "--no-progress"]) == 0
+    rerun = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in rerun.items() if k != "scenario"} == {k: v for k, v in report.items() if k != "scenario"}
+    assert rerun["platforms"] == fixture["platforms"] and rerun["total"] == fixture["total"]
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--slurm", "sacct:jobs.txt"], r"--slurm-nodes: required with a sacct history \(it carries no capacity\)"),
+    (["--slurm", "sacct:jobs.txt", "--slurm-nodes", "2", "--json", "jobs.txt"],
+     r"--json jobs.txt is the --slurm file .*jobs.txt; refusing to overwrite it"),
+    (["--slurm", "sacct:jobs.txt", "--slurm-nodes", "2", "--scenario-out", "jobs.txt"],
+     r"--scenario-out jobs.txt is the --slurm file"),
+    (["--slurm", "sacct:nope.txt", "--slurm-nodes", "2"], r"--slurm sacct:nope.txt: no such file .*nope.txt"),
+    (["--slurm", "sacct:jobs.txt,origin=0", "--slurm-nodes", "2"],
+     r"--slurm sacct:jobs.txt,origin=0: origin: not a key of format sacct"),
+    (["--kubernetes", "pods:pods.csv", "--kubernetes-nodes", "2"],
+     r"pods.csv: line 2, column creation_time: '0' is seconds from the trace's origin; give origin"),
+    (["--openstack-nodes", "2", "--slurm", "sacct:jobs.txt", "--slurm-nodes", "2"], r"--openstack-nodes 2: without --openstack"),
+    ([], r"give at least one platform's history"),
+])
+def test_whatif_errors_are_one_line(logs, capsys, argv, match):
+    assert main(["whatif", *argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpupool whatif: error: ")
+    assert re.search(match, err), err
+    assert not (logs / "report.json").exists()
