@@ -14,6 +14,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
+from gpupool import mig
 from gpupool.errors import UserError
 
 PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
@@ -72,6 +73,17 @@ class PlatformConfig(_Strict):
     #: selects, e.g. {cluster: slurm} where one Prometheus serves several clusters: each
     #: platform then reads only its own series (Slurm and Kubernetes platforms only)
     prometheus_match: dict[str, str] = Field(default_factory=dict)
+    #: the MIG slice profile this platform's users ask for (``1g.10gb``, ...): the plan counts its
+    #: demand in slices and may lay MIG-capable nodes out as ``all-<profile>`` for it; absent:
+    #: whole GPUs (MIG off on every node it holds)
+    slice_profile: str | None = None
+
+    @field_validator("slice_profile")
+    @classmethod
+    def _known_profile(cls, value: str | None) -> str | None:
+        if value is not None and value not in mig.SLICES_PER_GPU:
+            raise ValueError(f"unknown MIG profile {value!r}; known: {', '.join(mig.SLICES_PER_GPU)}")
+        return value
 
     @field_validator("prometheus_match")
     @classmethod
@@ -91,6 +103,9 @@ class PlatformConfig(_Strict):
             raise ValueError(f"conn_id: a {self.kind} platform needs one (the Airflow connection it is reached by)")
         if self.prometheus_match and self.kind not in ("slurm", "kubernetes"):
             raise ValueError(f"prometheus_match: a {self.kind} platform is not read from Prometheus")
+        if self.slice_profile and self.kind == "openstack":
+            raise ValueError("slice_profile: gpupool cannot lay out MIG on OpenStack hosts (nova's mdev types are "
+                             "node-side configuration); leave it unset there")
         return self
 
 

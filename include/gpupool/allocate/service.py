@@ -20,7 +20,7 @@ holds (closed-loop studies, tests).
 
 from __future__ import annotations
 
-import json
+import math
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
@@ -28,10 +28,10 @@ import pandas as pd
 from sqlalchemy.engine import Engine
 
 from gpupool.values import utc
-from gpupool import mig
 from gpupool.allocate import handover as ho
 from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason, with_pool_names
 from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SKILL_HOURS, SPREAD_HISTORY_HOURS, plan_demand
+from gpupool.allocate.layouts import WHOLE_LAYOUTS, layout_from_inventory, units_per_gpu
 from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.allocate.policy import Policy
 from gpupool.forecast.stage import FORECAST_LEVEL
@@ -108,26 +108,35 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
         if not bool(owner_row["schedulable"]) and not is_gpupool_reason(owner_row.get("drain_reason")) and h is None:
             excluded.append({"node": name, "why": f"drained on {owner} by someone else: {owner_row.get('drain_reason')}"})
             continue
-        layout = owner_row.get("mig_layout")
-        if isinstance(layout, str) and layout.startswith("{"):
-            layout = json.loads(layout)
-        if isinstance(layout, Mapping):
-            layout = layout.get("config")
+        gpus, capable, layout = layout_from_inventory(owner_row.get("mig_layout"), int(owner_row["gpus"]),
+                                                      owner_row.get("gpu_model"))
         busy = owner_row.get("busy_gpus")
-        gpus = int(owner_row["gpus"])
+        if layout not in WHOLE_LAYOUTS and busy is not None and not pd.isna(busy) and int(owner_row["gpus"]) > gpus:
+            busy = math.ceil(float(busy) * gpus / int(owner_row["gpus"]))  # busy slices (Slurm) -> GPUs with work
         nodes.append(NodeRecord(
             name=name, owner=str(owner), gpus=gpus,
             busy_gpus=0.0 if busy is None or pd.isna(busy) else min(float(busy), float(gpus)),
             in_handover=h is not None or (members is not None and name not in members),
             last_moved_at=last_move.get(name),
-            mig_capable=mig.is_mig_capable(owner_row.get("gpu_model")),
-            mig_layout=layout if isinstance(layout, str) else None,
+            mig_capable=capable,
+            mig_layout=layout,
         ))
     return nodes, excluded
 
 
-def platform_demand(engine: Engine, window, platforms: list[str], policy: Policy) -> tuple[dict[str, dict], dict[str, str]]:
+def demand_units(config) -> dict[str, str]:
+    """Each platform's demand unit: its ``slice_profile`` (MIG slices), else whole GPUs."""
+    return {p.name: p.slice_profile or GPU_UNIT for p in config.platforms}
+
+
+def platform_demand(engine: Engine, window, platforms: list[str], policy: Policy,
+                    units: Mapping[str, str] | None = None) -> tuple[dict[str, dict], dict[str, str]]:
     """Demand per platform for the planner (``{mean, upper, unit, peak}`` per hour) and where it came from.
+
+    ``units`` (:func:`demand_units`; default whole GPUs) is each platform's unit. No source stages
+    demand in slices yet, so a platform that asks for slices of a profile has its GPU demand
+    counted as that many GPUs' worth of slices (``SLICES_PER_GPU``): the slices its work would
+    fill if each GPU of it were cut up, which the source string says.
 
     Reads what :func:`~gpupool.allocate.demand.plan_demand` takes, from staging, and calls it:
     each platform's hourly demand before the window's end with the spread inside the hour and
@@ -159,7 +168,12 @@ def platform_demand(engine: Engine, window, platforms: list[str], policy: Policy
             choice = plan_demand(hourly, info, policy.model_copy(update={"kind": "reactive"}), end)
             source[p] = choice.why(end) + ("; no forecast issued at the window's end" if predictive else "")
         d = choice.demand
-        demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT, "peak": d.peak}
+        unit = (units or {}).get(p, GPU_UNIT)
+        k = units_per_gpu(unit)
+        demand[p] = {"mean": [v * k for v in d.mean], "upper": [v * k for v in d.upper], "unit": unit,
+                     "peak": None if d.peak is None else d.peak * k}
+        if k != 1:
+            source[p] += f"; in {unit} slices: GPU demand x {k} slices per GPU"
     return demand, source
 
 
@@ -187,7 +201,7 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
     if recent:
         pol = pol.model_copy(update={"max_moves_per_decision": max(0, pol.max_moves_per_decision - len(recent))})
     nodes, excluded = pool_nodes(ctx.engine, at.to_pydatetime(), platforms, ctx.config)
-    demand, source = platform_demand(ctx.engine, window, platforms, pol)
+    demand, source = platform_demand(ctx.engine, window, platforms, pol, demand_units(ctx.config))
     result = plan(nodes, demand, pol, at=at)
     moves = [{"node": m.node, "from": m.source, "to": m.target, "gpus": m.gpus,
               "expected_gain": m.expected_gain, "mig_layout": m.mig_layout, "reason": m.reason}
@@ -205,6 +219,7 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
             "demand_upper": [round(v, 1) for v in demand[p]["upper"]],
             "demand_peak_week": None if demand[p].get("peak") is None else round(demand[p]["peak"], 1),
             "demand_from": source[p],
+            "demand_unit": demand[p]["unit"],
             "expected_unmet_before": round(result.expected_unmet_before.get(p, 0.0), 2),
             "expected_unmet_after": round(result.expected_unmet_after.get(p, 0.0), 2),
         }
@@ -388,6 +403,6 @@ def rollback_handover(ctx, handover_id: int, actuators: Mapping[str, Actuator] |
 
 __all__ = [
     "plan_from_staging", "actuate_plan", "advance_handovers", "list_handovers", "format_handovers",
-    "rollback_handover", "policy_from_config", "pool_nodes", "platform_demand",
+    "rollback_handover", "policy_from_config", "pool_nodes", "platform_demand", "demand_units",
     "ActuationConfigError",
 ]

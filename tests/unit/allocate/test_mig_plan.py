@@ -1,0 +1,106 @@
+"""MIG in the plan: a platform's ``slice_profile`` is its demand unit, the pool reads the slice
+counts sources report, and the plan lays MIG-capable nodes out for a platform that asks for slices."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from gpupool import pipeline
+from gpupool.allocate import service
+from gpupool.allocate.layouts import NodeRecord, layout_from_inventory, node_capacity
+from gpupool.config import ConfigError, parse_config
+from gpupool.staging.schema import clean_sample, inventory_node
+
+END = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
+WINDOW = pipeline.Window(END - timedelta(hours=1), END)
+
+
+def _config(k8s_profile="1g.10gb"):
+    k8s = {"name": "kubernetes", "kind": "kubernetes", "conn_id": "k", "actuation": True}
+    if k8s_profile:
+        k8s["slice_profile"] = k8s_profile
+    return parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "s", "actuation": True}, k8s],
+                         "limits": {"horizon_hours": 2, "max_moves_per_decision": 2, "cooldown_hours": 0}})
+
+
+def test_slice_profile_is_checked():
+    assert _config().platforms[1].slice_profile == "1g.10gb"
+    assert _config(None).platforms[1].slice_profile is None
+    with pytest.raises(ConfigError, match="unknown MIG profile '1g.11gb'"):
+        _config("1g.11gb")
+    with pytest.raises(ConfigError, match="slice_profile: gpupool cannot lay out MIG on OpenStack"):
+        parse_config({"platforms": [{"name": "os", "kind": "openstack", "conn_id": "o", "slice_profile": "1g.10gb"}]})
+
+
+@pytest.mark.parametrize("raw, gpus, model, want", [
+    (None, 8, "NVIDIA H100 80GB HBM3", (8, True, "all-disabled")),
+    (None, 4, "Tesla V100", (4, False, None)),
+    ({"1g.10gb": 56}, 8, "NVIDIA-H100-80GB-HBM3", (8, True, "all-1g.10gb")),  # Kubernetes, with the count label
+    ({"1g.10gb": 56}, 0, None, (8, True, "all-1g.10gb")),  # no count label: GPUs from the slices
+    ('{"1g.10gb": 14, "3g.40gb": 4}', 4, "H100", (4, True, "custom:1g.10gb=14,3g.40gb=4")),  # as staged (JSON)
+    ({"CUSTOM_MIG_1G_10GB": 7}, 1, "a100", (1, True, "all-1g.10gb")),  # an OpenStack resource class
+    (None, 56, "1g.10gb", (8, True, "all-1g.10gb")),  # Slurm: gres gpu:1g.10gb:56
+    ({"config": "all-2g.20gb"}, 8, "H100", (8, True, "all-2g.20gb")),
+])
+def test_layout_from_inventory(raw, gpus, model, want):
+    assert layout_from_inventory(raw, gpus, model) == want
+
+
+def test_custom_layout_serves_the_instances_big_enough():
+    node = NodeRecord("n", "k", 4, mig_capable=True)
+    assert node_capacity(node, "1g.10gb", "custom:1g.10gb=14,3g.40gb=4") == 18
+    assert node_capacity(node, "2g.20gb", "custom:1g.10gb=14,3g.40gb=4") == 4
+    assert node_capacity(node, "gpu", "custom:1g.10gb=14,3g.40gb=4") == 0
+
+
+def _stage(engine, k8s_demand=20.0):
+    """slurm: 3 idle A100 nodes; kubernetes: one node laid out for 1g.10gb (busy), one whole (idle)."""
+    rows = [dict(platform="slurm", node=f"gpu-n{i}", snapshot_at=END, gpus=8, gpu_model="a100", mig_layout=None,
+                 schedulable=True, drain_reason=None, busy_gpus=0.0) for i in range(3)]
+    rows.append(dict(platform="kubernetes", node="k8s-0", snapshot_at=END, gpus=8, gpu_model="NVIDIA-H100-80GB-HBM3",
+                     mig_layout={"1g.10gb": 56}, schedulable=True, drain_reason=None, busy_gpus=8.0))
+    rows.append(dict(platform="kubernetes", node="k8s-1", snapshot_at=END, gpus=8, gpu_model="NVIDIA-H100-80GB-HBM3",
+                     mig_layout=None, schedulable=True, drain_reason=None, busy_gpus=0.0))
+    samples = []
+    for p, v in (("slurm", 4.0), ("kubernetes", k8s_demand)):
+        samples += [dict(platform=p, cluster="", entity_kind="platform", entity_id="", metric="gpu_allocated",
+                         ts=END - timedelta(minutes=m), value=v, expected=v, score=0.0, is_anomaly=False, filled=False,
+                         detector="sr", clean_value=v) for m in (5, 30, 55)]
+    with engine.begin() as conn:
+        conn.execute(inventory_node.insert(), rows)
+        conn.execute(clean_sample.insert(), samples)
+
+
+def test_pool_reads_the_slices_sources_report(sqlite_engine):
+    _stage(sqlite_engine)
+    nodes, _ = service.pool_nodes(sqlite_engine, END, ["slurm", "kubernetes"], _config())
+    by = {n.name: n for n in nodes}
+    assert (by["k8s-0"].mig_capable, by["k8s-0"].mig_layout, by["k8s-0"].gpus) == (True, "all-1g.10gb", 8)
+    assert (by["k8s-1"].mig_capable, by["k8s-1"].mig_layout) == (True, "all-disabled")
+    assert by["gpu-n0"].mig_capable
+
+
+def test_a_platform_asking_for_slices_gets_mig_layouts(sqlite_engine):
+    _stage(sqlite_engine)
+    ctx = pipeline.Context(_config(), sqlite_engine)
+    out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "reactive")
+    k8s = out["summary"]["platforms"]["kubernetes"]
+    assert k8s["demand_unit"] == "1g.10gb" and k8s["demand_mean"][0] == pytest.approx(140.0)
+    assert "x 7 slices per GPU" in k8s["demand_from"]
+    changes = out["summary"]["layout_changes"]
+    assert [(c["node"], c["platform"], c["to"]) for c in changes] == [("k8s-1", "kubernetes", "all-1g.10gb")]
+    # the nodes slurm lends arrive laid out for kubernetes' slices
+    assert out["moves"] and all(m["to"] == "kubernetes" and m["mig_layout"] == "all-1g.10gb" for m in out["moves"])
+
+
+def test_whole_gpu_platforms_keep_mig_off(sqlite_engine):
+    _stage(sqlite_engine)
+    ctx = pipeline.Context(_config(None), sqlite_engine)
+    out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "reactive")
+    assert out["summary"]["platforms"]["kubernetes"]["demand_unit"] == "gpu"
+    # the busy node laid out for slices serves no whole GPU; the idle whole one is left as it is
+    assert out["moves"] and all(m["mig_layout"] == "all-disabled" for m in out["moves"])
+    # the busy node laid out for slices cannot be changed now; nothing else needs a re-layout
+    assert out["summary"]["layout_changes"] == []
