@@ -34,6 +34,7 @@ from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SKILL_HOURS, SPREAD_HIS
 from gpupool.allocate.layouts import WHOLE_LAYOUTS, layout_from_inventory, units_per_gpu
 from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.allocate.policy import Policy
+from gpupool.allocate.relayout import LayoutChangeFailed, apply_layout_changes
 from gpupool.forecast.stage import FORECAST_LEVEL
 from gpupool.staging import fastpath as fastpath_store
 from gpupool.staging import handovers as handover_store
@@ -260,11 +261,14 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     ``at`` (default: the plan's decision time) is the logical time of this run. A plan older
     than ``limits.max_actuation_age_hours`` at ``at`` opens nothing (its inventory is stale);
     open handovers are still advanced. Moves whose node already has a handover are skipped and
-    reported. Returns ``{"plan_id", "live", "opened": [...], "skipped": [...], "advance": {...}}``.
+    reported. The plan's in-place MIG re-layouts (``summary.layout_changes``) are applied before the
+    handovers advance (:mod:`gpupool.allocate.relayout`; audited, dry run alike). Returns
+    ``{"plan_id", "live", "opened": [...], "skipped": [...], "layouts": {...}, "advance": {...}}``.
 
     Raises :class:`~gpupool.allocate.handover.HandoverFailed` after everything was processed
     when a handover failed or timed out (its node's hold lifted or the node sent back where
-    gpupool could), so the Airflow task fails and alerts. ``lookup`` is Airflow's connection
+    gpupool could), so the Airflow task fails and alerts; :class:`~gpupool.allocate.relayout.LayoutChangeFailed`
+    likewise when a re-layout failed (its node back in service). ``lookup`` is Airflow's connection
     lookup (inside a task).
     """
     engine = ctx.engine
@@ -305,11 +309,29 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
             skipped.append({"node": node, "why": str(exc)})
             continue
         opened.append({"id": hid, "node": node, "from": src, "to": dst, "dry_run": not live})
+    layouts = _layout_step(ctx, row, decided, actuators, live_platforms if live_ok else set(),
+                           f"plan decided {decided.isoformat()} is older than {lim.max_actuation_age_hours} h "
+                           f"at {at.isoformat()}" if stale else None)
     advance = ho.advance_all(engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
-    out = {"plan_id": plan_id, "live": live_ok, "opened": opened, "skipped": skipped, "advance": advance}
+    out = {"plan_id": plan_id, "live": live_ok, "opened": opened, "skipped": skipped, "layouts": layouts,
+           "advance": advance}
     if advance["failed"]:
         raise ho.HandoverFailed(advance)
+    if layouts["failed"]:
+        raise LayoutChangeFailed(layouts["failed"])
     return out
+
+
+def _layout_step(ctx, row, decided: datetime, actuators: Mapping[str, Actuator], live: set[str],
+                 stale_why: str | None) -> dict[str, list]:
+    """The plan's in-place MIG re-layouts (:mod:`gpupool.allocate.relayout`), with what the
+    inventory the plan was made from says of each node's MIG."""
+    changes = list(((row.summary or {}).get("layout_changes")) or [])
+    if not changes:
+        return {"applied": [], "skipped": [], "failed": []}
+    platforms = sorted({c["platform"] for c in changes})
+    nodes, _ = pool_nodes(ctx.engine, decided, platforms, ctx.config)
+    return apply_layout_changes(ctx.engine, changes, actuators, live, {n.name: n.mig_capable for n in nodes}, stale_why)
 
 
 def advance_handovers(ctx, at: datetime, dry_run: bool = True, actuators: Mapping[str, Actuator] | None = None,
