@@ -77,6 +77,11 @@ class PlatformConfig(_Strict):
     #: demand in slices and may lay MIG-capable nodes out as ``all-<profile>`` for it; absent:
     #: whole GPUs (MIG off on every node it holds)
     slice_profile: str | None = None
+    #: what the platform's demand series count when it asks for slices: ``requests`` (each GPU
+    #: allocated or pending is one request of ``slice_profile``: a job per whole GPU, or a slice
+    #: per GRES/pod/DCGM instance on MIG nodes) or ``gpu_equivalent`` (GPUs' worth of work: each
+    #: counts as ``SLICES_PER_GPU`` slices)
+    slice_demand: Literal["requests", "gpu_equivalent"] = "requests"
 
     @field_validator("slice_profile")
     @classmethod
@@ -103,6 +108,8 @@ class PlatformConfig(_Strict):
             raise ValueError(f"conn_id: a {self.kind} platform needs one (the Airflow connection it is reached by)")
         if self.prometheus_match and self.kind not in ("slurm", "kubernetes"):
             raise ValueError(f"prometheus_match: a {self.kind} platform is not read from Prometheus")
+        if self.slice_demand != "requests" and not self.slice_profile:
+            raise ValueError("slice_demand: only a platform with a slice_profile counts its demand in slices")
         if self.slice_profile and self.kind == "openstack":
             raise ValueError("slice_profile: gpupool cannot lay out MIG on OpenStack hosts (nova's mdev types are "
                              "node-side configuration); leave it unset there")

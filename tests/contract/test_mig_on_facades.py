@@ -118,7 +118,7 @@ def test_kubernetes_asking_for_slices_gets_its_idle_nodes_laid_out(vdc, sqlite_e
     idle = sorted(n["name"] for n in state.nodes("kubernetes") if n["busy_gpus"] == 0)
     busy = sorted(n["name"] for n in state.nodes("kubernetes") if n["busy_gpus"] > 0)
     assert idle and busy
-    _stage(sqlite_engine, sources, at, {"slurm": 2.0, "kubernetes": 20.0})
+    _stage(sqlite_engine, sources, at, {"slurm": 2.0, "kubernetes": 140.0})
     out, report = _plan_and_actuate(sqlite_engine, _config("kubernetes"), actuators, at)
     changes = out["summary"]["layout_changes"]
     assert {c["node"] for c in changes} == set(idle) and all(c["to"] == "all-1g.10gb" for c in changes)
@@ -132,7 +132,7 @@ def test_kubernetes_asking_for_slices_gets_its_idle_nodes_laid_out(vdc, sqlite_e
     inv = {r["node"]: r for r in sources["kubernetes"].inventory(at2)}
     assert all(inv[n]["mig_layout"] == {"1g.10gb": 56} and inv[n]["gpus"] == 8 for n in idle)
     assert inv[busy[0]]["mig_layout"] is None  # the busy node was left alone
-    _stage(sqlite_engine, sources, at2, {"slurm": 2.0, "kubernetes": 20.0})
+    _stage(sqlite_engine, sources, at2, {"slurm": 2.0, "kubernetes": 140.0})
     nodes, _ = service.pool_nodes(sqlite_engine, at2, ["slurm", "kubernetes"], _config("kubernetes"))
     assert {n.name: n.mig_layout for n in nodes if n.name in idle} == {n: "all-1g.10gb" for n in idle}
     # a second pass of the same plan sends nothing more
@@ -148,7 +148,7 @@ def test_slurm_asking_for_slices_drains_relays_out_updates_gres_and_resumes(vdc,
     at = state.now.to_pydatetime()
     idle = sorted(n["name"] for n in state.nodes("slurm") if n["busy_gpus"] == 0)
     assert idle
-    _stage(sqlite_engine, sources, at, {"slurm": 20.0, "kubernetes": 2.0})
+    _stage(sqlite_engine, sources, at, {"slurm": 140.0, "kubernetes": 2.0})
     out, report = _plan_and_actuate(sqlite_engine, _config("slurm"), actuators, at)
     assert sorted(c["node"] for c in out["summary"]["layout_changes"]) == idle
     assert sorted(a["node"] for a in report["layouts"]["applied"]) == idle and not report["layouts"]["failed"]
@@ -159,7 +159,7 @@ def test_slurm_asking_for_slices_drains_relays_out_updates_gres_and_resumes(vdc,
         assert rec["mig_layout"] == "all-1g.10gb" and not rec["cordoned"]  # laid out and back in service
     inv = {r["node"]: r for r in sources["slurm"].inventory(at)}
     assert all((inv[n]["gpus"], inv[n]["gpu_model"]) == (56, "1g.10gb") for n in idle)
-    _stage(sqlite_engine, sources, at + timedelta(minutes=1), {"slurm": 20.0})
+    _stage(sqlite_engine, sources, at + timedelta(minutes=1), {"slurm": 140.0})
     nodes, _ = service.pool_nodes(sqlite_engine, at + timedelta(minutes=1), ["slurm"], _config("slurm"))
     assert {(n.name, n.gpus, n.mig_layout) for n in nodes if n.name in idle} == {(n, 8, "all-1g.10gb") for n in idle}
 

@@ -125,19 +125,23 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
     return nodes, excluded
 
 
-def demand_units(config) -> dict[str, str]:
-    """Each platform's demand unit: its ``slice_profile`` (MIG slices), else whole GPUs."""
-    return {p.name: p.slice_profile or GPU_UNIT for p in config.platforms}
+def demand_units(config) -> dict[str, tuple[str, int]]:
+    """Each platform's demand unit — its ``slice_profile`` (MIG slices), else whole GPUs — and how
+    many of that unit one GPU of its staged demand is (``slice_demand``)."""
+    return {p.name: (p.slice_profile or GPU_UNIT,
+                     units_per_gpu(p.slice_profile) if p.slice_profile and p.slice_demand == "gpu_equivalent" else 1)
+            for p in config.platforms}
 
 
 def platform_demand(engine: Engine, window, platforms: list[str], policy: Policy,
-                    units: Mapping[str, str] | None = None) -> tuple[dict[str, dict], dict[str, str]]:
+                    units: Mapping[str, tuple[str, int]] | None = None) -> tuple[dict[str, dict], dict[str, str]]:
     """Demand per platform for the planner (``{mean, upper, unit, peak}`` per hour) and where it came from.
 
-    ``units`` (:func:`demand_units`; default whole GPUs) is each platform's unit. No source stages
-    demand in slices yet, so a platform that asks for slices of a profile has its GPU demand
-    counted as that many GPUs' worth of slices (``SLICES_PER_GPU``): the slices its work would
-    fill if each GPU of it were cut up, which the source string says.
+    ``units`` (:func:`demand_units`; default whole GPUs) is each platform's unit and the factor
+    from staged demand to it. Sources stage GPUs allocated and pending; on a platform that asks for
+    slices those count requests (a job per whole GPU; on MIG nodes Slurm's GRES, the device
+    plugin's pods and DCGM's instances count slices), so by default one is one slice; with
+    ``slice_demand: gpu_equivalent`` one is a GPU's worth of slices. The source string says which.
 
     Reads what :func:`~gpupool.allocate.demand.plan_demand` takes, from staging, and calls it:
     each platform's hourly demand before the window's end with the spread inside the hour and
@@ -169,12 +173,12 @@ def platform_demand(engine: Engine, window, platforms: list[str], policy: Policy
             choice = plan_demand(hourly, info, policy.model_copy(update={"kind": "reactive"}), end)
             source[p] = choice.why(end) + ("; no forecast issued at the window's end" if predictive else "")
         d = choice.demand
-        unit = (units or {}).get(p, GPU_UNIT)
-        k = units_per_gpu(unit)
+        unit, k = (units or {}).get(p, (GPU_UNIT, 1))
         demand[p] = {"mean": [v * k for v in d.mean], "upper": [v * k for v in d.upper], "unit": unit,
                      "peak": None if d.peak is None else d.peak * k}
-        if k != 1:
-            source[p] += f"; in {unit} slices: GPU demand x {k} slices per GPU"
+        if unit != GPU_UNIT:
+            source[p] += (f"; in {unit} slices: each GPU of demand is {k} slices (a GPU's worth)" if k != 1
+                          else f"; in {unit} slices: each GPU of demand is one request of a slice")
     return demand, source
 
 

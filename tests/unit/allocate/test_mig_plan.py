@@ -17,10 +17,12 @@ END = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 WINDOW = pipeline.Window(END - timedelta(hours=1), END)
 
 
-def _config(k8s_profile="1g.10gb"):
+def _config(k8s_profile="1g.10gb", slice_demand=None):
     k8s = {"name": "kubernetes", "kind": "kubernetes", "conn_id": "k", "actuation": True}
     if k8s_profile:
         k8s["slice_profile"] = k8s_profile
+    if slice_demand:
+        k8s["slice_demand"] = slice_demand
     return parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "s", "actuation": True}, k8s],
                          "limits": {"horizon_hours": 2, "max_moves_per_decision": 2, "cooldown_hours": 0}})
 
@@ -30,6 +32,8 @@ def test_slice_profile_is_checked():
     assert _config(None).platforms[1].slice_profile is None
     with pytest.raises(ConfigError, match="unknown MIG profile '1g.11gb'"):
         _config("1g.11gb")
+    with pytest.raises(ConfigError, match="slice_demand: only a platform with a slice_profile"):
+        _config(None, "gpu_equivalent")
     with pytest.raises(ConfigError, match="slice_profile: gpupool cannot lay out MIG on OpenStack"):
         parse_config({"platforms": [{"name": "os", "kind": "openstack", "conn_id": "o", "slice_profile": "1g.10gb"}]})
 
@@ -82,13 +86,14 @@ def test_pool_reads_the_slices_sources_report(sqlite_engine):
     assert by["gpu-n0"].mig_capable
 
 
-def test_a_platform_asking_for_slices_gets_mig_layouts(sqlite_engine):
-    _stage(sqlite_engine)
-    ctx = pipeline.Context(_config(), sqlite_engine)
+@pytest.mark.parametrize("k8s_demand, slice_demand, slices", [(140.0, None, 140.0), (20.0, "gpu_equivalent", 140.0)])
+def test_a_platform_asking_for_slices_gets_mig_layouts(sqlite_engine, k8s_demand, slice_demand, slices):
+    _stage(sqlite_engine, k8s_demand)
+    ctx = pipeline.Context(_config(slice_demand=slice_demand), sqlite_engine)
     out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "reactive")
     k8s = out["summary"]["platforms"]["kubernetes"]
-    assert k8s["demand_unit"] == "1g.10gb" and k8s["demand_mean"][0] == pytest.approx(140.0)
-    assert "x 7 slices per GPU" in k8s["demand_from"]
+    assert k8s["demand_unit"] == "1g.10gb" and k8s["demand_mean"][0] == pytest.approx(slices)
+    assert ("is 7 slices (a GPU's worth)" if slice_demand else "is one request of a slice") in k8s["demand_from"]
     changes = out["summary"]["layout_changes"]
     assert [(c["node"], c["platform"], c["to"]) for c in changes] == [("k8s-1", "kubernetes", "all-1g.10gb")]
     # the nodes slurm lends arrive laid out for kubernetes' slices
@@ -104,3 +109,47 @@ def test_whole_gpu_platforms_keep_mig_off(sqlite_engine):
     assert out["moves"] and all(m["mig_layout"] == "all-disabled" for m in out["moves"])
     # the busy node laid out for slices cannot be changed now; nothing else needs a re-layout
     assert out["summary"]["layout_changes"] == []
+
+
+def _plan_with_changes(engine, changes):
+    from gpupool.staging.plans import insert_plan
+
+    return insert_plan(engine, END, policy="reactive", solver="milp", dry_run=True,
+                       summary={"layout_changes": changes}, moves=[])
+
+
+def _audit(engine):
+    import sqlalchemy as sa
+
+    from gpupool.staging.schema import action_audit
+
+    with engine.connect() as conn:
+        return [(r.node, r.action, r.status, r.request.get("layout")) for r in
+                conn.execute(sa.select(action_audit).order_by(action_audit.c.id))]
+
+
+def test_layout_changes_never_reach_a_node_without_mig_and_a_dry_run_only_audits(sqlite_engine):
+    with sqlite_engine.begin() as conn:
+        conn.execute(inventory_node.insert(), [
+            dict(platform="kubernetes", node=n, snapshot_at=END, gpus=8, gpu_model=m, mig_layout=None,
+                 schedulable=True, drain_reason=None, busy_gpus=0.0)
+            for n, m in (("k8s-h100", "NVIDIA-H100-80GB-HBM3"), ("k8s-v100", "Tesla-V100-SXM2-32GB"))])
+    pid = _plan_with_changes(sqlite_engine, [
+        {"node": n, "platform": "kubernetes", "from": "all-disabled", "to": "all-1g.10gb"}
+        for n in ("k8s-h100", "k8s-v100")])
+    ctx = pipeline.Context(_config(), sqlite_engine)
+    out = service.actuate_plan(ctx, pid, dry_run=True, at=END)
+    assert [(a["node"], a["dry_run"]) for a in out["layouts"]["applied"]] == [("k8s-h100", True)]
+    assert out["layouts"]["skipped"] == [{"node": "k8s-v100", "platform": "kubernetes", "to": "all-1g.10gb",
+                                          "why": "the inventory says its GPUs cannot do MIG"}]
+    assert _audit(sqlite_engine) == [("k8s-h100", "mig_layout", "dry_run", "all-1g.10gb")]
+
+
+def test_a_stale_plan_changes_no_layout(sqlite_engine):
+    _stage(sqlite_engine)
+    pid = _plan_with_changes(sqlite_engine, [{"node": "k8s-1", "platform": "kubernetes", "from": "all-disabled",
+                                             "to": "all-1g.10gb"}])
+    ctx = pipeline.Context(_config(), sqlite_engine)
+    out = service.actuate_plan(ctx, pid, dry_run=True, at=END + timedelta(hours=ctx.config.limits.max_actuation_age_hours + 1))
+    assert not out["layouts"]["applied"] and "older than" in out["layouts"]["skipped"][0]["why"]
+    assert _audit(sqlite_engine) == []
