@@ -86,6 +86,8 @@ def _on_paper(engine, act: Actuator | None, platform: str, node: str, layout: st
 
 def _apply(engine, act: Actuator, node: str, layout: str) -> str | None:
     """Re-lay ``node`` out now; ``None`` when sent, else why nothing was (ActuationError on failure)."""
+    if not act.can_relayout:
+        return f"the {act.platform} actuator cannot change MIG layouts"
     st = act.owner_state(node)
     if not st.present:
         return f"{act.platform} does not know the node"

@@ -153,3 +153,48 @@ def test_a_stale_plan_changes_no_layout(sqlite_engine):
     out = service.actuate_plan(ctx, pid, dry_run=True, at=END + timedelta(hours=ctx.config.limits.max_actuation_age_hours + 1))
     assert not out["layouts"]["applied"] and "older than" in out["layouts"]["skipped"][0]["why"]
     assert _audit(sqlite_engine) == []
+
+
+def test_planning_in_slices_leaves_fewer_slice_hours_unmet_than_whole_gpus():
+    """The same slice demand planned in whole GPUs (MIG stays off) and in 1g.10gb slices, scored
+    on the layouts each plan leaves: slice requests unmet over the horizon."""
+    from gpupool.allocate.planner import plan
+    from gpupool.allocate.policy import Policy
+
+    nodes = [NodeRecord(f"ai-{i}", "ai", 8, mig_capable=True, mig_layout="all-disabled") for i in range(2)]
+    nodes += [NodeRecord(f"hpc-{i}", "hpc", 8, mig_capable=True, mig_layout="all-disabled") for i in range(2)]
+    jobs = {"ai": [60.0, 60.0], "hpc": [8.0, 8.0]}
+    policy = Policy(kind="reactive", cooldown_hours=0)
+    unmet = {}
+    for unit in ("gpu", "1g.10gb"):
+        result = plan(nodes, {"ai": {"mean": jobs["ai"], "upper": [72.0, 72.0], "unit": unit},
+                              "hpc": {"mean": jobs["hpc"], "upper": [10.0, 10.0]}}, policy)
+        layout = {n.name: n.mig_layout for n in nodes}
+        owner = {n.name: n.owner for n in nodes}
+        layout.update({c.node: c.to_layout for c in result.layout_changes})
+        for m in result.moves:
+            owner[m.node], layout[m.node] = m.target, m.mig_layout
+        served = sum(node_capacity(n, "1g.10gb", layout[n.name]) for n in nodes if owner[n.name] == "ai")
+        hpc = sum(node_capacity(n, "gpu", layout[n.name]) for n in nodes if owner[n.name] == "hpc")
+        assert hpc >= 8  # hpc's whole GPUs are never cut up for ai
+        unmet[unit] = sum(max(0.0, d - served) for d in jobs["ai"])
+    assert unmet["gpu"] >= 2 * (60 - 24)  # whole GPUs: one job each, at most 24 of them for ai
+    assert unmet["1g.10gb"] == 0.0 and unmet["1g.10gb"] < unmet["gpu"]
+
+
+def test_a_platform_whose_actuator_cannot_change_mig_is_never_sent_a_layout(sqlite_engine):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "handover"))
+    from memplatform import make
+
+    _stage(sqlite_engine)
+    pid = _plan_with_changes(sqlite_engine, [{"node": "k8s-1", "platform": "kubernetes", "from": "all-disabled",
+                                             "to": "all-1g.10gb"}])
+    _, acts = make(platforms=("slurm", "kubernetes"), owners={"k8s-1": "kubernetes"})
+    cfg = _config().model_copy(update={"dry_run": False})
+    out = service.actuate_plan(pipeline.Context(cfg, sqlite_engine), pid, dry_run=False, actuators=acts, at=END)
+    assert out["live"] and not out["layouts"]["applied"]
+    assert out["layouts"]["skipped"][0]["why"] == "the kubernetes actuator cannot change MIG layouts"
+    assert _audit(sqlite_engine) == [] and acts["kubernetes"].sent == []

@@ -127,6 +127,8 @@ class Actuator:
     #: whether the platform takes a node out of service itself while it changes its MIG layout
     #: (the GPU operator's mig-manager): an in-place re-layout is then the prepare commands alone
     relayout_holds_itself: bool = False
+    #: whether this actuator can change a node's MIG layout at all (``prepare_commands``)
+    can_relayout: bool = False
 
     # ---- reads
     def owner_state(self, node: str) -> OwnerState:
@@ -212,6 +214,10 @@ class NamedActuator(Actuator):
     @property
     def relayout_holds_itself(self) -> bool:  # type: ignore[override]
         return self.inner.relayout_holds_itself
+
+    @property
+    def can_relayout(self) -> bool:  # type: ignore[override]
+        return self.inner.can_relayout
 
     def name_of(self, node: str) -> str:
         """The platform's own name of pool node ``node``."""

@@ -61,6 +61,7 @@ class KubernetesActuator(Actuator):
 
     can_evict = True
     relayout_holds_itself = True  # the mig-manager cordons, re-lays out and uncordons the node
+    can_relayout = True
 
     def __init__(self, api_client, platform: str = "kubernetes", names: Mapping[str, str] | None = None):
         from kubernetes import client

@@ -89,6 +89,7 @@ class SlurmActuator(Actuator):
         self.names = dict(names or {})
         self.timeout_s = timeout_s
         self.mig_command = [str(a) for a in mig_command] if mig_command else None
+        self.can_relayout = self.mig_command is not None
         if mig_command is not None and (isinstance(mig_command, str) or not any("{layout}" in a for a in self.mig_command)):
             raise ActuationConfigError(
                 f"platform {platform!r}: mig_command must be a list of arguments with {{layout}} in one")
