@@ -198,3 +198,29 @@ def test_a_platform_whose_actuator_cannot_change_mig_is_never_sent_a_layout(sqli
     assert out["live"] and not out["layouts"]["applied"]
     assert out["layouts"]["skipped"][0]["why"] == "the kubernetes actuator cannot change MIG layouts"
     assert _audit(sqlite_engine) == [] and acts["kubernetes"].sent == []
+
+
+def test_the_pool_reads_nvml_mig_devices(sqlite_engine):
+    """A bare node read through NVML (the fake library): GPUs laid out for 1g.10gb are
+    ``all-1g.10gb``; a host of GPUs without MIG can never be re-laid out."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sources"))
+    from fake_nvml import FakeGpu, FakeNvml
+
+    from gpupool.sources.nvml import NvmlSource
+
+    hosts = {"spare-01": [FakeGpu(mig_enabled=True, mig_profiles=["1g.10gb"] * 7) for _ in range(2)],
+             "spare-02": [FakeGpu(name="NVIDIA L4", mig_capable=False) for _ in range(2)]}
+    rows = []
+    for host, gpus in hosts.items():
+        src = NvmlSource("kubernetes", node=host, nvml=FakeNvml(gpus).module, clock=lambda: END.timestamp())
+        rows += [{**r, "snapshot_at": END} for r in src.inventory(END)]
+    with sqlite_engine.begin() as conn:
+        conn.execute(inventory_node.insert(), rows)
+    nodes, _ = service.pool_nodes(sqlite_engine, END, ["kubernetes"], _config())
+    by = {n.name: n for n in nodes}
+    assert (by["spare-01"].gpus, by["spare-01"].mig_capable, by["spare-01"].mig_layout) == (2, True, "all-1g.10gb")
+    assert (by["spare-02"].mig_capable, by["spare-02"].mig_layout) == (False, None)
+    assert node_capacity(by["spare-01"], "1g.10gb", by["spare-01"].mig_layout) == 14
