@@ -110,6 +110,8 @@ class PlatformConfig(_Strict):
             raise ValueError(f"prometheus_match: a {self.kind} platform is not read from Prometheus")
         if self.slice_demand != "requests" and not self.slice_profile:
             raise ValueError("slice_demand: only a platform with a slice_profile counts its demand in slices")
+        if self.slice_profile and self.kind == "simulator":
+            raise ValueError("slice_profile: the simulator's world counts demand in GPUs and serves no MIG slices")
         if self.slice_profile and self.kind == "openstack":
             raise ValueError("slice_profile: gpupool cannot lay out MIG on OpenStack hosts (nova's mdev types are "
                              "node-side configuration); leave it unset there")
