@@ -14,6 +14,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
+from gpupool import mig
 from gpupool.errors import UserError
 
 PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
@@ -72,6 +73,22 @@ class PlatformConfig(_Strict):
     #: selects, e.g. {cluster: slurm} where one Prometheus serves several clusters: each
     #: platform then reads only its own series (Slurm and Kubernetes platforms only)
     prometheus_match: dict[str, str] = Field(default_factory=dict)
+    #: the MIG slice profile this platform's users ask for (``1g.10gb``, ...): the plan counts its
+    #: demand in slices and may lay MIG-capable nodes out as ``all-<profile>`` for it; absent:
+    #: whole GPUs (MIG off on every node it holds)
+    slice_profile: str | None = None
+    #: what the platform's demand series count when it asks for slices: ``requests`` (each GPU
+    #: allocated or pending is one request of ``slice_profile``: a job per whole GPU, or a slice
+    #: per GRES/pod/DCGM instance on MIG nodes) or ``gpu_equivalent`` (GPUs' worth of work: each
+    #: counts as ``SLICES_PER_GPU`` slices)
+    slice_demand: Literal["requests", "gpu_equivalent"] = "requests"
+
+    @field_validator("slice_profile")
+    @classmethod
+    def _known_profile(cls, value: str | None) -> str | None:
+        if value is not None and value not in mig.SLICES_PER_GPU:
+            raise ValueError(f"unknown MIG profile {value!r}; known: {', '.join(mig.SLICES_PER_GPU)}")
+        return value
 
     @field_validator("prometheus_match")
     @classmethod
@@ -91,6 +108,13 @@ class PlatformConfig(_Strict):
             raise ValueError(f"conn_id: a {self.kind} platform needs one (the Airflow connection it is reached by)")
         if self.prometheus_match and self.kind not in ("slurm", "kubernetes"):
             raise ValueError(f"prometheus_match: a {self.kind} platform is not read from Prometheus")
+        if self.slice_demand != "requests" and not self.slice_profile:
+            raise ValueError("slice_demand: only a platform with a slice_profile counts its demand in slices")
+        if self.slice_profile and self.kind == "simulator":
+            raise ValueError("slice_profile: the simulator's world counts demand in GPUs and serves no MIG slices")
+        if self.slice_profile and self.kind == "openstack":
+            raise ValueError("slice_profile: gpupool cannot lay out MIG on OpenStack hosts (nova's mdev types are "
+                             "node-side configuration); leave it unset there")
         return self
 
 

@@ -152,6 +152,8 @@ def build_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: M
     * slurm: ``extra.slurm_conf`` (else ``$SLURM_CONF``), optional ``extra.bin_dir``; with
       ``extra.restd_url`` (+ ``restd_user``/``restd_token``) node state and jobs are read through
       slurmrestd, drain/resume still through ``scontrol`` (22.05's slurmrestd cannot update nodes);
+      ``extra.mig_command``: the node-side MIG command (an argv template with ``{node}`` and
+      ``{layout}``), without which Slurm nodes are never re-laid out;
     * openstack: ``extra.cloud`` (a clouds.yaml entry) or ``host`` (auth URL), ``login``,
       ``password``, ``extra.project_name``/``user_domain_name``/``project_domain_name``/
       ``region_name``; ``extra.manage_compute_service`` (default true);
@@ -184,7 +186,8 @@ def build_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: M
             raise ActuationConfigError(
                 f"platform {pcfg.name!r}: no slurm_conf in connection {pcfg.conn_id!r} and no SLURM_CONF")
         act = SlurmActuator(pcfg.name, slurm_conf=conf, bin_dir=x.get("bin_dir"), restd_url=x.get("restd_url"),
-                            restd_user=x.get("restd_user"), restd_token=x.get("restd_token"))
+                            restd_user=x.get("restd_user"), restd_token=x.get("restd_token"),
+                            mig_command=x.get("mig_command"))
     elif pcfg.kind == "openstack":
         import openstack
 

@@ -11,6 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import json
+import math
+
 import pandas as pd
 
 from gpupool import mig
@@ -21,6 +24,8 @@ from gpupool.values import utc
 SLICES_PER_GPU = mig.SLICES_PER_GPU
 WHOLE_LAYOUTS = mig.WHOLE_LAYOUTS
 GPU_UNIT = "gpu"
+#: a layout that is not one profile on every GPU: ``custom:1g.10gb=14,3g.40gb=4`` (instances of each)
+CUSTOM_PREFIX = "custom:"
 
 
 class PlanningError(UserError, ValueError):
@@ -100,6 +105,10 @@ def node_capacity(node: NodeRecord, unit: str, layout: str | None) -> float:
     """
     if layout in WHOLE_LAYOUTS or not node.mig_capable:
         return float(node.gpus)
+    if layout.startswith(CUSTOM_PREFIX):  # the instances big enough for one request each
+        if unit == GPU_UNIT:
+            return 0.0
+        return float(sum(n for p, n in custom_instances(layout).items() if _compute_size(p) >= _compute_size(unit)))
     profile = mig.layout_profile(layout)
     if profile not in SLICES_PER_GPU:
         return 0.0
@@ -112,3 +121,60 @@ def node_capacity(node: NodeRecord, unit: str, layout: str | None) -> float:
 
 def _compute_size(profile: str) -> int:
     return int(profile.split("g.", 1)[0])
+
+
+def custom_instances(layout: str) -> dict[str, int]:
+    """Profile -> instances of a ``custom:`` layout."""
+    out: dict[str, int] = {}
+    for part in layout[len(CUSTOM_PREFIX):].split(","):
+        profile, _, n = part.partition("=")
+        if profile in SLICES_PER_GPU and n.isdigit():
+            out[profile] = out.get(profile, 0) + int(n)
+    return out
+
+
+def _slice_counts(raw: Mapping[str, Any]) -> dict[str, int]:
+    """Profile -> instances from a source's slice dict, whatever names the keys use: the profile
+    itself (Kubernetes, NVML) or a resource class naming it (``CUSTOM_MIG_1G_10GB``, OpenStack)."""
+    out: dict[str, int] = {}
+    for key, n in raw.items():
+        profile = mig.profile_in(str(key).lower().replace("_", "."))
+        try:
+            count = int(n)
+        except (TypeError, ValueError):
+            continue
+        if profile in SLICES_PER_GPU and count > 0:
+            out[profile] = out.get(profile, 0) + count
+    return out
+
+
+def layout_from_inventory(raw: Any, gpus: int, gpu_model: str | None) -> tuple[int, bool, str | None]:
+    """``(physical GPUs, MIG-capable, layout)`` of a node from its inventory row.
+
+    Sources report MIG as slice counts (``{"1g.10gb": 56}``: Kubernetes' ``nvidia.com/mig-*``
+    allocatable, NVML's MIG devices, OpenStack's MIG resource classes), or, as Slurm does, as GPUs
+    whose GRES type is a profile (``gpu:1g.10gb:56``: ``gpus`` counts slices then). A stored
+    ``{"config": name}`` is a layout name as the GPU operator labels it. One profile on every GPU
+    is ``all-<profile>``; anything else ``custom:<profile>=<n>,...``. A node that reports slices can
+    do MIG whatever its model is called. A MIG-capable node that reports no slices serves whole
+    GPUs (``all-disabled``); a node that cannot do MIG has no layout (``None``).
+    """
+    if isinstance(raw, str) and raw.startswith("{"):
+        raw = json.loads(raw)
+    capable = mig.is_mig_capable(gpu_model)
+    if isinstance(raw, Mapping) and isinstance(raw.get("config"), str):
+        return int(gpus), capable, raw["config"]
+    counts = _slice_counts(raw) if isinstance(raw, Mapping) else {}
+    model_profile = mig.profile_in(gpu_model or "")
+    if not counts and model_profile in SLICES_PER_GPU and gpus > 0:  # Slurm: GRES typed by profile
+        counts, gpus = {model_profile: int(gpus)}, 0
+    if not counts:  # whole GPUs: MIG off where the GPUs could do it
+        if isinstance(raw, str) and raw:
+            return int(gpus), capable, raw
+        return int(gpus), capable, mig.DISABLED if capable else None
+    physical = max(int(gpus), sum(math.ceil(n / SLICES_PER_GPU[p]) for p, n in counts.items()))
+    if len(counts) == 1:
+        (profile, n), = counts.items()
+        if n == physical * SLICES_PER_GPU[profile]:
+            return physical, True, mig.uniform_layout(profile)
+    return physical, True, CUSTOM_PREFIX + ",".join(f"{p}={n}" for p, n in sorted(counts.items()))

@@ -20,7 +20,7 @@ holds (closed-loop studies, tests).
 
 from __future__ import annotations
 
-import json
+import math
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
@@ -28,12 +28,13 @@ import pandas as pd
 from sqlalchemy.engine import Engine
 
 from gpupool.values import utc
-from gpupool import mig
 from gpupool.allocate import handover as ho
 from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason, with_pool_names
 from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SKILL_HOURS, SPREAD_HISTORY_HOURS, plan_demand
+from gpupool.allocate.layouts import WHOLE_LAYOUTS, layout_from_inventory, units_per_gpu
 from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.allocate.policy import Policy
+from gpupool.allocate.relayout import LayoutChangeFailed, apply_layout_changes
 from gpupool.forecast.stage import FORECAST_LEVEL
 from gpupool.staging import fastpath as fastpath_store
 from gpupool.staging import handovers as handover_store
@@ -108,26 +109,39 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
         if not bool(owner_row["schedulable"]) and not is_gpupool_reason(owner_row.get("drain_reason")) and h is None:
             excluded.append({"node": name, "why": f"drained on {owner} by someone else: {owner_row.get('drain_reason')}"})
             continue
-        layout = owner_row.get("mig_layout")
-        if isinstance(layout, str) and layout.startswith("{"):
-            layout = json.loads(layout)
-        if isinstance(layout, Mapping):
-            layout = layout.get("config")
+        gpus, capable, layout = layout_from_inventory(owner_row.get("mig_layout"), int(owner_row["gpus"]),
+                                                      owner_row.get("gpu_model"))
         busy = owner_row.get("busy_gpus")
-        gpus = int(owner_row["gpus"])
+        if layout not in WHOLE_LAYOUTS and busy is not None and not pd.isna(busy) and int(owner_row["gpus"]) > gpus:
+            busy = math.ceil(float(busy) * gpus / int(owner_row["gpus"]))  # busy slices (Slurm) -> GPUs with work
         nodes.append(NodeRecord(
             name=name, owner=str(owner), gpus=gpus,
             busy_gpus=0.0 if busy is None or pd.isna(busy) else min(float(busy), float(gpus)),
             in_handover=h is not None or (members is not None and name not in members),
             last_moved_at=last_move.get(name),
-            mig_capable=mig.is_mig_capable(owner_row.get("gpu_model")),
-            mig_layout=layout if isinstance(layout, str) else None,
+            mig_capable=capable,
+            mig_layout=layout,
         ))
     return nodes, excluded
 
 
-def platform_demand(engine: Engine, window, platforms: list[str], policy: Policy) -> tuple[dict[str, dict], dict[str, str]]:
+def demand_units(config) -> dict[str, tuple[str, int]]:
+    """Each platform's demand unit — its ``slice_profile`` (MIG slices), else whole GPUs — and how
+    many of that unit one GPU of its staged demand is (``slice_demand``)."""
+    return {p.name: (p.slice_profile or GPU_UNIT,
+                     units_per_gpu(p.slice_profile) if p.slice_profile and p.slice_demand == "gpu_equivalent" else 1)
+            for p in config.platforms}
+
+
+def platform_demand(engine: Engine, window, platforms: list[str], policy: Policy,
+                    units: Mapping[str, tuple[str, int]] | None = None) -> tuple[dict[str, dict], dict[str, str]]:
     """Demand per platform for the planner (``{mean, upper, unit, peak}`` per hour) and where it came from.
+
+    ``units`` (:func:`demand_units`; default whole GPUs) is each platform's unit and the factor
+    from staged demand to it. Sources stage GPUs allocated and pending; on a platform that asks for
+    slices those count requests (a job per whole GPU; on MIG nodes Slurm's GRES, the device
+    plugin's pods and DCGM's instances count slices), so by default one is one slice; with
+    ``slice_demand: gpu_equivalent`` one is a GPU's worth of slices. The source string says which.
 
     Reads what :func:`~gpupool.allocate.demand.plan_demand` takes, from staging, and calls it:
     each platform's hourly demand before the window's end with the spread inside the hour and
@@ -159,7 +173,12 @@ def platform_demand(engine: Engine, window, platforms: list[str], policy: Policy
             choice = plan_demand(hourly, info, policy.model_copy(update={"kind": "reactive"}), end)
             source[p] = choice.why(end) + ("; no forecast issued at the window's end" if predictive else "")
         d = choice.demand
-        demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": GPU_UNIT, "peak": d.peak}
+        unit, k = (units or {}).get(p, (GPU_UNIT, 1))
+        demand[p] = {"mean": [v * k for v in d.mean], "upper": [v * k for v in d.upper], "unit": unit,
+                     "peak": None if d.peak is None else d.peak * k}
+        if unit != GPU_UNIT:
+            source[p] += (f"; in {unit} slices: each GPU of demand is {k} slices (a GPU's worth)" if k != 1
+                          else f"; in {unit} slices: each GPU of demand is one request of a slice")
     return demand, source
 
 
@@ -187,7 +206,7 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
     if recent:
         pol = pol.model_copy(update={"max_moves_per_decision": max(0, pol.max_moves_per_decision - len(recent))})
     nodes, excluded = pool_nodes(ctx.engine, at.to_pydatetime(), platforms, ctx.config)
-    demand, source = platform_demand(ctx.engine, window, platforms, pol)
+    demand, source = platform_demand(ctx.engine, window, platforms, pol, demand_units(ctx.config))
     result = plan(nodes, demand, pol, at=at)
     moves = [{"node": m.node, "from": m.source, "to": m.target, "gpus": m.gpus,
               "expected_gain": m.expected_gain, "mig_layout": m.mig_layout, "reason": m.reason}
@@ -205,6 +224,7 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
             "demand_upper": [round(v, 1) for v in demand[p]["upper"]],
             "demand_peak_week": None if demand[p].get("peak") is None else round(demand[p]["peak"], 1),
             "demand_from": source[p],
+            "demand_unit": demand[p]["unit"],
             "expected_unmet_before": round(result.expected_unmet_before.get(p, 0.0), 2),
             "expected_unmet_after": round(result.expected_unmet_after.get(p, 0.0), 2),
         }
@@ -245,11 +265,14 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     ``at`` (default: the plan's decision time) is the logical time of this run. A plan older
     than ``limits.max_actuation_age_hours`` at ``at`` opens nothing (its inventory is stale);
     open handovers are still advanced. Moves whose node already has a handover are skipped and
-    reported. Returns ``{"plan_id", "live", "opened": [...], "skipped": [...], "advance": {...}}``.
+    reported. The plan's in-place MIG re-layouts (``summary.layout_changes``) are applied before the
+    handovers advance (:mod:`gpupool.allocate.relayout`; audited, dry run alike). Returns
+    ``{"plan_id", "live", "opened": [...], "skipped": [...], "layouts": {...}, "advance": {...}}``.
 
     Raises :class:`~gpupool.allocate.handover.HandoverFailed` after everything was processed
     when a handover failed or timed out (its node's hold lifted or the node sent back where
-    gpupool could), so the Airflow task fails and alerts. ``lookup`` is Airflow's connection
+    gpupool could), so the Airflow task fails and alerts; :class:`~gpupool.allocate.relayout.LayoutChangeFailed`
+    likewise when a re-layout failed (its node back in service). ``lookup`` is Airflow's connection
     lookup (inside a task).
     """
     engine = ctx.engine
@@ -297,10 +320,16 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
                 continue
             budget -= 1
             opened.append({"id": hid, "node": node, "from": src, "to": dst, "dry_run": not live})
+    layouts = _layout_step(ctx, row, decided, actuators, live_platforms if live_ok else set(),
+                           f"plan decided {decided.isoformat()} is older than {lim.max_actuation_age_hours} h "
+                           f"at {at.isoformat()}" if stale else None)
     advance = ho.advance_all(engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
-    out = {"plan_id": plan_id, "live": live_ok, "opened": opened, "skipped": skipped, "advance": advance}
+    out = {"plan_id": plan_id, "live": live_ok, "opened": opened, "skipped": skipped, "layouts": layouts,
+           "advance": advance}
     if advance["failed"]:
         raise ho.HandoverFailed(advance)
+    if layouts["failed"]:
+        raise LayoutChangeFailed(layouts["failed"])
     return out
 
 
@@ -311,6 +340,18 @@ def _budget_left(ctx, at: datetime) -> int:
     spent = [h for h in fastpath_store.handovers_opened_between(ctx.engine, since, at)
              if h["created_at"] > since and (ctx.config.dry_run or not h["dry_run"])]
     return ctx.config.limits.max_moves_per_decision - len(spent)
+
+
+def _layout_step(ctx, row, decided: datetime, actuators: Mapping[str, Actuator], live: set[str],
+                 stale_why: str | None) -> dict[str, list]:
+    """The plan's in-place MIG re-layouts (:mod:`gpupool.allocate.relayout`), with what the
+    inventory the plan was made from says of each node's MIG."""
+    changes = list(((row.summary or {}).get("layout_changes")) or [])
+    if not changes:
+        return {"applied": [], "skipped": [], "failed": []}
+    platforms = sorted({c["platform"] for c in changes})
+    nodes, _ = pool_nodes(ctx.engine, decided, platforms, ctx.config)
+    return apply_layout_changes(ctx.engine, changes, actuators, live, {n.name: n.mig_capable for n in nodes}, stale_why)
 
 
 def advance_handovers(ctx, at: datetime, dry_run: bool = True, actuators: Mapping[str, Actuator] | None = None,
@@ -404,6 +445,6 @@ def rollback_handover(ctx, handover_id: int, actuators: Mapping[str, Actuator] |
 
 __all__ = [
     "plan_from_staging", "actuate_plan", "advance_handovers", "list_handovers", "format_handovers",
-    "rollback_handover", "policy_from_config", "pool_nodes", "platform_demand",
+    "rollback_handover", "policy_from_config", "pool_nodes", "platform_demand", "demand_units",
     "ActuationConfigError",
 ]

@@ -9,6 +9,9 @@ target. This API plays that system:
 * ``GET  /sim/v1/pool`` — every node's owner, state and running work
 * ``POST /sim/v1/nodes/{name}/move`` ``{"to": "kubernetes"}`` — 409 unless the node is released
   (drained/cordoned/disabled at its platform) and empty; answers when it will arrive
+* ``POST /sim/v1/nodes/{name}/mig`` ``{"layout": "all-1g.10gb"}`` — a node-side MIG tool run on the
+  node (what ``python -m gpupool.emulator.migparted`` sends): 409 unless the node is held and empty
+  at its platform, 422 for a GPU without MIG; answers once the layout is applied
 * ``GET  /sim/v1/summary`` — the study's numbers so far (``World.summary``)
 """
 
@@ -89,6 +92,27 @@ def make_app(state: SimState) -> Starlette:
             return JSONResponse({"node": name, "to": to, "arrive": arrive.isoformat(), "now": state.now.isoformat()},
                                 status_code=202)
 
+    async def node_mig(request: Request):
+        name = request.path_params["name"]
+        try:
+            body = json.loads(await request.body() or b"{}")
+            layout = body["layout"]
+            if not isinstance(layout, str):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            return _error(400, 'body must be {"layout": "<MIG configuration>"}')
+        with state.lock:
+            state.sync()
+            try:
+                state.apply_mig_on_node(name, layout)
+            except SimNotFound:
+                return _error(404, f"node {name} not found")
+            except SimInvalid as exc:
+                return _error(422, str(exc))
+            except SimConflict as exc:
+                return _error(409, str(exc))
+            return JSONResponse({"node": name, "layout": layout, "now": state.now.isoformat()})
+
     async def summary(request: Request):
         with state.lock:
             state.sync()
@@ -99,5 +123,6 @@ def make_app(state: SimState) -> Starlette:
         Route("/sim/v1/clock/advance", advance, methods=["POST"]),
         Route("/sim/v1/pool", pool, methods=["GET"]),
         Route("/sim/v1/nodes/{name}/move", move, methods=["POST"]),
+        Route("/sim/v1/nodes/{name}/mig", node_mig, methods=["POST"]),
         Route("/sim/v1/summary", summary, methods=["GET"]),
     ])

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpupool import mig as mig_table
 from gpupool.emulator.state import MIG_LABEL, MIG_STATE_LABEL, WORK_NAMESPACE, SimState, Work, stable_uuid
 from gpupool.k8s_keys import HOLD_ANNOTATION
 
@@ -173,6 +174,10 @@ def node_object(state: SimState, rec: dict) -> dict:
     gpus = str(rec["gpus"])
     capacity = {"cpu": "64", "memory": "527939988Ki", "nvidia.com/gpu": gpus, "pods": "110",
                 "ephemeral-storage": "1919727340Ki", "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
+    profile = mig_table.layout_profile(rec.get("mig_layout"))
+    if profile in mig_table.SLICES_PER_GPU:  # the device plugin's mixed strategy: one resource per profile
+        capacity["nvidia.com/gpu"] = "0"
+        capacity[mig_table.RESOURCE_PREFIX + profile] = str(rec["gpus"] * mig_table.SLICES_PER_GPU[profile])
     allocatable = {**capacity, "cpu": "63500m", "memory": "526891412Ki"}
     created = iso_time(rec["created"])
     ip = f"10.0.{state.node_index(name) // 250}.{state.node_index(name) % 250 + 1}"

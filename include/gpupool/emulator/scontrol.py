@@ -2,6 +2,7 @@
 
     python -m gpupool.emulator.scontrol show node [NAME] [--json]
     python -m gpupool.emulator.scontrol update NodeName=NAME State=DRAIN|RESUME|UNDRAIN [Reason="..."]
+    python -m gpupool.emulator.scontrol update NodeName=NAME Gres=gpu:1g.10gb:56
 
 The server is ``$GPUPOOL_SIM_SLURMRESTD_URL`` (default ``http://127.0.0.1:6820``). Output and exit
 codes follow scontrol: ``show node`` prints the ``NodeName=...`` blocks (or, with ``--json``, the
@@ -112,6 +113,8 @@ def update(args: list[str]) -> int:
         body["state"] = [state]
     if "reason" in fields:
         body["reason"] = fields["reason"]
+    if "gres" in fields:
+        body["gres"] = fields["gres"]
     if state in ("DRAIN", "DOWN") and not fields.get("reason"):
         return _fail("You must specify a reason when DOWNING or DRAINING a node. Request denied")
     rc = 0

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from gpupool import mig as mig_table
 from gpupool.emulator.state import SimConflict, SimNotFound, SimState
 
 ROLE = "slurm"
@@ -61,6 +62,17 @@ def gres_model(gpu_model: str) -> str:
     return "gpu"
 
 
+def node_gres(rec: dict) -> tuple[str, int, int]:
+    """(GRES type, count, used) of a node as slurmd's NVML autodetection reports it: on a node laid
+    out as ``all-<profile>`` every MIG slice is one ``gpu`` typed by its profile (a GPU's work
+    takes one slice of it here: the world counts GPUs)."""
+    gpus, busy = int(rec["gpus"]), int(rec["busy_gpus"])
+    profile = mig_table.layout_profile(rec.get("mig_layout"))
+    if profile in mig_table.SLICES_PER_GPU:
+        return profile, gpus * mig_table.SLICES_PER_GPU[profile], busy
+    return gres_model(rec["gpu_model"]), gpus, busy
+
+
 def node_state(rec: dict) -> tuple[str, list[str], str]:
     """(base state, flags, scontrol state string) of a node."""
     busy, gpus = int(rec["busy_gpus"]), int(rec["gpus"])
@@ -73,7 +85,7 @@ def node_state(rec: dict) -> tuple[str, list[str], str]:
 def node_object(state: SimState, rec: dict) -> dict:
     """A node in the v0.0.38 shape."""
     name, gpus, busy = rec["name"], int(rec["gpus"]), int(rec["busy_gpus"])
-    model = gres_model(rec["gpu_model"])
+    model, gpus, busy = node_gres(rec)
     base, flags, _ = node_state(rec)
     used_idx = ",".join(str(w.slot) for w in state.running(ROLE) if w.node == name)
     boot = _epoch(rec["created"])
@@ -222,6 +234,12 @@ def make_app(state: SimState) -> Starlette:
         wanted = [wanted] if isinstance(wanted, str) else wanted
         wanted = [str(s).upper() for s in wanted]
         reason = body.get("reason") or ""
+        if body.get("gres") is not None:  # slurmctld takes only what the node's slurmd detects
+            model, count, _ = node_gres(state.node(ROLE, name))
+            if str(body["gres"]) not in (f"gpu:{model}:{count}", f"gpu:{count}"):
+                return JSONResponse(error_body("Invalid generic resource (gres) specification", 2072,
+                                               f"node {name} has gpu:{model}:{count}, not {body['gres']}",
+                                               "_update_node", plugin), status_code=400)
         try:
             if "DRAIN" in wanted or "DOWN" in wanted:
                 if not reason:

@@ -418,6 +418,29 @@ class SimState:
         self._bump(name)
         return change
 
+    def apply_mig_on_node(self, name: str, layout: str) -> None:
+        """A node-side MIG tool (``nvidia-mig-parted apply``) on ``name``: it runs only on a node its
+        platform holds out of service and empty, and returns once the layout is applied."""
+        j = self.node_index(name)
+        rec = next(n for n in self.pool() if n["name"] == name)
+        if not rec["mig_capable"]:
+            raise SimInvalid(f"node {name} ({rec['gpu_model']}) is not MIG-capable")
+        if layout != mig_table.DISABLED and mig_table.layout_profile(layout) not in mig_table.SLICES_PER_GPU:
+            raise SimInvalid(f"unknown MIG configuration {layout!r}")
+        if not rec["cordoned"] or not rec["empty"]:
+            raise SimConflict(f"node {name} must be drained and empty before its MIG layout changes "
+                              f"({rec['busy_gpus']} GPU job(s), {'held' if rec['cordoned'] else 'in service'})")
+        if layout != rec["mig_layout"]:
+            try:
+                self.world.set_mig_layout(name, layout)
+            except WorldError as exc:
+                raise SimConflict(str(exc)) from exc
+            if self.world.nodes[j].mig_capable:
+                self.meta[name].labels[MIG_LABEL] = layout
+                self.meta[name].labels[MIG_STATE_LABEL] = "success"
+            self.mig[name] = MigChange(layout, "success")
+            self._bump(name)
+
     def _finish_mig(self) -> None:
         for name, change in self.mig.items():
             if change.state == "pending" and change.due is not None and change.due <= self.clock_i:

@@ -124,6 +124,11 @@ class Actuator:
     can_evict: bool = False
     #: whether attach itself brings a node the platform does not know yet (provisioning)
     attach_brings_node: bool = False
+    #: whether the platform takes a node out of service itself while it changes its MIG layout
+    #: (the GPU operator's mig-manager): an in-place re-layout is then the prepare commands alone
+    relayout_holds_itself: bool = False
+    #: whether this actuator can change a node's MIG layout at all (``prepare_commands``)
+    can_relayout: bool = False
 
     # ---- reads
     def owner_state(self, node: str) -> OwnerState:
@@ -205,6 +210,14 @@ class NamedActuator(Actuator):
     @property
     def attach_brings_node(self) -> bool:  # type: ignore[override]
         return self.inner.attach_brings_node
+
+    @property
+    def relayout_holds_itself(self) -> bool:  # type: ignore[override]
+        return self.inner.relayout_holds_itself
+
+    @property
+    def can_relayout(self) -> bool:  # type: ignore[override]
+        return self.inner.can_relayout
 
     def name_of(self, node: str) -> str:
         """The platform's own name of pool node ``node``."""

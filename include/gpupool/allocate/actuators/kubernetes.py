@@ -60,6 +60,8 @@ class KubernetesActuator(Actuator):
     """
 
     can_evict = True
+    relayout_holds_itself = True  # the mig-manager cordons, re-lays out and uncordons the node
+    can_relayout = True
 
     def __init__(self, api_client, platform: str = "kubernetes", names: Mapping[str, str] | None = None):
         from kubernetes import client
@@ -134,11 +136,23 @@ class KubernetesActuator(Actuator):
         st = self.owner_state(node)
         return st.held_by_gpupool and st.busy == 0
 
+    @staticmethod
+    def _whole_without_mig(obj, mig_layout: str) -> bool:
+        """Whole GPUs asked of a node with no MIG label and no slice resource: MIG is off already
+        (a cluster without the GPU operator's mig-manager never labels it)."""
+        if mig_layout not in mig.WHOLE_LAYOUTS or obj is None:
+            return False
+        alloc = (obj.status.allocatable if obj.status else None) or {}
+        return MIG_CONFIG_LABEL not in (obj.metadata.labels or {}) and not any(
+            k.startswith(mig.RESOURCE_PREFIX) for k in alloc)
+
     def is_prepared(self, node: str, mig_layout: str | None) -> bool:
         """The node carries ``mig_layout`` and the GPU operator reports success."""
         if not mig_layout:
             return True
         obj = self._read_node(node)
+        if self._whole_without_mig(obj, mig_layout):
+            return True
         labels = (obj.metadata.labels or {}) if obj is not None else {}
         return labels.get(MIG_CONFIG_LABEL) == mig_layout and labels.get(MIG_STATE_LABEL) == "success"
 
@@ -163,7 +177,7 @@ class KubernetesActuator(Actuator):
             return []
         obj = self._read_node(node)
         labels = (obj.metadata.labels or {}) if obj is not None else {}
-        if labels.get(MIG_CONFIG_LABEL) == mig_layout:
+        if labels.get(MIG_CONFIG_LABEL) == mig_layout or self._whole_without_mig(obj, mig_layout):
             return []
         body = {"metadata": {"labels": {MIG_CONFIG_LABEL: mig_layout}}}
         return [Command(self.platform, node, "mig_config", {"node": self._name(node), "patch": body})]

@@ -7,6 +7,13 @@ Writes go through ``scontrol update``: no slurmrestd plugin of Slurm 22.05 has a
 ``job/{job_id}``; ``POST node/{node_name}`` answers 405 (v0.0.36 and v0.0.37 likewise).
 ``POST /slurm/v0.0.39/node/{node_name}`` came with Slurm 23.02. With ``rest_auth/local``
 slurmrestd also acts as its own unprivileged user, who may not drain.
+MIG (``prepare``): Slurm has no API that lays GPUs out. A node gpupool holds drained and empty is
+re-laid out by the connection's ``mig_command``, an argv template run on the gpupool host with
+``{node}`` and ``{layout}`` filled in (e.g. ``["ssh", "{node}", "sudo", "nvidia-mig-parted", "apply",
+"-c", "{layout}"]``, restarting slurmd there so NVML autodetection reports the new slices), then the
+node's GRES is set with ``scontrol update NodeName=.. Gres=gpu:<profile>:<slices>``. The node is
+prepared when its GRES is typed by the layout's profile (or by no profile for ``all-disabled``).
+Without a ``mig_command`` a layout change is refused with an error naming the key.
 Reads go through ``sinfo --json`` and ``squeue --json`` run with an explicit ``SLURM_CONF`` (never
 through a shell), or, with ``restd_url``, through slurmrestd's ``/nodes`` and ``/jobs``: the same
 v0.0.38 node and job objects, read where no Slurm client is installed.
@@ -19,8 +26,10 @@ import os
 import subprocess
 from typing import Any, Mapping, Sequence
 
-from gpupool.allocate.actuators.base import ActuationError, Actuator, Command, OwnerState
+from gpupool import mig
+from gpupool.allocate.actuators.base import ActuationConfigError, ActuationError, Actuator, Command, OwnerState
 from gpupool.sources.base import PermanentError, TransientError
+from gpupool.sources.slurm import parse_gres
 from gpupool.sources.slurmrestd import SlurmRestd, expand_hostlist
 
 #: job states that still occupy a node
@@ -56,6 +65,9 @@ class SlurmActuator(Actuator):
     restd_url, restd_user, restd_token, restd_version:
         Read node state and jobs from slurmrestd (``http(s)://host:port`` with a JWT, or
         ``unix:/path/to/slurmrestd.sock``) instead of ``sinfo``/``squeue``.
+    mig_command:
+        The node-side MIG command, an argv template with ``{node}`` and ``{layout}``; ``None``: this
+        cluster's nodes are never re-laid out.
     """
 
     def __init__(
@@ -69,12 +81,18 @@ class SlurmActuator(Actuator):
         restd_user: str | None = None,
         restd_token: str | None = None,
         restd_version: str = "v0.0.38",
+        mig_command: Sequence[str] | None = None,
     ):
         self.platform = platform
         self.slurm_conf = slurm_conf
         self.bin_dir = bin_dir
         self.names = dict(names or {})
         self.timeout_s = timeout_s
+        self.mig_command = [str(a) for a in mig_command] if mig_command else None
+        self.can_relayout = self.mig_command is not None
+        if mig_command is not None and (isinstance(mig_command, str) or not any("{layout}" in a for a in self.mig_command)):
+            raise ActuationConfigError(
+                f"platform {platform!r}: mig_command must be a list of arguments with {{layout}} in one")
         self.restd = (SlurmRestd(restd_url, user=restd_user, token=restd_token, version=restd_version,
                                  timeout=timeout_s) if restd_url else None)
 
@@ -85,13 +103,14 @@ class SlurmActuator(Actuator):
     def _bin(self, tool: str) -> str:
         return os.path.join(self.bin_dir, tool) if self.bin_dir else tool
 
-    def _run(self, argv: Sequence[str], node: str, action: str) -> str:
+    def _run(self, argv: Sequence[str], node: str, action: str, slurm_tool: bool = True) -> str:
         env = dict(os.environ)
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         try:
             proc = subprocess.run(
-                [self._bin(argv[0]), *argv[1:]], env=env, capture_output=True, text=True, timeout=self.timeout_s
+                [self._bin(argv[0]) if slurm_tool else argv[0], *argv[1:]], env=env, capture_output=True, text=True,
+                timeout=self.timeout_s
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ActuationError(self.platform, node, action, f"{argv[0]}: {exc}") from exc
@@ -164,6 +183,38 @@ class SlurmActuator(Actuator):
         st = self.owner_state(node)
         return st.held_by_gpupool and st.busy == 0
 
+    def _gres(self, node: str) -> tuple[int, str | None]:
+        """(GRES count, type) the node reports; (0, None) for a node Slurm does not know."""
+        rec = self._node_record(node)
+        return parse_gres(rec.get("gres") if rec else None)
+
+    def is_prepared(self, node: str, mig_layout: str | None) -> bool:
+        """The node's GRES is typed by the layout's profile (by none for whole GPUs)."""
+        if not mig_layout:
+            return True
+        _, typ = self._gres(node)
+        have = typ if typ in mig.SLICES_PER_GPU else None
+        return have == mig.layout_profile(mig_layout)
+
+    def prepare_commands(self, node: str, mig_layout: str | None) -> list[Command]:
+        """The node-side ``mig_command``, then ``scontrol update .. Gres=``, unless the node has the layout."""
+        if not mig_layout or self.is_prepared(node, mig_layout):
+            return []
+        if not self.mig_command:
+            raise ActuationError(self.platform, node, "mig_layout",
+                                 f"no mig_command in the platform's connection: gpupool cannot lay {node} out as "
+                                 f"{mig_layout} (Slurm has no API for MIG)")
+        count, typ = self._gres(node)
+        gpus = count // mig.SLICES_PER_GPU[typ] if typ in mig.SLICES_PER_GPU else count
+        profile = mig.layout_profile(mig_layout)
+        if profile is not None and profile not in mig.SLICES_PER_GPU:
+            raise ActuationError(self.platform, node, "mig_layout", f"{mig_layout} is not one MIG profile on every GPU")
+        gres = f"gpu:{profile}:{gpus * mig.SLICES_PER_GPU[profile]}" if profile else f"gpu:{gpus}"
+        name = self._name(node)
+        argv = [a.replace("{node}", name).replace("{layout}", mig_layout) for a in self.mig_command]
+        return [Command(self.platform, node, "mig_layout", {"argv": argv, "layout": mig_layout}),
+                Command(self.platform, node, "gres", {"argv": ["scontrol", "update", f"NodeName={name}", f"Gres={gres}"]})]
+
     # ---- writes
     def release_commands(self, node: str, reason: str) -> list[Command]:
         """``scontrol update NodeName=.. State=DRAIN Reason="gpupool: ..."`` (running jobs finish)."""
@@ -184,5 +235,11 @@ class SlurmActuator(Actuator):
         argv = list(command.request["argv"])
         if command.action == "resume":
             self.refuse_foreign(self.owner_state(command.node), "resume")
-        out = self._run(argv, command.node, command.action)
+        if command.action == "mig_layout":  # GPUs in use would fail the node-side tool: never try
+            st = self.owner_state(command.node)
+            if not st.held_by_gpupool or st.busy:
+                raise ActuationError(self.platform, command.node, "mig_layout",
+                                     f"node must be drained by gpupool and empty first ({st.busy} job(s), "
+                                     f"hold: {st.hold_reason or 'none'})")
+        out = self._run(argv, command.node, command.action, slurm_tool=command.action != "mig_layout")
         return {"stdout": out.strip()}
