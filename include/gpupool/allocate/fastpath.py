@@ -45,6 +45,9 @@ from gpupool.values import utc, utc_datetime
 
 #: the window of the move budget (issue 30: "at most N moves in any hour", both paths)
 BUDGET_WINDOW = timedelta(hours=1)
+#: the greedy rule's h the fast path decides with (:attr:`Settings.headroom`), chosen by
+#: ``bench/fastpath_tune.py`` on the tune groupings (docs/decisions)
+FASTPATH_HEADROOM = 0.0
 #: Pressure field -> the metric its readings are staged (and judged) as
 READING_METRICS = {"gpus_allocated": "gpu_allocated_now", "gpus_pending": "gpu_pending_now",
                    "gpus_capacity": "gpu_capacity_now"}
@@ -80,6 +83,9 @@ class Settings:
     cooldown: timedelta = timedelta(hours=1)
     plan_max_age: timedelta | None = timedelta(hours=2)
     max_moves_per_tick: int = 1
+    #: the greedy rule's h: a platform needs (1 + h) x its demand (allocated + pending GPUs), so a
+    #: burst still rising is met before its queue forms; a lender keeps as much (see FASTPATH_HEADROOM)
+    headroom: float = 0.0
     members: frozenset[str] | None = None  # pool node ids that may move (None: any)
     backfill: bool = False
 
@@ -137,7 +143,7 @@ def settings_from_config(config, backfill: bool = False) -> Settings:
         max_moves_per_hour=lim.max_moves_per_decision,
         cooldown=timedelta(hours=lim.cooldown_hours),
         plan_max_age=timedelta(hours=lim.max_actuation_age_hours) if lim.max_actuation_age_hours > 0 else None,
-        members=members, backfill=backfill,
+        members=members, backfill=backfill, headroom=FASTPATH_HEADROOM,
     )
 
 
@@ -215,7 +221,9 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
     capacity = {p: float(pr.gpus_capacity) for p, pr in usable.items()}
     open_nodes = {p: int(pr.nodes_open) for p, pr in usable.items()}
     idle = {p: [n for n in pr.idle_nodes] for p, pr in usable.items()}
-    short = {p: pending[p] - free[p] - transit.get(p, 0.0) for p in usable}
+    h = settings.headroom
+    demand = {p: float(pr.gpus_allocated) + pending[p] for p, pr in usable.items()}
+    short = {p: pending[p] + h * demand[p] - free[p] - transit.get(p, 0.0) for p in usable}
     for p in sorted(usable):
         if short[p] <= 0:
             on_way = f" + {transit[p]:g} on their way" if transit.get(p) else ""
@@ -241,13 +249,13 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
                 continue
             fits = [n for n in idle[p] if n not in blocked and n not in moved_nodes
                     and (settings.members is None or n in settings.members)
-                    and free[p] - node_gpus[n] >= pending[p]
+                    and free[p] - node_gpus[n] >= pending[p] + h * demand[p]
                     and capacity[p] - node_gpus[n] >= plan_bounds.keep_gpus.get(p, 0.0)]
             if not fits:
                 refusals.append(f"{p}: lending a node would leave less than its pending work "
                                 f"({pending[p]:g} GPUs) or the plan's reserve ({plan_bounds.keep_gpus.get(p, 0.0):g})")
                 continue
-            offers.append((free[p] - pending[p], p, fits[0]))
+            offers.append((free[p] - pending[p] - h * demand[p], p, fits[0]))
         if not offers:
             out.append(Skip(q, f"short {short[q]:g} GPUs; no platform may lend an idle node: " + "; ".join(refusals)))
             continue

@@ -38,6 +38,7 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
+from gpupool.allocate import fastpath as production
 from gpupool.allocate.fastpath import JUDGED, FastMove, Judged, Settings, decide, decide_inputs, recent_since
 from gpupool.allocate.policy import Policy
 from gpupool.config import default_config
@@ -55,7 +56,8 @@ def fastpath_settings(policy: Policy, max_moves: int) -> Settings:
     age = default_config().limits.max_actuation_age_hours
     return Settings(min_nodes=dict(policy.min_nodes), max_moves_per_hour=int(max_moves),
                     cooldown=timedelta(hours=policy.cooldown_hours),
-                    plan_max_age=timedelta(hours=age) if age > 0 else None)
+                    plan_max_age=timedelta(hours=age) if age > 0 else None,
+                    headroom=production.FASTPATH_HEADROOM)
 
 
 def plan_row(plan_id: int, at: pd.Timestamp, result, demand) -> dict:

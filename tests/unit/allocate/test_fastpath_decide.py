@@ -126,3 +126,21 @@ def test_a_node_in_transit_counts_against_the_shortage_though_no_platform_report
     # without its GPUs (a handover no inventory ever listed) it is counted as nothing, as before
     unknown = [{"node": "k9", "to_platform": "slurm", "state": "released"}]
     assert len(_moves(decide(ps, PLAN, [], unknown, AT, SET))) == 1
+
+
+def test_headroom_is_the_greedy_rules_need_for_taker_and_lender():
+    from dataclasses import replace
+
+    # slurm full with nothing pending: short only with a headroom (64 in use, 0 free)
+    ps = {"slurm": Judged(_p("slurm", 64, 0, [], [f"s{i}" for i in range(8)])),
+          "k8s": Judged(_p("k8s", 8, 0, ["k3", "k4", "k5"], [f"k{i}" for i in range(6)]))}
+    assert not _moves(decide(ps, PLAN, [], [], AT, SET))
+    (m,) = _moves(decide(ps, PLAN, [], [], AT, replace(SET, headroom=0.1)))
+    assert (m.source, m.target) == ("k8s", "slurm") and "short 6.4" in m.reason
+    # a lender keeps (1 + h) x its own demand: k8s with 30 of 48 GPUs in use lends at h = 0
+    # (18 free, 8 after lending) but not at h = 0.5 (it would keep 45)
+    ps["k8s"] = Judged(_p("k8s", 30, 0, ["k5"], [f"k{i}" for i in range(6)]))
+    ps["slurm"] = Judged(_p("slurm", 64, 20, [], [f"s{i}" for i in range(8)]))
+    assert _moves(decide(ps, PLAN, [], [], AT, SET))
+    out = decide(ps, PLAN, [], [], AT, replace(SET, headroom=0.5))
+    assert not _moves(out) and any("pending work" in d.reason for d in out if isinstance(d, Skip))

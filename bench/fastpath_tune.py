@@ -1,0 +1,113 @@
+"""Choosing the fast path's headroom h (the greedy rule's need = (1 + h) x demand) on the tune
+groupings: reactive with the fast path at each h, beside the hourly plan alone and the greedy rule
+deciding every 5 minutes, on the shared Helios traces; unmet GPU-h and moves per regime, and why
+the fast path left a short platform unhelped (its skip reasons, counted per tick).
+
+    PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --heads 0,0.05,0.1,0.2
+
+Tune groupings only (G1, G2 by default): the report groupings stay unseen by the choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import allocate_helios as ah  # noqa: E402
+from _tables import record_run  # noqa: E402
+
+from gpupool.allocate import fastpath as afp  # noqa: E402
+from gpupool.sim.study import simulate  # noqa: E402
+
+
+def _reason(text: str) -> str:
+    """A skip reason without its figures: the rule that said no."""
+    text = re.sub(r"[-\d.]+", "#", text)
+    text = re.sub(r"#\S*", "#", text)
+    if "no platform may lend" in text:
+        parts = [re.sub(r"^[a-z]+: ", "", r) for r in text.split("no platform may lend an idle node: ", 1)[1].split("; ")]
+        return "no lender: " + " | ".join(sorted(set(parts)))[:160]
+    return text[:120]
+
+
+def run(job):
+    (g, pct, label), sc, h = job
+    t0 = time.perf_counter()
+    reasons: collections.Counter = collections.Counter()
+    if label == "greedy 5min":
+        total = ah.greedy(sc, every="5min", window="15min")
+    elif label == "off":
+        total = simulate(sc.model_copy(update={"fastpath": None}), "reactive", clean=True)["total"]
+    else:
+        afp.FASTPATH_HEADROOM = h
+        real = afp.decide
+
+        def counted(*a, **kw):
+            out = real(*a, **kw)
+            for d in out:
+                if isinstance(d, afp.Skip) and d.reason.startswith("short"):
+                    reasons[_reason(d.reason)] += 1
+            return out
+
+        import gpupool.sim.fastpath as simfp
+        simfp.decide = counted
+        total = simulate(sc, "reactive", clean=True)["total"]
+    return (g, pct, label), total, reasons, time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--days", type=float, default=6)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--data", default=str(ah.DATA))
+    ap.add_argument("--tune", default=",".join(ah.TUNE))
+    ap.add_argument("--pools", default="100,115")
+    ap.add_argument("--heads", default="0,0.1,0.2")
+    args = ap.parse_args(argv)
+    rounds, data = ah.groupings(), Path(args.data)
+    heads = [float(h) for h in args.heads.split(",")]
+    labels = ["off", "greedy 5min"] + [f"h={h:g}" for h in heads]
+    jobs = []
+    for pct in [int(p) for p in args.pools.split(",")]:
+        for g in args.tune.split(","):
+            sc = ah.scenario(rounds[g], ah.pool_nodes(rounds[g], data, pct), args.days, data, f"{g}-{pct}")
+            jobs.append(((g, pct, "off"), sc, None))
+            jobs.append(((g, pct, "greedy 5min"), sc, None))
+            jobs += [((g, pct, f"h={h:g}"), sc, h) for h in heads]
+    res, why = {}, collections.defaultdict(collections.Counter)
+    with ProcessPoolExecutor(args.jobs) as ex:
+        for key, total, reasons, wall in ex.map(run, jobs):
+            res[key] = total
+            why[key[2]].update(reasons)
+            print(f"# {key} unmet {total['unmet_gpu_hours']:.1f} moves {total['moves']} "
+                  f"fast {total.get('fastpath_moves', 0)} {wall:.0f}s", file=sys.stderr, flush=True)
+    regimes = sorted({(g, pct) for g, pct, _ in res}, key=lambda r: (r[1], r[0]))
+    print(f"reactive with the fast path at headroom h, {args.days:g} days, tune groupings {args.tune}")
+    print()
+    print("| grouping | pool | " + " | ".join(labels) + " |")
+    print("|---|---:|" + "---:|" * len(labels))
+    for g, pct in regimes:
+        cells = [f"{res[(g, pct, lab)]['unmet_gpu_hours']:.0f} ({res[(g, pct, lab)]['moves']})" for lab in labels]
+        print(f"| {g} | {pct}% | " + " | ".join(cells) + " |")
+    means = [sum(res[(g, p, lab)]["unmet_gpu_hours"] for g, p in regimes) / len(regimes) for lab in labels]
+    moves = [sum(res[(g, p, lab)]["moves"] for g, p in regimes) / len(regimes) for lab in labels]
+    print("| mean | | " + " | ".join(f"{u:.1f} ({m:.0f})" for u, m in zip(means, moves)) + " |")
+    print()
+    print("unmet GPU-h (moves); why a short platform was left unhelped, ticks per rule, all regimes:")
+    for lab in labels[2:]:
+        print()
+        print(f"{lab}:")
+        for reason, n in why[lab].most_common(6):
+            print(f"- {n} x {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(record_run("fastpath_tune", main))
