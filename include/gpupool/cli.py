@@ -458,12 +458,10 @@ def _nvml(args: argparse.Namespace) -> int:
         return 0
     from datetime import datetime, timezone
 
-    from gpupool.staging import db
-
+    # no migration here: a node's agent writes samples into a staging the pipeline migrated
     ctx = pipeline.Context.load(args.config, args.staging_url)
     ctx.config.platform(args.platform)
     at = _at(args.at) if args.at else collector.step_instant(datetime.now(timezone.utc), ctx.config.step)
-    db.upgrade(ctx.engine)
     print(_json(collector.push(ctx.engine, args.platform, args.node, at)))
     return 0
 

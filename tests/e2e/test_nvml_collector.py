@@ -69,7 +69,10 @@ def test_pushed_readings_survive_the_extract_and_the_detect_stage_reads_them(tmp
     from gpupool.staging import reads
     from gpupool.staging.schema import clean_sample
 
+    from gpupool.staging import db
+
     config = _config(tmp_path)
+    db.upgrade(db.make_engine(staging_url))  # the pipeline migrates staging; an agent never does
     fake = FakeNvml([FakeGpu(util=90, mem_used=40 * 2**30, processes=[(4242, 40 * 2**30)]), FakeGpu(util=0)])
     steps = pd.date_range(START, END, freq="5min", inclusive="left")
     for i, at in enumerate(steps):
@@ -128,11 +131,17 @@ def test_pushed_readings_survive_the_extract_and_the_detect_stage_reads_them(tmp
     assert len(at_fault) == 1 and bool(at_fault["cleaned"].iloc[0]) and not bool(at_fault["is_anomaly"].iloc[0])
 
 
-def test_an_unknown_platform_or_a_host_without_nvml_is_one_line(tmp_path, monkeypatch, capsys, staging_url):
+def test_an_unknown_platform_unmigrated_staging_or_a_host_without_nvml_is_one_line(tmp_path, monkeypatch, capsys, staging_url):
     config = _config(tmp_path)
     base = ["--config", str(config), "--staging-url", staging_url]
     rc, _, err = _agent_run(monkeypatch, FakeNvml([FakeGpu()]), ["push", "--platform", "lab", "--node", NODE, *base], capsys)
     assert rc == 2 and err.count("\n") == 1 and "no platform named 'lab'" in err
+    rc, _, err = _agent_run(monkeypatch, FakeNvml([FakeGpu()]), ["push", "--platform", "slurm", "--node", NODE, *base],
+                            capsys)
+    assert rc == 2 and err.count("\n") == 1 and "run `gpupool db upgrade`" in err  # staging not migrated yet
+    from gpupool.staging import db
+
+    db.upgrade(db.make_engine(staging_url))
     no_driver = FakeNvml([FakeGpu()], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     rc, _, err = _agent_run(monkeypatch, no_driver, ["push", "--platform", "slurm", "--node", NODE, *base], capsys)
     assert rc == 2 and err.count("\n") == 1 and "nvmlInit failed" in err
