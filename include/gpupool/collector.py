@@ -25,13 +25,15 @@ from typing import Any, Callable
 import pandas as pd
 from sqlalchemy.engine import Engine
 
-from gpupool.canonical import collector_cluster
+from gpupool.canonical import COLLECTOR_CLUSTER_PREFIX, collector_cluster
 from gpupool.errors import UserError
 from gpupool.sources.nvml import NvmlSource
 from gpupool.staging import db, loader
 
 #: a snapshot is stamped at one instant: the slice a push replaces is that instant
 _INSTANT = timedelta(microseconds=1)
+#: the longest node name whose cluster (prefix + name) fits staging's cluster column (128)
+MAX_NODE_NAME = 128 - len(COLLECTOR_CLUSTER_PREFIX)
 
 
 class CollectorError(UserError, ValueError):
@@ -40,9 +42,9 @@ class CollectorError(UserError, ValueError):
 
 def check_node(node: str) -> str:
     """The node's name as staged; a name that is empty or holds whitespace is refused."""
-    if not node or any(ch.isspace() for ch in node) or len(node) > 200:
-        raise CollectorError(f"--node {node!r}: give the node's name as its platform knows it (no spaces, "
-                             "at most 200 characters)")
+    if not node or any(ch.isspace() for ch in node) or len(node) > MAX_NODE_NAME:
+        raise CollectorError(f"--node {node[:60]!r}: give the node's name as its platform knows it (no spaces, "
+                             f"at most {MAX_NODE_NAME} characters)")
     return node
 
 

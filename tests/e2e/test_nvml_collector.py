@@ -136,6 +136,10 @@ def test_an_unknown_platform_unmigrated_staging_or_a_host_without_nvml_is_one_li
     base = ["--config", str(config), "--staging-url", staging_url]
     rc, _, err = _agent_run(monkeypatch, FakeNvml([FakeGpu()]), ["push", "--platform", "lab", "--node", NODE, *base], capsys)
     assert rc == 2 and err.count("\n") == 1 and "no platform named 'lab'" in err
+    for bad in ("gpu n001", "", "n" * 124):  # a name no platform gives, or one staging cannot hold
+        rc, _, err = _agent_run(monkeypatch, FakeNvml([FakeGpu()]), ["push", "--platform", "slurm", "--node", bad, *base],
+                                capsys)
+        assert rc == 2 and err.count("\n") == 1 and "give the node's name" in err, err
     rc, _, err = _agent_run(monkeypatch, FakeNvml([FakeGpu()]), ["push", "--platform", "slurm", "--node", NODE, *base],
                             capsys)
     assert rc == 2 and err.count("\n") == 1 and "run `gpupool db upgrade`" in err  # staging not migrated yet
