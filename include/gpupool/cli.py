@@ -461,6 +461,7 @@ def _nvml(args: argparse.Namespace) -> int:
     # no migration here: a node's agent writes samples into a staging the pipeline migrated
     ctx = pipeline.Context.load(args.config, args.staging_url)
     ctx.config.platform(args.platform)
+    collector.check_node(args.node)  # the input first, before staging is asked anything
     at = _at(args.at) if args.at else collector.step_instant(datetime.now(timezone.utc), ctx.config.step)
     print(_json(collector.push(ctx.engine, args.platform, args.node, at)))
     return 0
