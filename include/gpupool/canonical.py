@@ -50,6 +50,7 @@ HEALTH_METRICS = {
 #: Prometheus-backed sources stage health per exporter target (``HEALTH_ENTITY_KIND``); the
 #: Kubernetes metrics APIs vouch per node, so their rows carry the node's own entity
 HEALTH_ENTITY_KIND = "target"
+CANONICAL_METRICS.update(HEALTH_METRICS)
 
 #: the ``cluster`` of the rows a node agent stages itself (``gpupool nvml push``): the prefix, then
 #: the node's name. They are series of their own beside the platform's exporter series for the
@@ -61,7 +62,6 @@ COLLECTOR_CLUSTER_PREFIX = "nvml:"
 def collector_cluster(node: str) -> str:
     """The ``cluster`` of the rows the node agent on ``node`` stages."""
     return f"{COLLECTOR_CLUSTER_PREFIX}{node}"
-CANONICAL_METRICS.update(HEALTH_METRICS)
 
 
 def health_target(metric: str) -> str:

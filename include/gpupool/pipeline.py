@@ -27,7 +27,8 @@ from gpupool.detect.provenance import health_rows, provenance_faults
 from gpupool.allocate.policy import PLANNED_KINDS
 from gpupool.window import Window, WindowError, parse_time, resolve_window  # the task's window, used here and by callers
 from gpupool.forecast.stage import FORECAST_HISTORY, FORECAST_LEVEL, demand_forecast, warm_start
-from gpupool.canonical import COLLECTOR_CLUSTER_PREFIX, HEALTH_ENTITY_KIND, SERIES_KEY, TOTAL_METRICS, add_platform_totals, normalize_samples
+from gpupool.canonical import (COLLECTOR_CLUSTER_PREFIX, HEALTH_ENTITY_KIND, SERIES_KEY, TOTAL_METRICS, add_platform_totals,
+                               normalize_samples)
 from gpupool.config import ConfigError, GpupoolConfig, default_config, load_config
 from gpupool.staging import db, forecasts, loader, plans, reads, runs
 from gpupool.summary import window_summary
