@@ -5,7 +5,8 @@ virtual datacenter served by `gpupool sim serve` at a speed-up, through the real
 kind kubernetes (cordon through the API server facade) and slurm (resume through `scontrol`),
 with actuation on. The node drains at once (it runs nothing), is provisioned to slurm (in
 transit `move_minutes`), and is attached there when it arrives; a node that still runs work
-is drained and waits, and the runs say why.
+is drained and waits, and the runs say why; a node another tool drained is left exactly as
+found, and the run fails so Airflow alerts.
 
 Why `dag.test()` and not a scheduler: see test_fastpath_e2e.py (a 5-minute cron runs on wall
 time). The provisioning between platforms is datacenter.py's :class:`ProvisionedActuator`.
@@ -13,6 +14,7 @@ time). The provisioning between platforms is datacenter.py's :class:`Provisioned
 
 from __future__ import annotations
 
+import subprocess
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -140,3 +142,29 @@ def test_a_busy_node_is_drained_and_waits(dag, tmp_path, monkeypatch, staging_ur
     assert [(r["platform"], r["action"]) for r in ho.audit_rows(engine, hid)] == [("kubernetes", "cordon")]
     assert after[node]["platform"] == "kubernetes" and not after[node]["schedulable"]
     assert after[node]["drain_reason"].startswith("gpupool:")
+
+
+def test_a_node_another_tool_drained_is_left_alone_and_the_run_fails(dag, tmp_path, monkeypatch, staging_url):
+    """An operator drained a slurm node for maintenance (`scontrol`, a reason that is not
+    gpupool's): the handover of it fails with nothing sent, the node keeps the operator's drain,
+    and the DAG's run fails (the task raises HandoverFailed) so Airflow alerts."""
+    from gpupool.allocate import handover as ho
+
+    with datacenter.serve(_scenario(tmp_path), NOW, SPEED) as urls:
+        engine = _deployment(monkeypatch, tmp_path, urls, staging_url)
+        node = sorted(n for n, e in datacenter.pool(urls["control"]).items() if e["platform"] == "slurm")[0]
+        drained = subprocess.run([str(tmp_path / "slurm-bin" / "scontrol"), "update", f"NodeName={node}",
+                                  "State=DRAIN", "Reason=maintenance: PSU swap"], capture_output=True, text=True)
+        assert drained.returncode == 0, drained.stderr
+        hid = ho.open_handover(engine, node, "slurm", "kubernetes", at=NOW, dry_run=False)
+        while datacenter.sim_now(urls) < NOW + TICK:
+            time.sleep(0.2)
+        run = dag.test(logical_date=NOW + TICK)
+        after = datacenter.pool(urls["control"])[node]
+
+    assert str(run.state).endswith("failed"), run.state
+    h = ho.get_handover(engine, hid)
+    assert h.state in (ho.FAILED, ho.ROLLED_BACK) and "left alone" in (h.error or ""), h
+    assert ho.audit_rows(engine, hid) == []  # nothing was sent to either platform
+    assert after["platform"] == "slurm" and not after["schedulable"]
+    assert after["drain_reason"].startswith("maintenance")
