@@ -52,6 +52,17 @@ HEALTH_METRICS = {
 HEALTH_ENTITY_KIND = "target"
 CANONICAL_METRICS.update(HEALTH_METRICS)
 
+#: the ``cluster`` of the rows a node agent stages itself (``gpupool nvml push``): the prefix, then
+#: the node's name. They are series of their own beside the platform's exporter series for the
+#: same node, each node's health series vouch for that node's readings only, and the platform's
+#: extract, which replaces the rows it reads, leaves them alone
+COLLECTOR_CLUSTER_PREFIX = "nvml:"
+
+
+def collector_cluster(node: str) -> str:
+    """The ``cluster`` of the rows the node agent on ``node`` stages."""
+    return f"{COLLECTOR_CLUSTER_PREFIX}{node}"
+
 
 def health_target(metric: str) -> str:
     """The ``entity_id`` of the health series that vouches for the readings of ``metric``."""

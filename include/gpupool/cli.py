@@ -167,6 +167,20 @@ def build_parser() -> argparse.ArgumentParser:
     mp.add_argument("--port", type=int, default=9809, help="port to listen on (default 9809; 0: any free one)")
     mp.add_argument("--at", help="serve staging as it stood at this instant (ISO 8601) instead of the wall clock")
 
+    p = sub.add_parser("nvml", help="the NVML agent of one GPU node of a platform: stage or serve its GPUs' readings")
+    nsub = p.add_subparsers(dest="nvml_command", required=True, metavar="ACTION")
+    np_ = nsub.add_parser("push", help="read this node's GPUs through NVML once and stage the snapshot")
+    _add_common(np_)
+    for q in (np_, nsub.add_parser("serve", help="serve this node's NVML readings at /metrics for Prometheus")):
+        q.add_argument("--platform", required=True, help="the configured platform the node belongs to")
+        q.add_argument("--node", required=True, help="the node's name as its platform knows it")
+    np_.add_argument("--at", help="stamp the snapshot at this instant (ISO 8601; default: now, floored to the "
+                     "configured step, so each run of a timer lands on the pipeline's grid)")
+    ns = nsub.choices["serve"]
+    ns.add_argument("--config", help="platforms.yaml (default: $GPUPOOL_CONFIG, else the embedded virtual datacenter)")
+    ns.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    ns.add_argument("--port", type=int, default=9810, help="port to listen on (default 9810; 0: any free one)")
+
     p = sub.add_parser("sim", help="the virtual datacenter")
     simsub = p.add_subparsers(dest="sim_command", required=True, metavar="ACTION")
     sp = simsub.add_parser("serve", add_help=False,
@@ -267,6 +281,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "metrics":
         return _metrics_serve(args)
+    if args.command == "nvml":
+        return _nvml(args)
     from gpupool import pipeline
     from gpupool.staging import db
     from gpupool.summary import format_summary
@@ -472,6 +488,37 @@ def _metrics_serve(args: argparse.Namespace) -> int:
         metrics.serve(ctx.engine, ctx.config, host=args.host, port=args.port, at=at, ready=ready)
     except OSError as exc:  # the port is taken or the address is not ours: one line
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    return 0
+
+
+def _nvml(args: argparse.Namespace) -> int:
+    """`gpupool nvml push|serve`: the platform must be one platforms.yaml names."""
+    from gpupool import collector, pipeline
+    from gpupool.errors import UsageError
+
+    if args.nvml_command == "serve":
+        if not 0 <= args.port <= 65535:
+            raise UsageError(f"--port {args.port}: must be 0 to 65535")
+        ctx = pipeline.Context.load(args.config, None)
+        ctx.config.platform(args.platform)
+        collector.check_node(args.node)
+
+        def ready(host: str, port: int) -> None:
+            print(f"gpupool nvml: serving http://{host}:{port}/metrics", flush=True)
+
+        try:
+            collector.serve(args.platform, args.node, host=args.host, port=args.port, ready=ready)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        return 0
+    from datetime import datetime, timezone
+
+    # no migration here: a node's agent writes samples into a staging the pipeline migrated
+    ctx = pipeline.Context.load(args.config, args.staging_url)
+    ctx.config.platform(args.platform)
+    collector.check_node(args.node)  # the input first, before staging is asked anything
+    at = _at(args.at) if args.at else collector.step_instant(datetime.now(timezone.utc), ctx.config.step)
+    print(_json(collector.push(ctx.engine, args.platform, args.node, at)))
     return 0
 
 

@@ -27,7 +27,8 @@ from gpupool.detect.provenance import health_rows, provenance_faults
 from gpupool.allocate.policy import PLANNED_KINDS
 from gpupool.window import Window, WindowError, parse_time, resolve_window  # the task's window, used here and by callers
 from gpupool.forecast.stage import FORECAST_HISTORY, FORECAST_LEVEL, demand_forecast, warm_start
-from gpupool.canonical import HEALTH_ENTITY_KIND, SERIES_KEY, TOTAL_METRICS, add_platform_totals, normalize_samples
+from gpupool.canonical import (COLLECTOR_CLUSTER_PREFIX, HEALTH_ENTITY_KIND, SERIES_KEY, TOTAL_METRICS, add_platform_totals,
+                               normalize_samples)
 from gpupool.config import ConfigError, GpupoolConfig, default_config, load_config
 from gpupool.staging import db, forecasts, loader, plans, reads, runs
 from gpupool.summary import window_summary
@@ -101,7 +102,7 @@ def extract(ctx: Context, platform: str, window: Window, lookup=None) -> dict:
         frame = normalize_samples(raw, where=f"platform {platform} window {window}")
         frame = add_platform_totals(frame)
         inv, snapshot, inventory_note = _inventory(source, platform, window)
-        parts = [(loader.Slice("sample", {"platform": platform}, window.start, window.end), frame), *snapshot]
+        parts = [(_sample_slice(platform, window), frame), *snapshot]
         rows = loader.replace_slices(
             ctx.engine, parts,
             then=lambda conn, n: runs.finish_extract_run(conn, run_id, "success", n[0], inventory_note))[0]
@@ -112,6 +113,13 @@ def extract(ctx: Context, platform: str, window: Window, lookup=None) -> dict:
     if inventory_note:
         out["inventory"] = inventory_note
     return out
+
+
+def _sample_slice(platform: str, window: Window) -> loader.Slice:
+    """The platform's rows of `sample` in the window an extract replaces: all but those its
+    nodes' agents staged (`gpupool nvml push`), which no platform API returns."""
+    return loader.Slice("sample", {"platform": platform}, window.start, window.end,
+                        foreign=(("cluster", COLLECTOR_CLUSTER_PREFIX),))
 
 
 def _inventory(source, platform: str, window: Window) -> tuple[pd.DataFrame, list, str | None]:
@@ -303,7 +311,7 @@ def finish_extract(ctx: Context, platform: str, window: Window, parts: list[dict
         source = build_source(ctx.config.platform(platform), ctx.config, lookup)
         inv, snapshot, inventory_note = _inventory(source, platform, window)
         rows = loader.promote_parts(
-            ctx.engine, loader.Slice("sample", {"platform": platform}, window.start, window.end), labels,
+            ctx.engine, _sample_slice(platform, window), labels,
             extra=normalize_samples(totals, where=f"platform {platform} totals window {window}"), also=snapshot,
             then=lambda conn, n: runs.finish_extract_run(conn, run_id, "success", n, inventory_note),
             expect=sum(int(landed[label].rows or 0) for label in labels))

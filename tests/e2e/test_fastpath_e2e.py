@@ -11,31 +11,24 @@ Why `dag.test()` and not a scheduler: a scheduler's 5-minute cron runs on wall t
 simulated half hour would take a real half hour; the runs here are the DAG's own task, at the
 logical dates the scheduler would give it, with the simulated clock as their time.
 
-The datacenter between the platforms: in a real one a provisioning system (re-imaging,
-re-registration) hands a node released by one platform to the next. Here the simulator's
-control API plays it (`POST /sim/v1/nodes/{name}/move`: the node is in transit for the
-scenario's `move_minutes`), wrapped around the target's real actuator by
-:class:`ProvisionedActuator`, the one thing this test adds to what the product builds.
+The datacenter between the platforms (provisioning a released node to its next platform) is
+datacenter.py's :class:`ProvisionedActuator`, the one thing this test adds to what the product builds.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import requests
 import sqlalchemy as sa
 import yaml
 
-from gpupool.allocate.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, OwnerState
+import datacenter  # tests/e2e/, on sys.path by conftest.py
 
 pytestmark = pytest.mark.slow
 
@@ -52,10 +45,7 @@ TICKS = 7  # NOW + 5 min .. NOW + 35 min: the burst, and the move with a tick to
 
 
 def _trace(path: Path, running: list[float], pending: list[float], total: float) -> Path:
-    idx = pd.date_range(T0, T0 + timedelta(days=2), freq="5min", inclusive="left")
-    pd.DataFrame({"time": idx.strftime("%Y-%m-%dT%H:%M:%SZ"), "running_gpu_num": running,
-                  "pending_gpu_num": pending, "total_gpu_num": total}).to_csv(path, index=False)
-    return path
+    return datacenter.write_trace(path, T0, running, pending, total)
 
 
 def _scenario(tmp_path: Path) -> Path:
@@ -70,120 +60,6 @@ def _scenario(tmp_path: Path) -> Path:
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
-
-
-def _config(tmp_path: Path) -> Path:
-    cfg = {
-        "step": "5min", "dry_run": False,
-        "platforms": [
-            {"name": "slurm", "kind": "slurm", "conn_id": "prometheus_vdc", "min_nodes": 1, "actuation": True,
-             "prometheus_match": {"cluster": "slurm"}},
-            {"name": "kubernetes", "kind": "kubernetes", "conn_id": "kubernetes_vdc", "min_nodes": 1,
-             "actuation": True, "prometheus_match": {"cluster": "kubernetes"},
-             "metrics": {  # as config/compose/platforms.yaml: the facade exports DCGM, no kube-state-metrics
-                 "gpu_capacity": {"expr": "count by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "entity_kind": "node",
-                                  "entity": "{Hostname}", "node_label": "Hostname"},
-                 "gpu_allocated": {"expr": 'count by (Hostname) (DCGM_FI_DEV_GPU_UTIL{pod!=""})',
-                                   "entity_kind": "node", "entity": "{Hostname}", "node_label": "Hostname"},
-                 "gpu_pending": None}},
-        ],
-    }
-    path = tmp_path / "platforms.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def _connect(monkeypatch, tmp_path: Path, urls: dict) -> None:
-    """The connections a deployment would define, and `scontrol` as the Slurm actuator runs it."""
-    bin_dir = tmp_path / "slurm-bin"
-    bin_dir.mkdir(exist_ok=True)
-    shim = bin_dir / "scontrol"
-    shim.write_text(f"#!/bin/sh\nGPUPOOL_SIM_SLURMRESTD_URL={urls['slurmrestd']} "
-                    f"exec {sys.executable} -m gpupool.emulator.scontrol \"$@\"\n")
-    shim.chmod(0o755)
-    (tmp_path / "slurm.conf").write_text("# the simulated cluster: scontrol reads slurmrestd\n")
-    monkeypatch.setenv("AIRFLOW_CONN_PROMETHEUS_VDC", json.dumps(
-        {"conn_type": "http", "host": urls["prometheus"],
-         "extra": {"restd_url": urls["slurmrestd"], "live_tolerance_minutes": None,
-                   "slurm_conf": str(tmp_path / "slurm.conf"), "bin_dir": str(bin_dir)}}))
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_VDC", json.dumps(
-        {"conn_type": "http", "host": urls["kubernetes"], "extra": {"prometheus_url": urls["prometheus"]}}))
-
-
-class ProvisionedActuator(Actuator):
-    """A platform's real actuator, with the datacenter's provisioning in front of its attach.
-
-    A node released elsewhere is not known here until provisioning brings it: attach first asks
-    the simulator's control API to move it (``provision``), then, once it has arrived, sends the
-    platform's own attach commands (resume / uncordon where it arrives held)."""
-
-    attach_brings_node = True
-
-    def __init__(self, inner: Actuator, control_url: str):
-        self.inner, self.control = inner, control_url.rstrip("/")
-
-    @property
-    def platform(self) -> str:  # type: ignore[override]
-        return self.inner.platform
-
-    @property
-    def can_evict(self) -> bool:  # type: ignore[override]
-        return self.inner.can_evict
-
-    def _pool_entry(self, node: str) -> dict:
-        nodes = requests.get(f"{self.control}/sim/v1/pool", timeout=10).json()["nodes"]
-        return next(n for n in nodes if n["name"] == node)
-
-    def owner_state(self, node: str) -> OwnerState:
-        st = self.inner.owner_state(node)
-        if st.present:
-            return st
-        e = self._pool_entry(node)
-        if e["in_transit"] and e["platform"] == self.platform:
-            return OwnerState(self.platform, node, present=True, schedulable=False,
-                              hold_reason=f"{REASON_PREFIX} arriving in {e['available_in_minutes']:.0f} min")
-        return st
-
-    def is_released(self, node: str) -> bool:
-        return self.inner.is_released(node)
-
-    def release_commands(self, node: str, reason: str) -> list[Command]:
-        return self.inner.release_commands(node, reason)
-
-    def evict_commands(self, node: str) -> list[Command]:
-        return self.inner.evict_commands(node)
-
-    def prepare_commands(self, node, mig_layout):
-        return self.inner.prepare_commands(node, mig_layout)
-
-    def is_prepared(self, node, mig_layout) -> bool:
-        return self.inner.is_prepared(node, mig_layout)
-
-    def attach_commands(self, node: str) -> list[Command]:
-        if self.inner.owner_state(node).present:
-            return self.inner.attach_commands(node)
-        if self._pool_entry(node)["in_transit"]:
-            return []  # provisioning is bringing it
-        return [Command(self.platform, node, "provision", {"move": node, "to": self.platform})]
-
-    def send(self, command: Command):
-        if command.action != "provision":
-            return self.inner.send(command)
-        r = requests.post(f"{self.control}/sim/v1/nodes/{command.node}/move", json={"to": self.platform}, timeout=10)
-        if r.status_code != 202:
-            raise ActuationError(self.platform, command.node, "provision", f"HTTP {r.status_code}: {r.text[:200]}")
-        return r.json()
-
-
-def _provisioned(monkeypatch, control_url: str) -> None:
-    from gpupool import pipeline
-
-    built = pipeline.Context.build_actuators
-
-    def build_actuators(self, platforms=None, lookup=None):
-        return {p: ProvisionedActuator(a, control_url) for p, a in built(self, platforms, lookup=lookup).items()}
-
-    monkeypatch.setattr(pipeline.Context, "build_actuators", build_actuators)
 
 
 def _plan(engine, at: datetime) -> None:
@@ -221,43 +97,30 @@ def dag(dags_root, airflow_home, tmp_path_factory):
 
 @contextlib.contextmanager
 def _vdc(tmp_path: Path, start_at: datetime):
-    """`gpupool sim serve` at a speed-up, on ephemeral ports, as its own process; its clock
-    starts at ``start_at`` when it starts serving. Yields the facades' URLs."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpupool.cli", "sim", "serve", str(_scenario(tmp_path)), "--speed", str(SPEED),
-         "--start-at", start_at.isoformat(),
-         *[a for name in ("prometheus", "kubernetes", "openstack", "slurm", "control") for a in (f"--{name}-port", "0")]],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        if not line:
-            pytest.fail(f"gpupool sim serve did not start: {proc.stderr.read()[-2000:]}")
-        yield json.loads(line)["urls"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with datacenter.serve(_scenario(tmp_path), start_at, SPEED) as urls:
+        yield urls
 
 
 def _sim_now(urls) -> datetime:
-    return pd.Timestamp(requests.get(f"{urls['control']}/sim/v1/clock", timeout=10).json()["now"]).to_pydatetime()
+    return datacenter.sim_now(urls)
+
+
+def _pool(urls) -> dict[str, dict]:
+    return datacenter.pool(urls["control"])
 
 
 def _deployment(monkeypatch, tmp_path: Path, urls: dict, staging_url: str):
     """Connections, configuration and staging (with an hourly plan) as a deployment has them."""
     from gpupool.staging import db
 
-    _connect(monkeypatch, tmp_path, urls)
-    _provisioned(monkeypatch, urls["control"])
-    monkeypatch.setenv("GPUPOOL_CONFIG", str(_config(tmp_path)))
+    datacenter.connect(monkeypatch, tmp_path, urls)
+    datacenter.provisioned(monkeypatch, urls["control"])
+    monkeypatch.setenv("GPUPOOL_CONFIG", str(datacenter.write_config(tmp_path)))
     monkeypatch.setenv("GPUPOOL_STAGING_URL", staging_url)
     engine = db.make_engine(staging_url)
     db.upgrade(engine)
     _plan(engine, NOW)
     return engine
-
-
-def _pool(urls) -> dict[str, dict]:
-    return {n["name"]: n for n in requests.get(f"{urls['control']}/sim/v1/pool", timeout=10).json()["nodes"]}
 
 
 def test_a_burst_is_answered_within_minutes(dag, tmp_path, monkeypatch, staging_url):

@@ -65,6 +65,26 @@ def test_reload_replaces_only_its_own_slice(engine):
     assert len(_rows(engine, "kubernetes")) == 24
 
 
+def test_a_slice_leaves_another_writers_rows_and_refuses_to_write_them(engine):
+    """A platform's extract replaces its window but not the rows its nodes' agents staged
+    (cluster prefix `nvml:`); the agent's own slice
+    replaces only its rows."""
+    foreign = (("cluster", "nvml:"),)
+    mine = lambda: loader.Slice("sample", {"platform": "slurm"}, T0, T0 + timedelta(hours=2), foreign=foreign)
+    agent = _frame("slurm", T0, 6).assign(cluster="nvml:gpu_n001")
+    lookalike = _frame("slurm", T0, 6).assign(cluster="nvmlXgpu")  # no prefix: the extract's own
+    loader.replace_slice(engine, loader.Slice("sample", {"platform": "slurm", "cluster": "nvml:gpu_n001"}, T0,
+                                              T0 + timedelta(hours=2)), agent)
+    loader.replace_slice(engine, mine(), pd.concat([_frame("slurm", T0, 24), lookalike]))
+    loader.replace_slice(engine, mine(), _frame("slurm", T0, 10, offset=100.0))  # a rerun with fewer points
+    rows = _rows(engine, "slurm")
+    assert sorted(rows["cluster"].unique()) == ["", "nvml:gpu_n001"]
+    assert (rows["cluster"] == "nvml:gpu_n001").sum() == 6 and (rows["cluster"] == "").sum() == 10
+    with pytest.raises(loader.LoadError, match="cluster starting 'nvml:'"):
+        loader.replace_slice(engine, mine(), agent)
+    assert len(_rows(engine, "slurm")) == 16
+
+
 def test_failure_midway_keeps_previous_rows(engine):
     loader.replace_slice(engine, _slice("slurm"), _frame("slurm", T0, 24))
     before = _rows(engine)

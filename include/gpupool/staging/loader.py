@@ -29,17 +29,26 @@ class LoadError(UserError, RuntimeError):
 
 @dataclass(frozen=True)
 class Slice:
-    """What one load replaces: rows of `table` matching `match` with ts in [start, end)."""
+    """What one load replaces: rows of `table` matching `match` with ts in [start, end), except
+    those whose column starts with a prefix of `foreign` (another writer's rows: a platform's
+    extract leaves the rows its nodes' agents staged, `canonical.COLLECTOR_CLUSTER_PREFIX`)."""
 
     table: str
     match: dict[str, str]
     start: datetime
     end: datetime
     ts_column: str = "ts"
+    foreign: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
-        keys = ", ".join(f"{k}={v}" for k, v in self.match.items())
+        keys = ", ".join([f"{k}={v}" for k, v in self.match.items()] + [f"{k}!={v}*" for k, v in self.foreign])
         return f"{self.table}[{keys}] window [{self.start.isoformat()}, {self.end.isoformat()})"
+
+    def where(self, table: sa.Table) -> list:
+        """The slice's rows of ``table`` (the slice's own table, or part_sample for sample)."""
+        cond = [table.c[k] == v for k, v in self.match.items()]
+        cond += [sa.not_(table.c[k].startswith(v, autoescape=True)) for k, v in self.foreign]
+        return cond + [table.c[self.ts_column] >= self.start, table.c[self.ts_column] < self.end]
 
 
 def replace_slice(engine: Engine, sl: Slice, frame: pd.DataFrame) -> int:
@@ -87,8 +96,7 @@ def promote_parts(engine: Engine, sl: Slice, parts: list[str], extra: pd.DataFra
     extra = _prepare(sl, extra if extra is not None else pd.DataFrame(columns=[c.name for c in dst.columns]))
     prepared = [(s_, _prepare(s_, f)) for s_, f in also]
     cols = [c.name for c in dst.columns]
-    in_window = [src.c[k] == v for k, v in sl.match.items()]
-    in_window += [src.c[sl.ts_column] >= sl.start, src.c[sl.ts_column] < sl.end]
+    in_window = sl.where(src)
     current = sl
     try:
         with engine.begin() as conn:
@@ -134,9 +142,7 @@ def _write(conn: sa.Connection, sl: Slice, frame: pd.DataFrame) -> None:
     table = metadata.tables[sl.table]
     if sl.table == "sample":
         db.ensure_partitions(conn, sl.start, sl.end)
-    cond = [table.c[k] == v for k, v in sl.match.items()]
-    cond += [table.c[sl.ts_column] >= sl.start, table.c[sl.ts_column] < sl.end]
-    conn.execute(table.delete().where(*cond))
+    conn.execute(table.delete().where(*sl.where(table)))
     if len(frame):
         if conn.dialect.name == "postgresql":
             _copy(conn, table, frame)
@@ -152,6 +158,12 @@ def _check_inside(sl: Slice, frame: pd.DataFrame) -> None:
             bad = frame[key].astype(str) != str(value)
             if bad.any():
                 raise LoadError(f"{sl.describe()}: {int(bad.sum())} rows have {key} != {value!r}")
+    for key, prefix in sl.foreign:
+        if key in frame.columns:
+            bad = frame[key].astype(str).str.startswith(prefix)
+            if bad.any():
+                raise LoadError(f"{sl.describe()}: {int(bad.sum())} rows have a {key} starting {prefix!r}, "
+                                "which another writer's rows have")
     ts = pd.to_datetime(frame[sl.ts_column], utc=True)
     start, end = pd.Timestamp(sl.start), pd.Timestamp(sl.end)
     outside = (ts < start) | (ts >= end)

@@ -18,7 +18,7 @@ import pytest
 PKG = Path(__file__).resolve().parents[3] / "include" / "gpupool"
 STAGES = ["sources", "staging", "detect", "forecast", "allocate"]
 #: built on top of the stages: no stage may reach them
-ABOVE = {"pipeline", "cli", "poolview", "report", "airflow_glue", "platforms", "summary", "metrics", "notify"}
+ABOVE = {"pipeline", "cli", "collector", "poolview", "report", "airflow_glue", "platforms", "summary", "metrics", "notify"}
 #: the what-if and the platform-API emulator: the stages never know a platform is simulated
 SIMULATOR = {"sim", "emulator"}
 #: modules every layer may use; they import nothing from gpupool

@@ -1,0 +1,183 @@
+"""The virtual datacenter as the end-to-end tests drive it: `gpupool sim serve` at a speed-up as
+its own process, the connections and `scontrol` a deployment of kinds slurm and kubernetes has
+against it, and the provisioning between platforms (:class:`ProvisionedActuator`).
+
+Not a test module (pytest collects only test_*.py): tests/e2e/conftest.py puts this directory on
+sys.path. test_fastpath_e2e.py and test_handover_maintenance_dags.py share it.
+
+The datacenter between the platforms: in a real one a provisioning system (re-imaging,
+re-registration) hands a node released by one platform to the next. Here the simulator's
+control API plays it (`POST /sim/v1/nodes/{name}/move`: the node is in transit for the
+scenario's `move_minutes`), wrapped around the target's real actuator by
+:class:`ProvisionedActuator`, the one thing these tests add to what the product builds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import requests
+import yaml
+
+from gpupool.allocate.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, OwnerState
+
+
+def write_trace(path: Path, start: datetime, running: list[float], pending: list[float], total: float) -> Path:
+    """A 5-minute demand trace of two days from ``start`` (the simulator's CSV columns)."""
+    idx = pd.date_range(start, start + timedelta(days=2), freq="5min", inclusive="left")
+    pd.DataFrame({"time": idx.strftime("%Y-%m-%dT%H:%M:%SZ"), "running_gpu_num": running,
+                  "pending_gpu_num": pending, "total_gpu_num": total}).to_csv(path, index=False)
+    return path
+
+
+def write_config(tmp_path: Path) -> Path:
+    """platforms.yaml of a deployment with slurm and kubernetes, both actuating, dry_run off."""
+    cfg = {
+        "step": "5min", "dry_run": False,
+        "platforms": [
+            {"name": "slurm", "kind": "slurm", "conn_id": "prometheus_vdc", "min_nodes": 1, "actuation": True,
+             "prometheus_match": {"cluster": "slurm"}},
+            {"name": "kubernetes", "kind": "kubernetes", "conn_id": "kubernetes_vdc", "min_nodes": 1,
+             "actuation": True, "prometheus_match": {"cluster": "kubernetes"},
+             "metrics": {  # as config/compose/platforms.yaml: the facade exports DCGM, no kube-state-metrics
+                 "gpu_capacity": {"expr": "count by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "entity_kind": "node",
+                                  "entity": "{Hostname}", "node_label": "Hostname"},
+                 "gpu_allocated": {"expr": 'count by (Hostname) (DCGM_FI_DEV_GPU_UTIL{pod!=""})',
+                                   "entity_kind": "node", "entity": "{Hostname}", "node_label": "Hostname"},
+                 "gpu_pending": None}},
+        ],
+    }
+    path = tmp_path / "platforms.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def connect(monkeypatch, tmp_path: Path, urls: dict) -> None:
+    """The connections a deployment would define, and `scontrol` as the Slurm actuator runs it."""
+    bin_dir = tmp_path / "slurm-bin"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "scontrol"
+    shim.write_text(f"#!/bin/sh\nGPUPOOL_SIM_SLURMRESTD_URL={urls['slurmrestd']} "
+                    f"exec {sys.executable} -m gpupool.emulator.scontrol \"$@\"\n")
+    shim.chmod(0o755)
+    (tmp_path / "slurm.conf").write_text("# the simulated cluster: scontrol reads slurmrestd\n")
+    monkeypatch.setenv("AIRFLOW_CONN_PROMETHEUS_VDC", json.dumps(
+        {"conn_type": "http", "host": urls["prometheus"],
+         "extra": {"restd_url": urls["slurmrestd"], "live_tolerance_minutes": None,
+                   "slurm_conf": str(tmp_path / "slurm.conf"), "bin_dir": str(bin_dir)}}))
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_VDC", json.dumps(
+        {"conn_type": "http", "host": urls["kubernetes"], "extra": {"prometheus_url": urls["prometheus"]}}))
+
+
+class ProvisionedActuator(Actuator):
+    """A platform's real actuator, with the datacenter's provisioning in front of its attach.
+
+    A node released elsewhere is not known here until provisioning brings it: attach first asks
+    the simulator's control API to move it (``provision``), then, once it has arrived, sends the
+    platform's own attach commands (resume / uncordon where it arrives held)."""
+
+    attach_brings_node = True
+
+    def __init__(self, inner: Actuator, control_url: str):
+        self.inner, self.control = inner, control_url.rstrip("/")
+
+    @property
+    def platform(self) -> str:  # type: ignore[override]
+        return self.inner.platform
+
+    @property
+    def can_evict(self) -> bool:  # type: ignore[override]
+        return self.inner.can_evict
+
+    def _pool_entry(self, node: str) -> dict:
+        return pool(self.control)[node]
+
+    def owner_state(self, node: str) -> OwnerState:
+        st = self.inner.owner_state(node)
+        if st.present:
+            return st
+        e = self._pool_entry(node)
+        if e["in_transit"] and e["platform"] == self.platform:
+            return OwnerState(self.platform, node, present=True, schedulable=False,
+                              hold_reason=f"{REASON_PREFIX} arriving in {e['available_in_minutes']:.0f} min")
+        return st
+
+    def is_released(self, node: str) -> bool:
+        return self.inner.is_released(node)
+
+    def release_commands(self, node: str, reason: str) -> list[Command]:
+        return self.inner.release_commands(node, reason)
+
+    def evict_commands(self, node: str) -> list[Command]:
+        return self.inner.evict_commands(node)
+
+    def prepare_commands(self, node, mig_layout):
+        return self.inner.prepare_commands(node, mig_layout)
+
+    def is_prepared(self, node, mig_layout) -> bool:
+        return self.inner.is_prepared(node, mig_layout)
+
+    def attach_commands(self, node: str) -> list[Command]:
+        if self.inner.owner_state(node).present:
+            return self.inner.attach_commands(node)
+        if self._pool_entry(node)["in_transit"]:
+            return []  # provisioning is bringing it
+        return [Command(self.platform, node, "provision", {"move": node, "to": self.platform})]
+
+    def send(self, command: Command):
+        if command.action != "provision":
+            return self.inner.send(command)
+        r = requests.post(f"{self.control}/sim/v1/nodes/{command.node}/move", json={"to": self.platform}, timeout=10)
+        if r.status_code != 202:
+            raise ActuationError(self.platform, command.node, "provision", f"HTTP {r.status_code}: {r.text[:200]}")
+        return r.json()
+
+
+def provisioned(monkeypatch, control_url: str) -> None:
+    """Every actuator the product builds gets the datacenter's provisioning in front of it."""
+    from gpupool import pipeline
+
+    built = pipeline.Context.build_actuators
+
+    def build_actuators(self, platforms=None, lookup=None):
+        return {p: ProvisionedActuator(a, control_url) for p, a in built(self, platforms, lookup=lookup).items()}
+
+    monkeypatch.setattr(pipeline.Context, "build_actuators", build_actuators)
+
+
+@contextlib.contextmanager
+def serve(scenario: Path, start_at: datetime, speed: float) -> Iterator[dict]:
+    """`gpupool sim serve` at a speed-up, on ephemeral ports, as its own process; its clock
+    starts at ``start_at`` when it starts serving. Yields the facades' URLs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpupool.cli", "sim", "serve", str(scenario), "--speed", str(speed),
+         "--start-at", start_at.isoformat(),
+         *[a for name in ("prometheus", "kubernetes", "openstack", "slurm", "control") for a in (f"--{name}-port", "0")]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail(f"gpupool sim serve did not start: {proc.stderr.read()[-2000:]}")
+        yield json.loads(line)["urls"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def sim_now(urls: dict) -> datetime:
+    """The served clock."""
+    return pd.Timestamp(requests.get(f"{urls['control']}/sim/v1/clock", timeout=10).json()["now"]).to_pydatetime()
+
+
+def pool(control_url: str) -> dict[str, dict]:
+    """Every node of the datacenter by name: owner, schedulable, drain reason, work, transit."""
+    nodes = requests.get(f"{control_url.rstrip('/')}/sim/v1/pool", timeout=10).json()["nodes"]
+    return {n["name"]: n for n in nodes}
