@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.engine import Engine
 
+from gpupool.canonical import DEMAND_METRICS
 from gpupool.errors import UserError
 from gpupool.values import utc
 from gpupool.staging import reads
@@ -80,12 +81,14 @@ def _platform_state(engine: Engine, platform: str, at: pd.Timestamp, since: pd.T
     demand, _ = reads.hourly_demand(engine, platform, t0, t1)  # the demand the forecast is fitted on
     capacity = reads.hourly_metric(engine, platform, "gpu_capacity", t0, t1)
     cl = reads.cleaning_decisions(engine, t0, t1, platform)
+    raw_demand = _raw_demand(engine, platform, t0, t1) if len(cl) else pd.Series(dtype=float)
     issued, rows = reads.latest_forecast(engine, platform, t1)
     band = [{"ts": utc(r.ts).isoformat(), "yhat": r.yhat, "lower": r.yhat_lower, "upper": r.yhat_upper} for r in rows]
     # the detect stage's decisions: replaced as a telemetry fault, or flagged and kept as demand
     anomalies = [
         {"ts": utc(r.ts).isoformat(), "metric": r.metric, "value": _num(r.value),
          "cleaned_to": _num(r.clean_value) if r.cleaned else None, "detector": r.detector,
+         "demand_at": _num(raw_demand.get(utc(r.ts))),
          "decision": r.decision, "fault": r.fault or None, "label": decision_label(r.decision, r.fault)}
         for r in cl.sort_values("ts").itertuples()
     ]
@@ -98,6 +101,16 @@ def _platform_state(engine: Engine, platform: str, at: pd.Timestamp, since: pd.T
         "forecast": band,
         "anomalies": anomalies,
     }
+
+
+def _raw_demand(engine: Engine, platform: str, t0: datetime, t1: datetime) -> pd.Series:
+    """The platform's demand (allocated + pending) as reported at each instant, before cleaning:
+    where the page marks a point the detect stage decided on, as the report does."""
+    raw = reads.platform_series(engine, t0, t1, platform)
+    raw = raw[raw["metric"].isin(DEMAND_METRICS)]
+    if raw.empty:
+        return pd.Series(dtype=float)
+    return raw.pivot_table(index="ts", columns="metric", values="value", aggfunc="mean").sum(axis=1, min_count=1)
 
 
 #: how a marked point is labelled on the pool page and in the report
@@ -130,7 +143,8 @@ h1{font-size:1.4rem;margin:0 0 .3rem} h2{font-size:1.1rem;margin:1rem 0 .3rem}
 box-sizing:border-box}
 .card svg.chart{display:block;width:100%;height:auto;overflow:hidden}
 .kpi{font-size:1.6rem;font-weight:600} table{border-collapse:collapse;font-size:.85rem;width:100%}
-td,th{border-bottom:1px solid #eaeef2;padding:.25rem .4rem;text-align:left;overflow-wrap:anywhere}
+td,th{border-bottom:1px solid #eaeef2;padding:.25rem .4rem;text-align:left;overflow-wrap:break-word}
+.card table{table-layout:fixed} .card td,.card th{overflow-wrap:anywhere}
 .legend span{display:inline-block;margin-right:.8rem;font-size:.8rem}
 .sw{display:inline-block;width:10px;height:10px;margin-right:3px;vertical-align:middle}
 """
@@ -162,10 +176,13 @@ def render_html(state: dict[str, Any]) -> str:
             f"<span><i class='sw' style='background:#8250df'></i>{KEPT_LABEL}</span></div>"
         )
         if p["anomalies"]:
-            parts.append("<table><tr><th>point at</th><th>metric</th><th>reported</th><th>cleaned to</th><th>decision</th></tr>")
+            # fixed column widths: the table fits its card at any width, the decision gets the room
+            parts.append("<table><colgroup><col style='width:13%'><col style='width:21%'><col style='width:14%'>"
+                         "<col style='width:18%'><col style='width:34%'></colgroup>"
+                         "<tr><th>at</th><th>metric</th><th>value</th><th>cleaned to</th><th>decision</th></tr>")
             for a in p["anomalies"][-5:]:
                 parts.append(
-                    f"<tr data-decision='{e(a['decision'])}'><td>{e(a['ts'][11:16])}</td><td>{e(a['metric'])}</td>"
+                    f"<tr data-decision='{e(a['decision'])}'><td>{e(a['ts'][11:16])}</td><td>{e(a['metric'].removeprefix('gpu_'))}</td>"
                     f"<td>{_fmt(a['value'])}</td><td>{_fmt(a['cleaned_to'])}</td><td>{e(a['label'])}</td></tr>"
                 )
             parts.append("</table>")
@@ -226,7 +243,8 @@ def _svg_chart(p: dict, width: int = 420, height: int = 150) -> str:
     def xy(t, v):
         # every point inside the plot area (a value off the scale is drawn at its edge)
         v = min(max(float(v), 0.0), vmax)
-        return (8 + (t - t0).total_seconds() / span * (width - 16), height - 14 - v / vmax * (height - 24))
+        frac = min(max((t - t0).total_seconds() / span, 0.0), 1.0)
+        return (8 + frac * (width - 16), height - 14 - v / vmax * (height - 24))
 
     def path(series):
         return " ".join(f"{'M' if i == 0 else 'L'}{x:.1f},{y:.1f}" for i, (x, y) in enumerate(xy(t, v) for t, v in series))
@@ -247,9 +265,11 @@ def _svg_chart(p: dict, width: int = 420, height: int = 150) -> str:
     if pts:
         out.append(f"<path d='{path(pts)}' stroke='#0969da' stroke-width='2' fill='none'/>")
     for a in p["anomalies"]:
-        if a["value"] is None:
+        # on the demand as reported at that instant (the flagged metric's own value where unknown)
+        at_value = a.get("demand_at") if a.get("demand_at") is not None else a["value"]
+        if at_value is None:
             continue
-        x, y = xy(pd.Timestamp(a["ts"]), a["value"])
+        x, y = xy(pd.Timestamp(a["ts"]), at_value)
         color = "#cf222e" if a["decision"] == "cleaned" else "#8250df"
         out.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='3' fill='{color}' data-decision='{a['decision']}'>"
                    f"<title>{html.escape(a['ts'][11:16])} {html.escape(a['metric'])}: {html.escape(a['label'])}</title></circle>")

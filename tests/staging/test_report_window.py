@@ -84,6 +84,7 @@ def test_the_forecast_plot_spans_the_window_and_the_marks_say_what_was_decided(e
     points = state["platforms"]["p1"]["anomalies"]
     assert [(pd.Timestamp(a["ts"]), a["label"]) for a in points] == [
         (SPIKE, "cleaned: telemetry fault (spike)"), (DROP, "cleaned: telemetry fault (drop)"), (BURST, "kept: real burst")]
+    assert points[0]["demand_at"] == pytest.approx(402.0)  # marked on the demand as reported there
     assert points[2]["cleaned_to"] is None and points[0]["cleaned_to"] == pytest.approx(
         30 + 12 * np.cos(2 * np.pi * (3 + 10 / 60 - 14) / 24), abs=1e-3)
     html = poolview.render_html(state)
