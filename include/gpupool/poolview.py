@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.engine import Engine
 
+from gpupool.canonical import DEMAND_METRICS
 from gpupool.errors import UserError
 from gpupool.values import utc
 from gpupool.staging import reads
@@ -45,7 +46,7 @@ def latest_instant(engine: Engine) -> datetime:
 
 def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> dict[str, Any]:
     """Per platform: GPUs owned, demand over the last `hours` and its forecast band over the
-    next, anomalies found and cleaned, open handovers, and the last plan with its reasons.
+    next, the points the detect stage cleaned (telemetry faults) or flagged and kept (real bursts), open handovers, and the last plan with its reasons.
     An `at` whose window leaves the instants the reads hold is an InstantError."""
     at = utc(at if at is not None else latest_instant(engine))
     if not EARLIEST + pd.Timedelta(hours=hours) <= at <= LATEST:
@@ -79,11 +80,16 @@ def _platform_state(engine: Engine, platform: str, at: pd.Timestamp, since: pd.T
     nodes, gpus = reads.inventory_totals(engine, platform, t1)
     demand, _ = reads.hourly_demand(engine, platform, t0, t1)  # the demand the forecast is fitted on
     capacity = reads.hourly_metric(engine, platform, "gpu_capacity", t0, t1)
-    cl = reads.anomalies(engine, t0, t1, platform)
+    cl = reads.cleaning_decisions(engine, t0, t1, platform)
+    raw_demand = _raw_demand(engine, platform, t0, t1) if len(cl) else pd.Series(dtype=float)
     issued, rows = reads.latest_forecast(engine, platform, t1)
     band = [{"ts": utc(r.ts).isoformat(), "yhat": r.yhat, "lower": r.yhat_lower, "upper": r.yhat_upper} for r in rows]
+    # the detect stage's decisions: replaced as a telemetry fault, or flagged and kept as demand
     anomalies = [
-        {"ts": utc(r.ts).isoformat(), "metric": r.metric, "value": _num(r.value), "cleaned_to": _num(r.expected), "detector": r.detector}
+        {"ts": utc(r.ts).isoformat(), "metric": r.metric, "value": _num(r.value),
+         "cleaned_to": _num(r.clean_value) if r.cleaned else None, "detector": r.detector,
+         "demand_at": _num(raw_demand.get(utc(r.ts))),
+         "decision": r.decision, "fault": r.fault or None, "label": decision_label(r.decision, r.fault)}
         for r in cl.sort_values("ts").itertuples()
     ]
     return {
@@ -95,6 +101,28 @@ def _platform_state(engine: Engine, platform: str, at: pd.Timestamp, since: pd.T
         "forecast": band,
         "anomalies": anomalies,
     }
+
+
+def _raw_demand(engine: Engine, platform: str, t0: datetime, t1: datetime) -> pd.Series:
+    """The platform's demand (allocated + pending) as reported at each instant, before cleaning:
+    where the page marks a point the detect stage decided on, as the report does."""
+    raw = reads.platform_series(engine, t0, t1, platform)
+    raw = raw[raw["metric"].isin(DEMAND_METRICS)]
+    if raw.empty:
+        return pd.Series(dtype=float)
+    return raw.pivot_table(index="ts", columns="metric", values="value", aggfunc="mean").sum(axis=1, min_count=1)
+
+
+#: how a marked point is labelled on the pool page and in the report
+CLEANED_LABEL = "cleaned: telemetry fault"
+KEPT_LABEL = "kept: real burst"
+
+
+def decision_label(decision: str, fault: str | None = None) -> str:
+    """``cleaned: telemetry fault (spike)`` or ``kept: real burst``: one stored decision in words."""
+    if decision == "cleaned":
+        return f"{CLEANED_LABEL} ({fault})" if fault else CLEANED_LABEL
+    return KEPT_LABEL
 
 
 def _num(v: Any) -> float | None:
@@ -111,9 +139,12 @@ _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.2rem;color:#1b1f24;background:#fff}
 h1{font-size:1.4rem;margin:0 0 .3rem} h2{font-size:1.1rem;margin:1rem 0 .3rem}
 .meta{color:#57606a;font-size:.9rem} .cards{display:flex;flex-wrap:wrap;gap:1rem}
-.card{border:1px solid #d0d7de;border-radius:8px;padding:.8rem;min-width:330px;flex:1}
+.card{border:1px solid #d0d7de;border-radius:8px;padding:.8rem;flex:1 1 330px;min-width:0;max-width:100%;
+box-sizing:border-box}
+.card svg.chart{display:block;width:100%;height:auto;overflow:hidden}
 .kpi{font-size:1.6rem;font-weight:600} table{border-collapse:collapse;font-size:.85rem;width:100%}
-td,th{border-bottom:1px solid #eaeef2;padding:.25rem .4rem;text-align:left}
+td,th{border-bottom:1px solid #eaeef2;padding:.25rem .4rem;text-align:left;overflow-wrap:break-word}
+.card table{table-layout:fixed} .card td,.card th{overflow-wrap:anywhere}
 .legend span{display:inline-block;margin-right:.8rem;font-size:.8rem}
 .sw{display:inline-block;width:10px;height:10px;margin-right:3px;vertical-align:middle}
 """
@@ -133,20 +164,26 @@ def render_html(state: dict[str, Any]) -> str:
     for name, p in state["platforms"].items():
         parts.append("<div class='card' data-platform='%s'>" % e(name))
         parts.append(f"<h2>{e(name)}</h2><div class='kpi'>{p['gpus']} GPUs</div>")
-        parts.append(f"<div class='meta'>{p['nodes']} nodes · {len(p['anomalies'])} anomalies cleaned in the last {state['hours']} h</div>")
+        n_clean = sum(a["decision"] == "cleaned" for a in p["anomalies"])
+        parts.append(f"<div class='meta'>{p['nodes']} nodes · last {state['hours']} h: {n_clean} points cleaned as "
+                     f"telemetry faults, {len(p['anomalies']) - n_clean} flagged and kept as real bursts</div>")
         parts.append(_svg_chart(p))
         parts.append(
             "<div class='legend'><span><i class='sw' style='background:#0969da'></i>demand</span>"
             "<span><i class='sw' style='background:#8c959f'></i>capacity</span>"
             "<span><i class='sw' style='background:#bf8700;opacity:.4'></i>forecast band</span>"
-            "<span><i class='sw' style='background:#cf222e'></i>anomaly</span></div>"
+            f"<span><i class='sw' style='background:#cf222e'></i>{CLEANED_LABEL}</span>"
+            f"<span><i class='sw' style='background:#8250df'></i>{KEPT_LABEL}</span></div>"
         )
         if p["anomalies"]:
-            parts.append("<table><tr><th>anomaly at</th><th>metric</th><th>value</th><th>cleaned to</th><th>detector</th></tr>")
+            # fixed column widths: the table fits its card at any width, the decision gets the room
+            parts.append("<table><colgroup><col style='width:13%'><col style='width:21%'><col style='width:14%'>"
+                         "<col style='width:18%'><col style='width:34%'></colgroup>"
+                         "<tr><th>at</th><th>metric</th><th>value</th><th>cleaned to</th><th>decision</th></tr>")
             for a in p["anomalies"][-5:]:
                 parts.append(
-                    f"<tr><td>{e(a['ts'][11:16])}</td><td>{e(a['metric'])}</td><td>{_fmt(a['value'])}</td>"
-                    f"<td>{_fmt(a['cleaned_to'])}</td><td>{e(a['detector'])}</td></tr>"
+                    f"<tr data-decision='{e(a['decision'])}'><td>{e(a['ts'][11:16])}</td><td>{e(a['metric'].removeprefix('gpu_'))}</td>"
+                    f"<td>{_fmt(a['value'])}</td><td>{_fmt(a['cleaned_to'])}</td><td>{e(a['label'])}</td></tr>"
                 )
             parts.append("</table>")
         parts.append("</div>")
@@ -190,7 +227,8 @@ def _fmt(v: Any) -> str:
 
 
 def _svg_chart(p: dict, width: int = 420, height: int = 150) -> str:
-    """Demand and capacity over the past, the forecast band ahead, anomalies as red dots."""
+    """Demand and capacity over the past, the forecast band ahead, the detect stage's marked points
+    (red: cleaned as a telemetry fault, purple: kept as a real burst), scaled to its card."""
     pts = [(pd.Timestamp(x["ts"]), x["value"]) for x in p["demand"] if x["value"] is not None]
     cap = [(pd.Timestamp(x["ts"]), x["value"]) for x in p["capacity"] if x["value"] is not None]
     band = [(pd.Timestamp(x["ts"]), x["lower"], x["yhat"], x["upper"]) for x in p["forecast"]]
@@ -203,12 +241,19 @@ def _svg_chart(p: dict, width: int = 420, height: int = 150) -> str:
     vmax = max(values) * 1.1 or 1.0
 
     def xy(t, v):
-        return (8 + (t - t0).total_seconds() / span * (width - 16), height - 14 - v / vmax * (height - 24))
+        # every point inside the plot area (a value off the scale is drawn at its edge)
+        v = min(max(float(v), 0.0), vmax)
+        frac = min(max((t - t0).total_seconds() / span, 0.0), 1.0)
+        return (8 + frac * (width - 16), height - 14 - v / vmax * (height - 24))
 
     def path(series):
         return " ".join(f"{'M' if i == 0 else 'L'}{x:.1f},{y:.1f}" for i, (x, y) in enumerate(xy(t, v) for t, v in series))
 
-    out = [f"<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' role='img'>"]
+    # the chart scales to its card (width 100 %, height from the viewBox's aspect): drawn at a
+    # fixed pixel width it ran past a card narrower than that into the next one; overflow is
+    # clipped to the viewBox, so nothing drawn outside it shows either
+    out = [f"<svg class='chart' viewBox='0 0 {width} {height}' width='100%' preserveAspectRatio='xMidYMid meet' "
+           "overflow='hidden' role='img'>"]
     if band:
         upper = [xy(b[0], b[3]) for b in band]
         lower = [xy(b[0], b[1]) for b in reversed(band)]
@@ -220,10 +265,14 @@ def _svg_chart(p: dict, width: int = 420, height: int = 150) -> str:
     if pts:
         out.append(f"<path d='{path(pts)}' stroke='#0969da' stroke-width='2' fill='none'/>")
     for a in p["anomalies"]:
-        if a["value"] is None:
+        # on the demand as reported at that instant (the flagged metric's own value where unknown)
+        at_value = a.get("demand_at") if a.get("demand_at") is not None else a["value"]
+        if at_value is None:
             continue
-        x, y = xy(pd.Timestamp(a["ts"]), min(a["value"], vmax))
-        out.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='3' fill='#cf222e'/>")
+        x, y = xy(pd.Timestamp(a["ts"]), at_value)
+        color = "#cf222e" if a["decision"] == "cleaned" else "#8250df"
+        out.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='3' fill='{color}' data-decision='{a['decision']}'>"
+                   f"<title>{html.escape(a['ts'][11:16])} {html.escape(a['metric'])}: {html.escape(a['label'])}</title></circle>")
     out.append(f"<text x='8' y='{height - 2}' font-size='10' fill='#57606a'>{t0:%m-%d %H:%M}</text>")
     out.append(f"<text x='{width - 8}' y='{height - 2}' font-size='10' fill='#57606a' text-anchor='end'>{t1:%m-%d %H:%M}</text>")
     out.append(f"<text x='8' y='10' font-size='10' fill='#57606a'>{vmax / 1.1:.0f} GPUs</text>")

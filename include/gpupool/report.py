@@ -1,7 +1,8 @@
 """`gpupool report`: an HTML report with PNG plots of a staged period and its what-if table.
 
-Plots: demand vs capacity per platform, forecast vs actual with intervals, anomalies marked,
-moves on a timeline. The what-if table replays the period's staged demand through
+Plots: demand vs capacity per platform with the detect stage's decisions marked (cleaned as a
+telemetry fault, or kept as a real burst), each hour's one-hour-ahead forecast against the demand
+that came, with intervals, and moves on a timeline. The what-if table replays the period's staged demand through
 `gpupool simulate` under every policy: the staged demand is written as Helios-format traces
 next to the report, with a scenario file in the simulator's format, so the study can be
 rerun or edited by hand.
@@ -22,6 +23,7 @@ from sqlalchemy.engine import Engine
 from gpupool.allocate.policy import POLICY_KINDS
 from gpupool.canonical import DEMAND_METRICS
 from gpupool.errors import UsageError, UserError
+from gpupool.poolview import decision_label
 from gpupool.staging import reads
 from gpupool.values import jsonable
 
@@ -51,8 +53,10 @@ def _read_platform_series(engine: Engine, start: datetime, end: datetime) -> pd.
 
 def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path, step: str = "5min",
                  whatif: bool = True, progress: Callable[[str], None] | None = None) -> Path:
-    """Write `index.html`, the PNG plots, `demand_hourly.csv` (the hourly demand plotted), the
-    what-if traces/scenario and `whatif.json` to `out`.
+    """Write `index.html`, the PNG plots, `demand_hourly.csv` (the hourly demand plotted),
+    `forecast_hourly.csv` (each hour's one-hour-ahead forecast plotted, and whether a pipeline
+    run issued it or the report replayed the forecast stage's model), the what-if
+    traces/scenario and `whatif.json` to `out`.
 
     Refuses (a :class:`gpupool.errors.UserError`, before anything is written) an ``out`` that is
     a file or whose parent directory is missing, and a period staging holds no samples for."""
@@ -67,10 +71,12 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
     tick = progress or (lambda _label: None)
     wide = raw.pivot_table(index="ts", columns=["platform", "metric"], values="value", aggfunc="mean").sort_index()
     platforms = sorted(raw["platform"].unique())
-    anomalies = reads.anomalies(engine, start, end)
-    fc = reads.forecasts_issued_between(engine, start, end, step=1)
+    marks = reads.cleaning_decisions(engine, start, end)  # the detect stage's decisions on demand points
+    stored = reads.forecasts_issued_between(engine, start, end, step=1)
     plans = reads.plans_between(engine, start, end)
     hourly = {p: reads.hourly_demand(engine, p, start, end)[0] for p in platforms}
+    fc = _one_hour_ahead(engine, platforms, start, end, stored)
+    fc[["platform", "ts", "yhat", "yhat_lower", "yhat_upper", "source"]].to_csv(out / "forecast_hourly.csv", index=False)
     _demand_table(hourly).to_csv(out / "demand_hourly.csv", index=False)
 
     figures: list[tuple[str, str]] = []
@@ -82,19 +88,23 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
             ax.plot(demand.index, demand.to_numpy(), lw=1, color="#0969da", label="demand (allocated + pending)")
         if (p, "gpu_capacity") in wide:
             ax.plot(wide.index, wide[(p, "gpu_capacity")].to_numpy(), lw=1.2, color="#57606a", label="capacity")
-        a = anomalies[(anomalies["platform"] == p) & anomalies["metric"].isin(DEMAND_METRICS)]
+        a = marks[marks["platform"] == p]
         if len(a) and demand is not None:
-            # marked on the demand line at the anomaly's time (the raw demand, before cleaning)
-            at = pd.DatetimeIndex(a["ts"].drop_duplicates())
-            on_line = demand.reindex(at)
-            ax.scatter(on_line.index, on_line.to_numpy(), s=12, color="#cf222e", zorder=3, label="anomaly (cleaned)")
+            # marked on the demand line at the point's time (the raw demand, before cleaning),
+            # one legend entry per decision the detect stage stored
+            for (decision, fault), g in a.groupby(["decision", "fault"], sort=True):
+                on_line = demand.reindex(pd.DatetimeIndex(g["ts"].drop_duplicates()))
+                style = _MARK_STYLE[decision]
+                ax.scatter(on_line.index, on_line.to_numpy(), zorder=3, **style,
+                           label=f"{decision_label(decision, fault)} ({len(on_line)})")
         ax.set_title(p, loc="left", fontsize=10)
         ax.set_ylabel("GPUs")
         ax.legend(loc="upper right", fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "demand_capacity.png", dpi=90)
     plt.close(fig)
-    figures.append(("demand_capacity.png", "Demand and capacity per platform, anomalies marked"))
+    figures.append(("demand_capacity.png", "Demand and capacity per platform: points cleaned as telemetry "
+                                           "faults and points kept as real bursts marked"))
     tick("demand vs capacity")
 
     # 2. forecast (one hour ahead) vs actual hourly demand, with the interval
@@ -106,13 +116,16 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
             ax.plot(actual.index, actual.to_numpy(), color="#0969da", lw=1.2, label="actual (hourly mean)")
             if len(f):
                 ax.fill_between(f["ts"], f["yhat_lower"], f["yhat_upper"], color="#bf8700", alpha=0.25, label="interval")
-                ax.plot(f["ts"], f["yhat"], color="#bf8700", lw=1, label="forecast, 1 h ahead")
+                ax.plot(f["ts"], f["yhat"], color="#bf8700", lw=1, label="forecast 1 h ahead, each hour")
+                issued = f[f["source"] == "stored"]
+                if len(issued):
+                    ax.scatter(issued["ts"], issued["yhat"], s=16, color="#953800", zorder=3, label="issued by a pipeline run")
             ax.set_title(p, loc="left", fontsize=10)
             ax.legend(loc="upper right", fontsize=7)
         fig.tight_layout()
         fig.savefig(out / "forecast_actual.png", dpi=90)
         plt.close(fig)
-        figures.append(("forecast_actual.png", "One-hour-ahead forecasts against actual demand"))
+        figures.append(("forecast_actual.png", "Each hour's one-hour-ahead forecast against the demand that came"))
     tick("forecast vs actual")
 
     # 3. moves on a timeline
@@ -135,9 +148,42 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
     if whatif:
         table = what_if(raw, out, step=step, progress=tick)
         (out / "whatif.json").write_text(json.dumps(jsonable(table), indent=2, allow_nan=False))  # strict: no NaN
-    page = _html(start, end, platforms, figures, table, len(anomalies), len(moves))
+    page = _html(start, end, platforms, figures, table, marks, len(moves))
     (out / "index.html").write_text(page)
     return out / "index.html"
+
+
+#: how the demand panel marks each decision of the detect stage
+_MARK_STYLE = {"cleaned": {"s": 22, "marker": "x", "color": "#cf222e"},
+               "kept": {"s": 18, "marker": "o", "facecolors": "none", "edgecolors": "#8250df"}}
+
+
+def _one_hour_ahead(engine: Engine, platforms: list[str], start: datetime, end: datetime,
+                    stored: pd.DataFrame) -> pd.DataFrame:
+    """Per platform and hour of [start, end): the one-hour-ahead forecast of that hour. Where a
+    pipeline run issued one (``stored``: the forecasts staging holds) it is that one
+    (``source`` ``stored``); the other hours are replayed: the forecast stage's model on the
+    staged hourly demand before the hour, as an hourly run would have issued it (``replayed``).
+    A run over a longer window issues one forecast at its end, so staging alone holds few."""
+    from gpupool.config import default_config
+    from gpupool.forecast.stage import FORECAST_HISTORY, one_hour_ahead
+
+    horizon = default_config().limits.horizon_hours
+    hours = pd.date_range(pd.Timestamp(start).ceil("1h"), pd.Timestamp(end), freq="1h", inclusive="left")
+    frames = []
+    for p in platforms:
+        have = stored[stored["platform"] == p][["ts", "yhat", "yhat_lower", "yhat_upper"]].copy()
+        have = have[have["ts"].isin(hours)].drop_duplicates("ts", keep="last")
+        have["source"] = "stored"
+        history, _ = reads.hourly_demand(engine, p, (pd.Timestamp(start) - FORECAST_HISTORY).to_pydatetime(), end)
+        replay = one_hour_ahead(history, hours[~hours.isin(have["ts"])], horizon)
+        replay["source"] = "replayed"
+        both = pd.concat([f for f in (have, replay) if len(f)], ignore_index=True) if len(have) or len(replay) else replay
+        both["platform"] = p
+        frames.append(both)
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["ts", "yhat", "yhat_lower", "yhat_upper", "source", "platform"])
+    return out.sort_values(["platform", "ts"], ignore_index=True)
 
 
 def _demand_table(hourly: dict[str, pd.Series]) -> pd.DataFrame:
@@ -208,7 +254,7 @@ def _explain_worse_than_static(rows: list[dict]) -> None:
                      f"(decisions made on the hours seen so far, as production would)")
 
 
-def _html(start, end, platforms, figures, table, n_anomalies, n_moves) -> str:
+def _html(start, end, platforms, figures, table, marks, n_moves) -> str:
     e = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>gpupool report</title>",
@@ -216,10 +262,22 @@ def _html(start, end, platforms, figures, table, n_anomalies, n_moves) -> str:
         "table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:.3rem .6rem;text-align:right}"
         "th:first-child,td:first-child{text-align:left}img{max-width:100%}</style></head><body>",
         f"<h1>gpupool report</h1><p>{e(start.isoformat())} – {e(end.isoformat())} · platforms: {e(', '.join(platforms))} · "
-        f"{n_anomalies} anomalies cleaned · {n_moves} planned moves</p>",
+        f"{int((marks['decision'] == 'cleaned').sum())} demand points cleaned as telemetry faults, "
+        f"{int((marks['decision'] == 'kept').sum())} flagged and kept as real bursts · {n_moves} planned moves</p>",
     ]
     for name, caption in figures:
         parts.append(f"<h2>{e(caption)}</h2><img src='{e(name)}' alt='{e(caption)}'>")
+        if name == "demand_capacity.png" and len(marks):
+            parts.append("<details><summary>The marked points: the detect stage's decision on each</summary><table>"
+                         "<tr><th>at</th><th>platform</th><th>metric</th><th>reported</th><th>cleaned to</th>"
+                         "<th>decision</th></tr>")
+            for r in marks.itertuples():
+                to = f"{r.clean_value:.1f}" if r.decision == "cleaned" and pd.notna(r.clean_value) else "–"
+                reported = f"{r.value:.1f}" if pd.notna(r.value) else "–"
+                parts.append(f"<tr><td>{e(pd.Timestamp(r.ts).strftime('%Y-%m-%d %H:%M'))}</td><td>{e(r.platform)}</td>"
+                             f"<td>{e(r.metric)}</td><td>{reported}</td><td>{to}</td>"
+                             f"<td>{e(decision_label(r.decision, r.fault))}</td></tr>")
+            parts.append("</table></details>")
     if table:
         parts.append("<h2>What if: the period's demand under each policy</h2>")
         parts.append("<p>Replayed by <code>gpupool simulate scenario.yaml --policy …</code> on the staged demand "

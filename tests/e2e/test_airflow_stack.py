@@ -5,13 +5,9 @@ the module's own."""
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -23,6 +19,7 @@ import sqlalchemy as sa
 # --import-mode=importlib keeps test directories off sys.path; the helpers live beside us.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from chromium import find_chromium, layout_problems, render  # noqa: E402
 from airflow_stack import (  # noqa: E402
     Api,
     StackError,
@@ -118,10 +115,12 @@ def test_pool_page_requires_auth(stack):
 
 
 def test_pool_page_in_headless_chromium(stack):
-    """Real Chromium, logged in with Airflow's session cookie; fails on an error or no data."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    """Real Chromium, logged in with Airflow's session cookie; fails on an error or no data, on a
+    chart outside its card or a page that scrolls sideways at 1,300 or 800 px."""
+    chromium = find_chromium()
     assert chromium, "chromium is not installed (scripts/install-test-tools.sh installs it)"
-    text, png = _render_with_cookie(chromium, stack["base"] + "/gpupool/", stack["base"], stack["token"])
+    text, png, geometry = render(chromium, stack["base"] + "/gpupool/", cookie=("_token", stack["token"], stack["base"]),
+                                 widths=(1300, 800))
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "pool-page.png").write_bytes(png)
     assert "GPU pool" in text
@@ -131,6 +130,9 @@ def test_pool_page_in_headless_chromium(stack):
     lowered = text.lower()
     assert "internal server error" not in lowered and "not authenticated" not in lowered and "no data" not in lowered
     assert len(png) > 20_000  # a rendered page with charts, not a blank or an error stub
+    for width, g in geometry.items():
+        assert len(g["cards"]) == 3 and all(c["charts"] for c in g["cards"]), (width, g["cards"])
+        assert layout_problems(g) == [], (width, layout_problems(g))
 
 
 def test_backfill_fills_staging_and_sends_nothing(stack):
@@ -161,64 +163,3 @@ def test_backfill_fills_staging_and_sends_nothing(stack):
     assert all(p.dry_run for p in plans)
     assert live == []  # a backfill never sends a command
     assert len({r.window_start for r in ok}) >= len(runs)
-
-
-# --- a minimal DevTools client: cookie, navigate, read text, screenshot -----------------------
-
-
-def _render_with_cookie(chromium: str, url: str, base: str, token: str) -> tuple[str, bytes]:
-    import websocket
-
-    profile = tempfile.mkdtemp(prefix="gpupool-chromium-")
-    proc = subprocess.Popen(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1400,1000", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        port_file = Path(profile) / "DevToolsActivePort"
-        deadline = time.time() + 30
-        while not port_file.exists() or not port_file.read_text().strip():
-            if time.time() > deadline or proc.poll() is not None:
-                raise AssertionError("chromium did not open its DevTools port")
-            time.sleep(0.2)
-        port = int(port_file.read_text().split()[0])
-        pages = requests.get(f"http://127.0.0.1:{port}/json/list", timeout=5).json()
-        page = next(p for p in pages if p.get("type") == "page")
-        ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30)
-        counter = iter(range(1, 10_000))
-
-        def call(method, **params):
-            msg_id = next(counter)
-            ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
-            while True:
-                msg = json.loads(ws.recv())
-                if msg.get("id") == msg_id:
-                    if "error" in msg:
-                        raise AssertionError(f"{method}: {msg['error']}")
-                    return msg.get("result", {})
-
-        call("Network.enable")
-        call("Network.setCookie", name="_token", value=token, url=base, path="/")
-        call("Page.enable")
-        call("Page.navigate", url=url)
-        deadline = time.time() + 30
-        text = ""
-        while time.time() < deadline:
-            res = call("Runtime.evaluate", expression="document.readyState + '|' + document.body.innerText", returnByValue=True)
-            value = res.get("result", {}).get("value", "")
-            ready, _, text = value.partition("|")
-            if ready == "complete" and text:
-                break
-            time.sleep(0.3)
-        shot = call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-        ws.close()
-        return text, base64.b64decode(shot["data"])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(profile, ignore_errors=True)

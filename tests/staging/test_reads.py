@@ -69,6 +69,7 @@ def test_forecast_pool_page_and_report_use_one_hourly_demand(engine, monkeypatch
     assert expected.iloc[2] == pytest.approx(np.mean(hour2))
 
     fitted = _forecast_input(engine, monkeypatch)
+    monkeypatch.undo()  # the report forecasts each hour with the real model
     page = poolview.pool_state(engine, at=END, hours=3)["platforms"]["p1"]["demand"]
     report.write_report(engine, START, END, tmp_path / "r", whatif=False)
     table = pd.read_csv(tmp_path / "r" / "demand_hourly.csv", parse_dates=["ts"])

@@ -51,3 +51,23 @@ def warm_start(summary: dict | None) -> dict | None:
     if not isinstance(summary, dict) or summary.get("fallback"):
         return None
     return summary
+
+
+def one_hour_ahead(history: pd.Series, hours: pd.DatetimeIndex, horizon: int, level: float = FORECAST_LEVEL) -> pd.DataFrame:
+    """What the forecast stage would have forecast one hour ahead at each of ``hours``: for each
+    hour ``h``, :func:`demand_forecast` on the :data:`FORECAST_HISTORY` of ``history`` (hourly
+    demand) before ``h``, warm-started from the hour before's model as the hourly runs are.
+
+    Returns ``ts, yhat, yhat_lower, yhat_upper`` (``ts`` = ``h``, the hour forecast); an hour
+    with no history before it is left out.
+    """
+    rows, summary = [], None
+    for h in pd.DatetimeIndex(hours):
+        past = history[(history.index < h) & (history.index >= h - FORECAST_HISTORY)]
+        if past.notna().sum() == 0:
+            continue
+        fc, summary = demand_forecast(past, horizon, level, warm_start(summary))
+        first = fc.iloc[0]
+        rows.append({"ts": h, "yhat": float(first["yhat"]), "yhat_lower": float(first["yhat_lower"]),
+                     "yhat_upper": float(first["yhat_upper"])})
+    return pd.DataFrame(rows, columns=["ts", "yhat", "yhat_lower", "yhat_upper"])

@@ -529,9 +529,19 @@ def _metrics(demand: float, served: float, capacity: float, moves: int) -> dict:
 def default_world(start: str | pd.Timestamp, end: str | pd.Timestamp, seed: int = 0) -> World:
     """A small synthetic three-platform world for the demo, with injected anomalies.
 
-    ``openstack`` (8 nodes, a steady inference cloud), ``slurm`` (12 nodes, a busy HPC cluster
-    with weekly rhythm and big bursts) and ``kubernetes`` (10 MIG-capable nodes, a strongly daily
-    AI platform). Ground truth is in :meth:`World.ground_truth`.
+    One datacenter whose platforms are busy at different hours, so that one queues while another
+    has idle nodes (what pooling is for):
+
+    * ``openstack`` (8 nodes): an inference and interactive-VM cloud for office users, busy in
+      working hours (peak 13:00 UTC), quiet at night and at weekends, rare bursts;
+    * ``slurm`` (12 nodes): an HPC batch cluster whose users submit at the end of the day, so its
+      queue peaks at night (02:00) and it has room in the afternoon; long bursts (parameter
+      sweeps), little weekend dip;
+    * ``kubernetes`` (10 MIG-capable nodes): an AI platform peaking in the late afternoon
+      (16:00), with frequent short bursts.
+
+    The same world is shipped as ``config/scenarios/demo-world.yaml``. Ground truth is in
+    :meth:`World.ground_truth`.
     """
     raw = {
         "step": "5min",
@@ -545,18 +555,18 @@ def default_world(start: str | pd.Timestamp, end: str | pd.Timestamp, seed: int 
         "name": "default-world",
         "platforms": {
             "openstack": {
-                "synthetic": {"base": 42, "daily_amplitude": 0.25, "weekly_amplitude": 0.1, "peak_hour": 13,
-                              "noise": 0.06, "bursts_per_day": 0.2, "burst_size": 0.3, "total_gpus": 64},
+                "synthetic": {"base": 38, "daily_amplitude": 0.4, "weekly_amplitude": 0.3, "peak_hour": 13,
+                              "noise": 0.06, "bursts_per_day": 0.3, "burst_size": 0.4, "total_gpus": 64},
                 "nodes": 8, "gpu_model": "NVIDIA A100-PCIE-40GB",
             },
             "slurm": {
-                "synthetic": {"base": 80, "daily_amplitude": 0.1, "weekly_amplitude": 0.25, "peak_hour": 10,
-                              "noise": 0.08, "bursts_per_day": 0.6, "burst_size": 0.35, "burst_hours": 6,
+                "synthetic": {"base": 78, "daily_amplitude": 0.25, "weekly_amplitude": 0.1, "peak_hour": 2,
+                              "noise": 0.08, "bursts_per_day": 0.5, "burst_size": 0.35, "burst_hours": 6,
                               "total_gpus": 96},
                 "nodes": 12, "gpu_model": "NVIDIA A100-SXM4-80GB",
             },
             "kubernetes": {
-                "synthetic": {"base": 52, "daily_amplitude": 0.45, "weekly_amplitude": 0.15, "peak_hour": 16,
+                "synthetic": {"base": 54, "daily_amplitude": 0.35, "weekly_amplitude": 0.15, "peak_hour": 16,
                               "noise": 0.1, "bursts_per_day": 1.0, "burst_size": 0.4, "burst_hours": 2,
                               "total_gpus": 80},
                 "nodes": 10, "gpu_model": "NVIDIA H100 80GB HBM3",

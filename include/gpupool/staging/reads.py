@@ -148,6 +148,30 @@ def anomalies(engine: Engine, start: datetime, end: datetime, platform: str | No
         return _utc_column(pd.read_sql(q, conn), "ts")
 
 
+def cleaning_decisions(engine: Engine, start: datetime, end: datetime, platform: str | None = None,
+                       metrics: tuple[str, ...] = DEMAND_METRICS) -> pd.DataFrame:
+    """The detect stage's stored decisions on the points it flagged or replaced in [start, end):
+    platform, metric, ts, value (as reported), clean_value, is_anomaly, cleaned, detector, and
+    ``decision``: ``cleaned`` (the value was replaced as a telemetry fault) or ``kept`` (an alarm
+    whose value was kept as real demand), with ``fault``: ``spike`` (reported above the value it
+    was cleaned to), ``drop`` (below it) or empty for a kept point."""
+    c = clean_sample.c
+    q = sa.select(c.platform, c.metric, c.ts, c.value, c.clean_value, c.is_anomaly, c.cleaned, c.detector).where(
+        sa.or_(c.is_anomaly.is_(True), c.cleaned.is_(True)), c.ts >= start, c.ts < end, c.metric.in_(metrics)
+    )
+    if platform:
+        q = q.where(c.platform == platform)
+    with engine.connect() as conn:
+        out = _utc_column(pd.read_sql(q, conn), "ts").sort_values(["platform", "ts", "metric"], ignore_index=True)
+    cleaned = out["cleaned"].astype(bool)
+    out["decision"] = cleaned.map({True: "cleaned", False: "kept"})
+    value, clean_value = out["value"].astype(float), out["clean_value"].astype(float)
+    out["fault"] = ""
+    out.loc[cleaned & (value > clean_value), "fault"] = "spike"
+    out.loc[cleaned & (value < clean_value), "fault"] = "drop"
+    return out
+
+
 # --- inventory ---------------------------------------------------------------------------
 
 

@@ -117,12 +117,34 @@ def test_the_shipped_helios_traces_are_the_month_the_readme_reports():
     assert len(World(sc).nodes) == 61
 
 
-def test_the_shipped_synthetic_scenario_matches_the_default_world():
+def test_the_shipped_demo_scenario_matches_the_default_world():
     from gpupool.sim.world import World, default_world
 
-    sc = load_scenario(REPO / "config/scenarios/synthetic-3platforms.yaml")
+    sc = load_scenario(REPO / "config/scenarios/demo-world.yaml")
     world = World(sc)
     demo = default_world("2024-01-01", "2024-01-15")
     assert world.platforms == demo.platforms
     assert np.array_equal(world.demand_, demo.demand_)
     assert [n.name for n in world.nodes] == [n.name for n in demo.nodes]
+
+
+def test_the_demo_world_has_a_platform_queueing_while_another_idles():
+    """What default_world's docstring says of it: the platforms peak at different hours (office
+    hours, night, late afternoon), and on a static split one of them often queues while another
+    holds a whole idle node."""
+    from gpupool.sim.world import default_world
+
+    w = default_world("2024-01-01", "2024-01-15")
+    demand = pd.DataFrame({p: w.demand(p, w.start, w.end).to_numpy() for p in w.platforms},
+                          index=w.index)
+    by_hour = demand.groupby(demand.index.hour).mean()
+    assert 11 <= by_hour["openstack"].idxmax() <= 15
+    assert by_hour["slurm"].idxmax() <= 5
+    assert 14 <= by_hour["kubernetes"].idxmax() <= 18
+    capacity = pd.Series({p: len(w.inventory(p)) * w.scenario.node_gpus for p in w.platforms})
+    queues = demand.gt(capacity, axis=1)
+    idle_node = demand.le(capacity - w.scenario.node_gpus, axis=1)
+    both = pd.Series([any(queues.iloc[i][p] and idle_node.iloc[i].drop(p).any() for p in w.platforms)
+                      for i in range(len(demand))], index=demand.index)
+    assert both.mean() > 0.05
+    assert demand.sum(axis=1).le(capacity.sum()).mean() > 0.95  # the pool as a whole has room
