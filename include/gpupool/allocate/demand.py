@@ -67,6 +67,12 @@ class PlatformDemand:
             raise PlanningError(f"demand of {platform!r}: unknown unit {out.unit!r} (use 'gpu' or a MIG profile)")
         return out
 
+    def in_unit(self, unit: str = GPU_UNIT, factor: int = 1) -> "PlatformDemand":
+        """This demand in ``unit``, each of its units ``factor`` of that one (the plan stage's
+        ``platform_demand`` and the what-if convert staged demand with it)."""
+        return PlatformDemand(mean=tuple(v * factor for v in self.mean), upper=tuple(v * factor for v in self.upper),
+                              unit=unit, peak=None if self.peak is None else self.peak * factor)
+
 
 def _floats(platform: str, key: str, values: Any) -> tuple[float, ...]:
     try:

@@ -172,10 +172,9 @@ def platform_demand(engine: Engine, window, platforms: list[str], policy: Policy
         else:
             choice = plan_demand(hourly, info, policy.model_copy(update={"kind": "reactive"}), end)
             source[p] = choice.why(end) + ("; no forecast issued at the window's end" if predictive else "")
-        d = choice.demand
         unit, k = (units or {}).get(p, (GPU_UNIT, 1))
-        demand[p] = {"mean": [v * k for v in d.mean], "upper": [v * k for v in d.upper], "unit": unit,
-                     "peak": None if d.peak is None else d.peak * k}
+        d = choice.demand.in_unit(unit, k)
+        demand[p] = {"mean": list(d.mean), "upper": list(d.upper), "unit": d.unit, "peak": d.peak}
         if unit != GPU_UNIT:
             source[p] += (f"; in {unit} slices: each GPU of demand is {k} slices (a GPU's worth)" if k != 1
                           else f"; in {unit} slices: each GPU of demand is one request of a slice")

@@ -24,7 +24,12 @@ clips the traces), ``seed`` (synthetic platforms), ``policy`` (overrides of
 :mod:`gpupool.sim.faults`; absent: clean telemetry), ``fastpath`` (the fast path's cadence between
 the hourly plans, e.g. ``5min``, or ``off`` for hourly decisions only; absent: what the shipped
 ``gpupool_fastpath`` DAG does, :data:`gpupool.allocate.cadence.FASTPATH_EVERY`) and, per
-platform, ``gpu_model``.
+platform, ``gpu_model`` and ``slice_profile``.
+
+``slice_profile`` (a MIG profile such as ``1g.10gb``; absent: whole GPUs) is the platform
+configuration's key of the same name with its default ``slice_demand: requests``: the platform's
+trace demand counts slice requests (one unit of demand is one job that fits a slice), the plan
+counts it in slices, and the world serves it per node's MIG layout (:mod:`gpupool.sim.slices`).
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpupool import mig
 from gpupool.allocate.cadence import FASTPATH_EVERY
+from gpupool.allocate.layouts import GPU_UNIT
 from gpupool.errors import UserError
 from gpupool.sim.faults import FaultSpec
 from gpupool.sim.history import HistorySpec
@@ -70,6 +77,14 @@ class PlatformSpec(BaseModel):
     synthetic: SyntheticSpec | None = None
     nodes: int | None = Field(None, ge=0)
     gpu_model: str = "NVIDIA A100-SXM4-80GB"
+    slice_profile: str | None = Field(None, description="the MIG profile its jobs ask for; None: whole GPUs")
+
+    @field_validator("slice_profile")
+    @classmethod
+    def _known_profile(cls, value: str | None) -> str | None:
+        if value is not None and value not in mig.SLICES_PER_GPU:
+            raise ValueError(f"unknown MIG profile {value!r}; known: {', '.join(mig.SLICES_PER_GPU)}")
+        return value
 
     @field_validator("trace", mode="before")
     @classmethod
@@ -196,6 +211,12 @@ class Scenario(BaseModel):
             raise ValueError(f"start and end are required with a {fmt} trace (platforms.{name}): a job log "
                              "defines demand at every instant, zero between jobs")
         return self
+
+    def demand_units(self) -> dict[str, tuple[str, int]]:
+        """Each platform's demand unit and the factor from its demand to it, as
+        :func:`gpupool.allocate.service.demand_units` gives them (``slice_demand: requests``:
+        one unit of demand is one request, so the factor is 1)."""
+        return {name: (spec.slice_profile or GPU_UNIT, 1) for name, spec in self.platforms.items()}
 
     @property
     def step_td(self) -> pd.Timedelta:

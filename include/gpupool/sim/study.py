@@ -15,7 +15,13 @@ Every ``decision_every`` the study runs what ``gpupool_pipeline`` runs, on what 
 4. **plan** — :func:`gpupool.allocate.demand.plan_demand`, the plan stage's own function, on
    the hourly demand, the spread inside the hour and demand as it stands (``demand_of_steps``),
    the forecast and its track record (``predictive``), then :func:`gpupool.allocate.planner.plan`;
-5. the plan's moves are carried out in the world.
+5. the plan's moves are carried out in the world, each node arriving in the plan's
+   ``mig_layout``, and its ``layout_changes`` in place (the node out of service for
+   :data:`~gpupool.allocate.planner.LAYOUT_CHANGE_MINUTES`, what the planner charges a re-layout).
+
+A platform with a ``slice_profile`` is planned in slices as the plan stage plans it: its demand
+in the unit :meth:`Scenario.demand_units` gives (:meth:`PlatformDemand.in_unit`, what
+``allocate.service.platform_demand`` applies), the world's telemetry of it counting slice requests.
 
 Between the hourly plans, the fast path ticks at the scenario's ``fastpath`` cadence (absent:
 the shipped DAG's), production's :func:`gpupool.allocate.fastpath.decide` on the world's
@@ -40,7 +46,7 @@ from tqdm.auto import tqdm
 from gpupool.detect import stage as detect_stage
 from gpupool.forecast import stage as forecast_stage
 from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SPREAD_HISTORY_HOURS, PlatformDemand, plan_demand
-from gpupool.allocate.planner import NodeRecord, plan
+from gpupool.allocate.planner import LAYOUT_CHANGE_MINUTES, NodeRecord, plan
 from gpupool.allocate.policy import POLICY_KINDS, Policy
 from gpupool.canonical import DEMAND_METRICS, demand_of_steps, hourly_levels
 from gpupool.config import default_config
@@ -95,7 +101,9 @@ def simulate(
     nodes received). With the fast path on (the scenario's ``fastpath``, on unless ``off``) the
     result also has ``"fastpath"`` (its cadence; ``"off"`` for ``static``, which never moves) and
     each block ``fastpath_moves`` (of ``moves``, those the fast path started); with it ``off`` the
-    result is the hourly study's alone.
+    result is the hourly study's alone. A platform with a ``slice_profile`` counts its hours in
+    slices (:meth:`World.summary`: ``unit``, ``unmet_slice_hours``, ...), and in such a study
+    each block has ``relayouts`` (the plans' in-place MIG changes on the platform's nodes).
     ``plans``, when given a list, receives every :class:`Plan` made;
     ``clean=False`` skips cleaning (the raw telemetry is forecast from, and the fast path acts on
     unjudged readings); ``chain_log``, when given a list, receives one dict per decision and
@@ -114,12 +122,15 @@ def simulate(
     tick = every if fast is None else min(every, pd.Timedelta(scenario.fastpath))
     times = pd.date_range(world.start, world.end, freq=tick, inclusive="left")
     decided = 0
+    units = scenario.demand_units()
+    relayouts = {p: 0 for p in world.platforms}
     for t in tqdm(times, desc=f"{scenario.label()}:{policy.kind}", unit="tick", disable=not progress,
                   leave=False):
         world.advance(t)
         if (t - world.start) % every == pd.Timedelta(0):
             demand = source.demand(t)
             if demand is not None:
+                demand = {p: d.in_unit(*units[p]) for p, d in demand.items()}
                 if chain_log is not None:
                     chain_log.extend({"at": t, "platform": p, "mean": d.mean, "upper": d.upper,
                                       **source.notes.get(p, {})} for p, d in demand.items())
@@ -131,9 +142,12 @@ def simulate(
                 if plans is not None:
                     plans.append(result)
                 for mv in result.moves:
-                    world.move(mv.node, mv.target)
+                    world.move(mv.node, mv.target, layout=mv.mig_layout)
                     if fast is not None:
                         fast.record(t, mv.node, mv.source, mv.target, "plan")
+                for change in result.layout_changes:
+                    world.relayout(change.node, change.to_layout, LAYOUT_CHANGE_MINUTES)
+                    relayouts[change.platform] += 1
                 if fast is not None:
                     decided += 1
                     fast.planned(decided, t, result, demand)
@@ -143,6 +157,10 @@ def simulate(
     out = world.summary()
     result = {"total": out["total"], "platforms": out["platforms"], "policy": policy.kind,
               "scenario": scenario.label()}
+    if world.sliced:  # a world with a slice platform: the plans' in-place MIG changes, per platform
+        for p, n in relayouts.items():
+            result["platforms"][p]["relayouts"] = n
+        result["total"]["relayouts"] = sum(relayouts.values())
     if scenario.fastpath is not None:
         by_fast = fast.fast_moves() if fast is not None else {p: 0 for p in world.platforms}
         for p, n in by_fast.items():

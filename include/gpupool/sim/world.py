@@ -10,6 +10,8 @@ The fluid model: a platform's capacity at a step is the GPUs of its nodes that a
 transit nor cordoned; ``served = min(demand, capacity)`` and ``unmet = demand - served``, with
 nothing carried over. Served work is packed onto the platform's nodes in name order, which gives
 each node (and GPU) a busy count; a platform's idle nodes are therefore its last ones by name.
+A platform with a ``slice_profile`` counts demand, capacity and the rest in slice requests, and
+each node serves it what its MIG layout of the step holds (:mod:`gpupool.sim.slices`).
 
 Everything here is plain state and arithmetic — the planner lives in ``gpupool.allocate`` and
 the closed loop in :mod:`gpupool.sim.study`; the HTTP facades read and change a World through
@@ -31,6 +33,7 @@ from gpupool.canonical import CANONICAL_METRICS, SAMPLE_COLUMNS, empty_samples
 from gpupool.sim.scenario import Scenario, scenario_from_dict
 from gpupool.sim.synthetic import glitch_factors, generate
 from gpupool.sim.history import read_traces
+from gpupool.sim.slices import GPU_UNIT, Layouts, units_of
 from gpupool.sim.traces import check_span
 
 TRANSIT = -1
@@ -88,6 +91,10 @@ class World:
         self.mig_layout_: dict[str, str | None] = {
             n.name: (mig.DISABLED if n.mig_capable else None) for n in self.nodes
         }
+        self.units: tuple[str, ...] = units_of(scenario)  # each platform's unit, in platform order
+        #: whether some platform asks for slices: only then do layouts decide what a node serves
+        self.sliced = any(u != GPU_UNIT for u in self.units)
+        self.layouts_ = Layouts(self.nodes, self.units, n_steps) if self.sliced else None
         self.events_: list[dict] = []  # moves, cordons and MIG changes, in clock order
         self._nidx = {n.name: j for j, n in enumerate(self.nodes)}
         self._name_order = sorted(range(len(self.nodes)), key=lambda j: self.nodes[j].name)
@@ -187,9 +194,10 @@ class World:
             raise WorldError(f"cannot move the clock back from {self.clock} to {to}")
         self._clock_i = i
 
-    def move(self, node: str, to: str, minutes: float | None = None) -> pd.Timestamp:
+    def move(self, node: str, to: str, minutes: float | None = None, layout: str | None = None) -> pd.Timestamp:
         """Hand ``node`` to platform ``to`` now; it serves nobody for ``minutes`` (scenario's move_minutes).
 
+        ``layout`` (a plan's ``mig_layout``; None: unchanged) is the MIG layout it arrives with.
         Returns the time it arrives. Refuses a node already in transit or cordoned by someone
         else than gpupool, and an unknown target.
         """
@@ -210,7 +218,32 @@ class World:
         arrive = self.clock + k * self.step
         self.events_.append({"ts": self.clock, "kind": "move", "node": node, "source": self.platforms[here],
                              "target": to, "arrive": arrive})
+        if layout is not None and layout != self.mig_layout_[node]:
+            self._relayout(j, t + k, layout)
         return arrive
+
+    def relayout(self, node: str, layout: str, minutes: float) -> pd.Timestamp:
+        """Change ``node``'s MIG layout in place now; it serves nobody for ``minutes``.
+
+        Returns the time it serves again. Refuses a node in transit.
+        """
+        j = self._node(node)
+        t = self._require_open("re-layout")
+        if int(self.owner_[j, t]) == TRANSIT:
+            raise WorldError(f"node {node!r} is moving; its layout changes on arrival")
+        k = int(math.ceil(pd.Timedelta(minutes=minutes) / self.step - 1e-9))
+        self._relayout(j, t, layout, k)
+        return self.clock + k * self.step
+
+    def _relayout(self, j: int, i: int, layout: str, out_steps: int = 0) -> None:
+        node = self.nodes[j]
+        if not node.mig_capable and layout not in mig.WHOLE_LAYOUTS:
+            raise WorldError(f"node {node.name!r} ({node.gpu_model}) is not MIG-capable")
+        self.mig_layout_[node.name] = layout
+        if self.layouts_ is not None:
+            self.layouts_.set(j, i, layout, out_steps)
+            self._cap_cache = None
+        self.events_.append({"ts": self.clock, "kind": "mig", "node": node.name, "layout": layout})
 
     def cordon(self, node: str, reason: str) -> None:
         """Mark ``node`` unschedulable from now on (drain/cordon/disable) with ``reason``."""
@@ -233,25 +266,35 @@ class World:
         j = self._node(node)
         if not self.nodes[j].mig_capable and layout not in mig.WHOLE_LAYOUTS:
             raise WorldError(f"node {node!r} ({self.nodes[j].gpu_model}) is not MIG-capable")
-        self._require_open("set a MIG layout")
+        t = self._require_open("set a MIG layout")
         self.mig_layout_[node] = layout
+        if self.layouts_ is not None:
+            self.layouts_.set(j, t, layout)
+            self._cap_cache = None
         self.events_.append({"ts": self.clock, "kind": "mig", "node": node, "layout": layout})
 
     # ------------------------------------------------------------------ derived state
+    def node_capacity(self, i0: int, i1: int) -> np.ndarray:
+        """What each node (rows) serves its owner per step of ``[i0, i1)`` in the owner's unit,
+        transit aside (the owner arrays say who holds it): its GPUs unless cordoned, or in a
+        world with a slice platform what its layout holds."""
+        if self.layouts_ is not None:
+            return self.layouts_.capacity(self.owner_[:, i0:i1], self.cordoned_[:, i0:i1], i0, i1)
+        return np.array([n.gpus for n in self.nodes], dtype=float)[:, None] * ~self.cordoned_[:, i0:i1]
+
     def capacity(self) -> np.ndarray:
-        """Schedulable GPUs per platform and step, shape (platforms, steps)."""
+        """Schedulable capacity per platform and step in its unit, shape (platforms, steps)."""
         if self._cap_cache is None:
             cap = np.zeros((len(self.platforms), len(self.index)))
-            gpus = np.array([n.gpus for n in self.nodes], dtype=float)[:, None]
-            live = gpus * ~self.cordoned_
+            live = self.node_capacity(0, len(self.index))
             for i in range(len(self.platforms)):
                 cap[i] = (live * (self.owner_ == i)).sum(axis=0)
             self._cap_cache = cap
         return self._cap_cache
 
     def capacity_at(self, i: int) -> np.ndarray:
-        """Schedulable GPUs per platform at step ``i`` (cheap: one column)."""
-        gpus = np.array([n.gpus for n in self.nodes], dtype=float) * ~self.cordoned_[:, i]
+        """Schedulable capacity per platform at step ``i`` (cheap: one column)."""
+        gpus = self.node_capacity(i, i + 1)[:, 0]
         owner = self.owner_[:, i]
         return np.array([gpus[owner == p].sum() for p in range(len(self.platforms))])
 
@@ -270,13 +313,14 @@ class World:
         return s.resample("1h").mean()
 
     def _busy_by_node(self, i0: int, i1: int) -> np.ndarray:
-        """GPUs busy per node and step in ``[i0, i1)``: served work packed onto nodes by name."""
+        """GPUs busy per node and step in ``[i0, i1)``: served work packed onto nodes by name (a
+        node serving slices is busy in proportion: the requests it holds over those it can)."""
         owner = self.owner_[:, i0:i1]
         cordoned = self.cordoned_[:, i0:i1]
+        live = self.node_capacity(i0, i1)
         if self._cap_cache is not None:
             cap = self._cap_cache[:, i0:i1]
         else:
-            live = np.array([n.gpus for n in self.nodes], dtype=float)[:, None] * ~cordoned
             cap = np.vstack([(live * (owner == p)).sum(axis=0) for p in range(len(self.platforms))])
         served = np.minimum(self.demand_[:, i0:i1], cap)
         busy = np.zeros((len(self.nodes), i1 - i0))
@@ -287,8 +331,14 @@ class World:
                 here = (owner[j] == p) & ~cordoned[j]
                 if not here.any():
                     continue
-                take = np.where(here, np.minimum(left, self.nodes[j].gpus), 0.0)
-                busy[j] = np.where(here, take, busy[j])
+                if self.layouts_ is None:
+                    take = np.where(here, np.minimum(left, self.nodes[j].gpus), 0.0)
+                    busy[j] = np.where(here, take, busy[j])
+                else:
+                    room = np.where(here, live[j], 0.0)
+                    take = np.minimum(left, room)
+                    share = np.divide(take, room, out=np.zeros_like(take), where=room > 0)
+                    busy[j] = np.where(here, share * self.nodes[j].gpus, busy[j])
                 left = left - take
         return busy
 
@@ -346,13 +396,17 @@ class World:
                 owner = int(self.owner_[j, stop]) if stop < n else self._pidx[bound_for[node.name]]
                 remaining = (stop - i) * self.step_hours * 60.0
             cordoned = bool(self.cordoned_[j, look])
+            layout = self.mig_layout_[node.name]
+            if self.layouts_ is not None:
+                layout = self.layouts_.at(j, look)
+                cordoned = cordoned or bool(self.layouts_.out_[j, look])  # re-laying out: drained
             out.append({
                 "name": node.name,
                 "platform": self.platforms[owner] if owner != TRANSIT else None,
                 "gpus": node.gpus,
                 "gpu_model": node.gpu_model,
                 "mig_capable": node.mig_capable,
-                "mig_layout": self.mig_layout_[node.name],
+                "mig_layout": layout,
                 "schedulable": not cordoned and not transit,
                 "drain_reason": reasons.get(node.name, "") if cordoned else "",
                 "busy_gpus": float(busy[j]),
@@ -447,7 +501,10 @@ class World:
     def summary(self) -> dict:
         """The study's numbers over ``[start, clock)``: per platform and in total.
 
-        ``moves`` of a platform counts the nodes it received.
+        ``moves`` of a platform counts the nodes it received. A platform with a ``slice_profile``
+        counts its hours in slice requests of it: its block has ``unit`` (the profile), and
+        ``unmet_slice_hours`` and the rest name it; ``total``'s hours then sum the whole-GPU
+        platforms only (its ``moves`` all of them) and ``slice_platforms`` names the others' units.
         """
         i1 = self._clock_i
         demand = self.demand_[:, :i1]
@@ -461,7 +518,15 @@ class World:
         platforms = {}
         for p, i in self._pidx.items():
             platforms[p] = _metrics(demand[i].sum() * h, served[i].sum() * h, cap[i].sum() * h, received[p])
-        total = _metrics(demand.sum() * h, served.sum() * h, cap.sum() * h, sum(received.values()))
+            if self.units[i] != GPU_UNIT:
+                platforms[p] = _in_unit(platforms[p], self.units[i])
+        if not self.sliced:
+            total = _metrics(demand.sum() * h, served.sum() * h, cap.sum() * h, sum(received.values()))
+            return {"total": total, "platforms": platforms}
+        whole = [i for i, u in enumerate(self.units) if u == GPU_UNIT]
+        total = _metrics(demand[whole].sum() * h, served[whole].sum() * h, cap[whole].sum() * h,
+                         sum(received.values()))
+        total["slice_platforms"] = {p: self.units[i] for p, i in self._pidx.items() if self.units[i] != GPU_UNIT}
         return {"total": total, "platforms": platforms}
 
     # ------------------------------------------------------------------ helpers
@@ -524,6 +589,13 @@ def _metrics(demand: float, served: float, capacity: float, moves: int) -> dict:
         "utilization": round(float(served / capacity), 6) if capacity > 0 else 0.0,
         "moves": int(moves),
     }
+
+
+def _in_unit(block: dict, unit: str) -> dict:
+    """A slice platform's :func:`_metrics`: its unit named, and its hours also under keys that
+    say slices (the ``*_gpu_hours`` keys stay, in the same unit, for the readers of every block)."""
+    named = {k.replace("_gpu_hours", "_slice_hours"): v for k, v in block.items() if k.endswith("_gpu_hours")}
+    return {**block, **named, "unit": unit}
 
 
 def default_world(start: str | pd.Timestamp, end: str | pd.Timestamp, seed: int = 0) -> World:
