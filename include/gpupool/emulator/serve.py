@@ -72,10 +72,14 @@ def make_state(scenario_path: str | Path, speed: float = 1.0, start_at: str | No
     ``start_at`` is an instant, ``"start"``, or None: one day into the window (half of it for
     a window shorter than two days), so there is history to read from the first request.
     """
-    from gpupool.sim.scenario import load_scenario
+    from gpupool.sim.scenario import ScenarioError, load_scenario
     from gpupool.sim.world import World
 
     scenario = load_scenario(scenario_path)
+    sliced = [name for name, spec in scenario.platforms.items() if spec.slice_profile]
+    if sliced:  # the facades report whole GPUs; only `gpupool simulate` serves slices
+        raise ScenarioError(f"{scenario_path}: platforms.{sliced[0]}.slice_profile: the virtual datacenter's "
+                            "platform APIs serve whole GPUs; slice_profile is for `gpupool simulate` only")
     world = World(scenario, clock="start")
     if start_at is None:
         span = world.end - world.start

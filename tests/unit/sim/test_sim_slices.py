@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from gpupool.sim.scenario import ScenarioError, scenario_from_dict
 from gpupool.sim.study import simulate
@@ -134,3 +135,14 @@ def test_an_unknown_slice_profile_is_refused_with_its_key():
     raw = _synthetic("1g.11gb")
     with pytest.raises(ScenarioError, match=r"platforms\.ai\.slice_profile: unknown MIG profile '1g.11gb'"):
         scenario_from_dict(raw)
+
+
+def test_the_virtual_datacenter_refuses_a_slice_platform(tmp_path):
+    from gpupool.emulator.serve import make_state
+
+    path = tmp_path / "mig.yaml"
+    path.write_text(yaml.safe_dump(_synthetic("1g.10gb")))
+    with pytest.raises(ScenarioError, match=r"platforms\.ai\.slice_profile: .*`gpupool simulate` only"):
+        make_state(path, speed=0)
+    path.write_text(yaml.safe_dump(_synthetic(None)))
+    assert make_state(path, speed=0).world.layouts_ is None
