@@ -111,7 +111,8 @@ class PlatformConfig(_Strict):
         if self.slice_demand != "requests" and not self.slice_profile:
             raise ValueError("slice_demand: only a platform with a slice_profile counts its demand in slices")
         if self.slice_profile and self.kind == "simulator":
-            raise ValueError("slice_profile: the simulator's world counts demand in GPUs and serves no MIG slices")
+            raise ValueError("slice_profile: the virtual datacenter's platform APIs serve whole GPUs (a what-if "
+                             "scenario's own slice_profile plans slices in `gpupool simulate`)")
         if self.slice_profile and self.kind == "openstack":
             raise ValueError("slice_profile: gpupool cannot lay out MIG on OpenStack hosts (nova's mdev types are "
                              "node-side configuration); leave it unset there")

@@ -36,7 +36,7 @@ def test_slice_profile_is_checked():
         _config(None, "gpu_equivalent")
     with pytest.raises(ConfigError, match="slice_profile: gpupool cannot lay out MIG on OpenStack"):
         parse_config({"platforms": [{"name": "os", "kind": "openstack", "conn_id": "o", "slice_profile": "1g.10gb"}]})
-    with pytest.raises(ConfigError, match="slice_profile: the simulator's world"):
+    with pytest.raises(ConfigError, match="slice_profile: the virtual datacenter's platform APIs serve whole GPUs"):
         parse_config({"platforms": [{"name": "sim", "kind": "simulator", "slice_profile": "1g.10gb"}]})
 
 
