@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from _tables import record_run  # bench/ is sys.path[0] when a bench is run
+    from _tables import option, record_run  # bench/ is sys.path[0] when a bench is run
 
-    sys.exit(record_run("detect_stuck", main))
+    sys.exit(record_run(lambda a: "detect_stuck" + (f"-seed{option(a, '--seed')}" if option(a, "--seed", "0") != "0" else ""),
+                        main))
