@@ -152,8 +152,10 @@ def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -
     return _to_rows(pd.DataFrame(ts_cols, index=work.index), y, model)
 
 
-def _judge_timestamps(model: FittedSeriesModel, work: pd.Series, start: pd.Timestamp | None) -> dict[str, np.ndarray]:
-    """`_judge`'s per-timestamp columns of a prepared series (`prepare`: sorted, one row per timestamp)."""
+def _judge_timestamps(model: FittedSeriesModel, work: pd.Series, start: pd.Timestamp | None,
+                      moving: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """`_judge`'s per-timestamp columns of a prepared series (`prepare`: sorted, one row per timestamp);
+    `moving` (optional, on `work`'s timestamps) is the co-moving series the stuck rule reads."""
     cfg = model.config
     raw = work.to_numpy(dtype="float64")
     if len(work) and (start is None or _aligned(start, work.index) <= work.index[-1]):
@@ -198,7 +200,7 @@ def _judge_timestamps(model: FittedSeriesModel, work: pd.Series, start: pd.Times
     # a stuck run's line ends at the value after it as cleaning sees it: a drop or spike right
     # after the run must not pull the line towards itself
     known = np.where(fault, fault_value, np.where(flag & transient, expected, raw))
-    stuck, stuck_value = stuck_runs(raw, expected, model, known)
+    stuck, stuck_value = stuck_runs(raw, expected, model, known, moving)
     stuck &= np.isfinite(expected) & ~fault
     if stuck.any():
         # every repeat deviates: `alarms` keeps one alarm per run, and the jump back to the
@@ -336,6 +338,7 @@ def stream_detect(
     start: pd.Timestamp | None = None,
     end: pd.Timestamp | None = None,
     model_for: ModelFor | None = None,
+    moving: pd.Series | None = None,
 ) -> pd.DataFrame:
     """Detect and clean `y` as time passes: the rows in [start, end), one per input row.
 
@@ -348,7 +351,10 @@ def stream_detect(
     window by window raise the same alarms. The decision to clean a deviating point looks
     at up to `cleaning.max_anomaly_run` later points (a collapse: `cleaning.max_fault_run` + 2) that are in `y`
     before `end`; a fault that began before a refit and runs on past it is cleaned as the
-    model that saw it begin decided.
+    model that saw it begin decided. `moving` (optional) is a series of another exporter that
+    moves with `y` (a platform's job count beside its GPU count): read on `y`'s timestamps (a
+    timestamp it lacks is missing), it is handed to the stuck rule (`rules.stuck.stuck_runs`),
+    which then judges `y` whatever its history's repeat share; None judges from `y` alone.
 
     Returns the columns of OUTPUT_COLUMNS indexed like the selected rows of `y`; attrs
     hold `models` (anchor -> (detector, reason)) and the newest model's `reason`/`profile`.
@@ -379,7 +385,8 @@ def stream_detect(
                 fits[anchor] = fit_series_model(history, cfg, detector=detector)
         return fits[anchor]
 
-    parts = _judge_segments(work, first, cfg, fitted)
+    co = None if moving is None else _on_index(moving, work.index)
+    parts = _judge_segments(work, first, cfg, fitted, co)
     judged = {c: np.concatenate([pt[c] for pt in parts]) for c in OUTPUT_COLUMNS} if parts else {}
     judged_index = work.index[first:] if parts else work.index[:0]
     if parts:
@@ -393,11 +400,21 @@ def stream_detect(
     return out[OUTPUT_COLUMNS]
 
 
+def _on_index(moving: pd.Series, index: pd.DatetimeIndex) -> np.ndarray:
+    """The values of `moving` at the timestamps `index` (NaN where it has none)."""
+    co = prepare(moving)
+    if len(co) and len(index) and (co.index.tz is None) != (index.tz is None):
+        raise ValueError("stream_detect: the co-moving series and the series must both carry a time zone, or neither")
+    return co.reindex(index).to_numpy(dtype="float64")
+
+
 def _judge_segments(
-    work: pd.Series, first: int, cfg: RouterConfig, fitted: Callable[[pd.Timestamp], FittedSeriesModel]
+    work: pd.Series, first: int, cfg: RouterConfig, fitted: Callable[[pd.Timestamp], FittedSeriesModel],
+    moving: np.ndarray | None = None,
 ) -> list[dict[str, np.ndarray]]:
     """`stream_detect`'s columns of the prepared series `work` from row `first` on, one part per
-    run of rows with one refit anchor (`fitted(anchor)` gives its model)."""
+    run of rows with one refit anchor (`fitted(anchor)` gives its model; `moving`, on `work`'s
+    rows, the co-moving series)."""
     anchors = refit_anchors(work.index, np.isfinite(work.to_numpy()), cfg)
     # the segments' columns as arrays (pandas frames per hourly window cost more than the judging)
     parts: list[dict[str, np.ndarray]] = []
@@ -423,7 +440,7 @@ def _judge_segments(
         lo = int(work.index.searchsorted(anchors[pos] - span, side="left"))
         hi = min(n, stop + ahead)
         # `_judge` of the prepared slice: its rows are its timestamps
-        ts_cols = _judge_timestamps(model, work.iloc[lo:hi], work.index[pos])
+        ts_cols = _judge_timestamps(model, work.iloc[lo:hi], work.index[pos], None if moving is None else moving[lo:hi])
         full = _row_columns(ts_cols, np.arange(hi - lo), work_values[lo:hi], model)
         part = {c: v[pos - lo : stop - lo].copy() for c, v in full.items()}
         part["detector"] = np.full(stop - pos, model.detector_name, dtype=object)

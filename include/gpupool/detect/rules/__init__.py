@@ -72,7 +72,8 @@ class CleaningRules(BaseModel):
         description="a series can be stuck only if at most this share of its history's steps repeat the value "
         "before: a count that repeats more often stands still in plateaus at every level, which a stuck exporter "
         "cannot be told from by values alone (docs/decisions/0018-stuck-from-values.md; 1: every series is "
-        "judged on its runs at the run's level)",
+        "judged on its runs at the run's level). A series judged with a co-moving series "
+        "(`stream_detect(moving=)`, docs/decisions/0020-stuck-co-moving.md) is judged whatever its repeat share",
     )
     outage_max_idle_share: float | None = Field(
         0.01,
