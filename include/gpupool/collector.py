@@ -126,23 +126,6 @@ def serve(platform: str, node: str, host: str = "127.0.0.1", port: int = 9810, *
           ready: Callable[[str, int], None] | None = None) -> None:
     """Serve ``/metrics`` (the :func:`registry`) on ``host:port`` until interrupted, reading NVML
     at each scrape; ``ready(host, port)`` once the socket is bound (port 0: an ephemeral one)."""
-    from wsgiref.simple_server import WSGIRequestHandler, make_server
+    from gpupool.exposition import serve_registry
 
-    from prometheus_client import make_wsgi_app
-
-    metrics_app = make_wsgi_app(registry(platform, node, nvml=nvml))
-
-    def app(environ, start_response):
-        if environ.get("PATH_INFO") in ("/metrics", "/metrics/"):
-            return metrics_app(environ, start_response)
-        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-        return [b"gpupool nvml metrics are served at /metrics\n"]
-
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-            pass
-
-    with make_server(host, port, app, handler_class=Quiet) as server:
-        if ready is not None:
-            ready(server.server_address[0], server.server_address[1])
-        server.serve_forever()
+    serve_registry(registry(platform, node, nvml=nvml), host, port, "gpupool nvml metrics", ready)

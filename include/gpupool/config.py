@@ -86,9 +86,7 @@ class PlatformConfig(_Strict):
     @field_validator("slice_profile")
     @classmethod
     def _known_profile(cls, value: str | None) -> str | None:
-        if value is not None and value not in mig.SLICES_PER_GPU:
-            raise ValueError(f"unknown MIG profile {value!r}; known: {', '.join(mig.SLICES_PER_GPU)}")
-        return value
+        return mig.check_profile(value)
 
     @field_validator("prometheus_match")
     @classmethod

@@ -328,26 +328,9 @@ def serve(engine: Engine, config: GpupoolConfig, host: str = "127.0.0.1", port: 
           at: datetime | None = None, ready=None) -> None:
     """Serve ``/metrics`` on ``host:port`` until interrupted; ``ready(host, port)`` is called
     once the socket is bound (port 0 binds an ephemeral one)."""
-    from wsgiref.simple_server import WSGIRequestHandler, make_server
+    from gpupool.exposition import serve_registry
 
-    from prometheus_client import make_wsgi_app
-
-    metrics_app = make_wsgi_app(registry(engine, config, at))
-
-    def app(environ, start_response):
-        if environ.get("PATH_INFO") in ("/metrics", "/metrics/"):
-            return metrics_app(environ, start_response)
-        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-        return [b"gpupool metrics are served at /metrics\n"]
-
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-            pass
-
-    with make_server(host, port, app, handler_class=Quiet) as server:
-        if ready is not None:
-            ready(server.server_address[0], server.server_address[1])
-        server.serve_forever()
+    serve_registry(registry(engine, config, at), host, port, "gpupool metrics", ready)
 
 
 __all__ = ["StagingCollector", "registry", "exposition", "serve", "unmet_points", "forecast_errors", "plan_outcome"]

@@ -22,6 +22,15 @@ SLICES_PER_GPU: dict[str, int] = {
     "7g.40gb": 1, "7g.80gb": 1, "7g.94gb": 1, "7g.141gb": 1,
 }
 
+
+
+def check_profile(value: str | None) -> str | None:
+    """``value`` if it is None or a known MIG profile (a :data:`SLICES_PER_GPU` key); else ValueError."""
+    if value is not None and value not in SLICES_PER_GPU:
+        raise ValueError(f"unknown MIG profile {value!r}; known: {', '.join(SLICES_PER_GPU)}")
+    return value
+
+
 #: the layout of a MIG-capable node with MIG off (whole GPUs)
 DISABLED = "all-disabled"
 #: layouts in which a MIG-capable node serves whole GPUs

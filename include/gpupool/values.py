@@ -24,6 +24,17 @@ def utc_datetime(ts: Any) -> datetime:
     return utc(ts).to_pydatetime()
 
 
+def utc_field(value: Any) -> Any:
+    """A validator's reading of an instant: None and tz-aware datetimes as they are, anything
+    else :func:`utc_datetime` (a naive time is UTC); ValueError naming what is not a timestamp."""
+    if value is None or isinstance(value, datetime) and value.tzinfo is not None:
+        return value
+    try:
+        return utc_datetime(value)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not a timestamp: {value!r}") from exc
+
+
 def jsonable(value: Any) -> Any:
     """A copy of ``value`` that ``json.dumps`` accepts strictly: mapping keys become strings,
     numpy scalars Python ones, tuples and arrays lists, non-finite floats None and timestamps

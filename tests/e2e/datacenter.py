@@ -38,6 +38,18 @@ def write_trace(path: Path, start: datetime, running: list[float], pending: list
     return path
 
 
+def write_scenario(tmp_path: Path, slurm: Path, kubernetes: Path, move_minutes: int) -> Path:
+    """The two-platform scenario the e2e tests serve: slurm and kubernetes, four 8-GPU nodes each
+    (kubernetes' H100s), from the traces ``slurm`` and ``kubernetes`` (:func:`write_trace`)."""
+    spec = {"step": "5min", "decision_every": "1h", "node_gpus": 8, "move_minutes": move_minutes,
+            "max_moves_per_decision": 4, "seed": 11,
+            "platforms": {"slurm": {"trace": str(slurm), "nodes": 4},
+                          "kubernetes": {"trace": str(kubernetes), "nodes": 4, "gpu_model": "NVIDIA H100 80GB HBM3"}}}
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 def write_config(tmp_path: Path) -> Path:
     """platforms.yaml of a deployment with slurm and kubernetes, both actuating, dry_run off."""
     cfg = {

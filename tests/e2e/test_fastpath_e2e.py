@@ -26,7 +26,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import sqlalchemy as sa
-import yaml
 
 import datacenter  # tests/e2e/, on sys.path by conftest.py
 
@@ -53,13 +52,7 @@ def _scenario(tmp_path: Path) -> Path:
     burst = idx >= pd.Timestamp(BURST)
     slurm = _trace(tmp_path / "slurm.csv", [32.0 if b else 24.0 for b in burst], [16.0 if b else 0.0 for b in burst], 32)
     k8s = _trace(tmp_path / "kubernetes.csv", [8.0] * len(idx), [0.0] * len(idx), 32)
-    spec = {"step": "5min", "decision_every": "1h", "node_gpus": 8, "move_minutes": MOVE_MINUTES,
-            "max_moves_per_decision": 4, "seed": 11,
-            "platforms": {"slurm": {"trace": str(slurm), "nodes": 4},
-                          "kubernetes": {"trace": str(k8s), "nodes": 4, "gpu_model": "NVIDIA H100 80GB HBM3"}}}
-    path = tmp_path / "scenario.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return datacenter.write_scenario(tmp_path, slurm, k8s, MOVE_MINUTES)
 
 
 def _plan(engine, at: datetime) -> None:

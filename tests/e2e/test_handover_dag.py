@@ -20,7 +20,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-import yaml
 
 import datacenter  # tests/e2e/, on sys.path by conftest.py
 
@@ -39,13 +38,7 @@ def _scenario(tmp_path: Path) -> Path:
     n = 2 * 24 * 12
     slurm = datacenter.write_trace(tmp_path / "slurm.csv", T0, [24.0] * n, [0.0] * n, 32)
     k8s = datacenter.write_trace(tmp_path / "kubernetes.csv", T0, [8.0] * n, [0.0] * n, 32)
-    spec = {"step": "5min", "decision_every": "1h", "node_gpus": 8, "move_minutes": MOVE_MINUTES,
-            "max_moves_per_decision": 4, "seed": 11,
-            "platforms": {"slurm": {"trace": str(slurm), "nodes": 4},
-                          "kubernetes": {"trace": str(k8s), "nodes": 4, "gpu_model": "NVIDIA H100 80GB HBM3"}}}
-    path = tmp_path / "scenario.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return datacenter.write_scenario(tmp_path, slurm, k8s, MOVE_MINUTES)
 
 
 def _run(dag, at: datetime) -> None:

@@ -5,14 +5,12 @@ Fails (never skips) without prometheus."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -23,16 +21,11 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "sources"))
 from fake_nvml import FakeGpu, FakeNvml  # noqa: E402
 
+from tests.integration.conftest import prometheus_query  # noqa: E402
+
 pytestmark = pytest.mark.integration
 
 NODE = "gpu-n001"
-
-
-def _query(base: str, expr: str) -> list:
-    with urllib.request.urlopen(f"{base}/api/v1/query?query=" + urllib.parse.quote(expr), timeout=10) as r:
-        res = json.loads(r.read())
-    assert res["status"] == "success", res
-    return res["data"]["result"]
 
 
 def _free_port() -> int:
@@ -82,21 +75,21 @@ def test_prometheus_scrapes_the_nvml_agent(tmp_path):
         deadline = time.monotonic() + 60
         while True:
             try:
-                if _query(base, 'gpupool_nvml_up{job="gpupool-nvml"} == 1'):
+                if prometheus_query(base, 'gpupool_nvml_up{job="gpupool-nvml"} == 1'):
                     break
             except OSError:
                 pass
             assert prom.poll() is None and time.monotonic() < deadline, (tmp_path / "prometheus.log").read_text()[-3000:]
             time.sleep(0.5)
-        util = {r["metric"]["entity"]: float(r["value"][1]) for r in _query(base, "gpupool_nvml_gpu_util")}
+        util = {r["metric"]["entity"]: float(r["value"][1]) for r in prometheus_query(base, "gpupool_nvml_gpu_util")}
         assert util == {f"{NODE}/0": 64.0, f"{NODE}/1": 0.0}
-        cap = _query(base, 'gpupool_nvml_gpu_allocated{platform="slurm", node="%s", entity_kind="node"}' % NODE)
+        cap = prometheus_query(base, 'gpupool_nvml_gpu_allocated{platform="slurm", node="%s", entity_kind="node"}' % NODE)
         assert [float(r["value"][1]) for r in cap] == [1.0]
-        mem = {r["metric"]["entity"] for r in _query(base, "gpupool_nvml_gpu_mem_used")}
+        mem = {r["metric"]["entity"] for r in prometheus_query(base, "gpupool_nvml_gpu_mem_used")}
         assert mem == {f"{NODE}/0"}  # GPU 1's failed reading is absent, not zero
-        health = {r["metric"]["target"]: float(r["value"][1]) for r in _query(base, "gpupool_nvml_health_up")}
+        health = {r["metric"]["target"]: float(r["value"][1]) for r in prometheus_query(base, "gpupool_nvml_health_up")}
         assert health["gpu_mem_used"] == 0.0 and health["gpu_util"] == 1.0
-        assert _query(base, 'up{job="gpupool-nvml"} == 1')
+        assert prometheus_query(base, 'up{job="gpupool-nvml"} == 1')
     finally:
         prom.terminate()
         prom.wait(timeout=30)

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from gpupool.values import utc_field
 from gpupool.sim.traces import TraceError, check_span, read_helios
 
 #: the formats a trace mapping may name besides ``helios`` (the plain-path format)
@@ -111,13 +112,7 @@ class HistorySpec(BaseModel):
     @field_validator("origin", mode="before")
     @classmethod
     def _origin(cls, value: Any) -> Any:
-        if value is None or isinstance(value, dt.datetime) and value.tzinfo is not None:
-            return value
-        try:
-            ts = pd.Timestamp(value)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"not a timestamp: {value!r}") from exc
-        return (ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")).to_pydatetime()
+        return utc_field(value)
 
     @model_validator(mode="after")
     def _keys_of_format(self) -> "HistorySpec":

@@ -44,6 +44,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpupool import mig
+from gpupool.values import utc_field
 from gpupool.allocate.cadence import FASTPATH_EVERY
 from gpupool.allocate.layouts import GPU_UNIT
 from gpupool.errors import UserError
@@ -82,9 +83,7 @@ class PlatformSpec(BaseModel):
     @field_validator("slice_profile")
     @classmethod
     def _known_profile(cls, value: str | None) -> str | None:
-        if value is not None and value not in mig.SLICES_PER_GPU:
-            raise ValueError(f"unknown MIG profile {value!r}; known: {', '.join(mig.SLICES_PER_GPU)}")
-        return value
+        return mig.check_profile(value)
 
     @field_validator("trace", mode="before")
     @classmethod
@@ -177,13 +176,7 @@ class Scenario(BaseModel):
     @field_validator("start", "end", mode="before")
     @classmethod
     def _instant(cls, value: Any) -> Any:
-        if value is None or isinstance(value, dt.datetime) and value.tzinfo is not None:
-            return value
-        try:
-            ts = pd.Timestamp(value)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"not a timestamp: {value!r}") from exc
-        return (ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")).to_pydatetime()
+        return utc_field(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
