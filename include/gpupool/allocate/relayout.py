@@ -23,6 +23,7 @@ from typing import Any
 
 from gpupool.allocate.actuators.base import ActuationError, Actuator, Command, REASON_PREFIX
 from gpupool.allocate import handover as ho
+from gpupool.staging import handovers as store
 
 
 class LayoutChangeFailed(RuntimeError):
@@ -51,21 +52,28 @@ def apply_layout_changes(engine, changes: list[dict], actuators: Mapping[str, Ac
         why = stale_why
         if why is None and not capable.get(node, False):
             why = "the inventory says its GPUs cannot do MIG"
-        if why is None and ho.list_handovers(engine, ho.BLOCKING_STATES, node=node):
-            why = "the node has an open or failed handover"
         if why is not None:
             out["skipped"].append({**item, "why": why})
             continue
-        act = actuators.get(platform)
-        if platform not in live or act is None:
-            _on_paper(engine, act, platform, node, layout)
-            out["applied"].append({**item, "dry_run": True})
-            continue
-        try:
-            result = _apply(engine, act, node, layout)
-        except ActuationError as exc:
-            out["failed"].append({**item, "why": str(exc)})
-            continue
+        # under the node's writer lock, as a handover's steps are: no handover opened or advanced
+        # by the fast path, the handover DAG or the CLI acts on the node while it is re-laid out
+        with store.node_lock(engine, node) as held:
+            if not held:
+                out["skipped"].append({**item, "why": "another writer (a handover step) holds the node now"})
+                continue
+            if ho.list_handovers(engine, ho.BLOCKING_STATES, node=node):
+                out["skipped"].append({**item, "why": "the node has an open or failed handover"})
+                continue
+            act = actuators.get(platform)
+            if platform not in live or act is None:
+                _on_paper(engine, act, platform, node, layout)
+                out["applied"].append({**item, "dry_run": True})
+                continue
+            try:
+                result = _apply(engine, act, node, layout)
+            except ActuationError as exc:
+                out["failed"].append({**item, "why": str(exc)})
+                continue
         key = "applied" if result is None else "skipped"
         out[key].append({**item, "dry_run": False} if result is None else {**item, "why": result})
     return out

@@ -147,6 +147,27 @@ def test_layout_changes_never_reach_a_node_without_mig_and_a_dry_run_only_audits
     assert _audit(sqlite_engine) == [("k8s-h100", "mig_layout", "dry_run", "all-1g.10gb")]
 
 
+def test_a_relayout_stands_aside_while_another_writer_holds_the_node(sqlite_engine):
+    """A handover step (the fast path's, the DAG's or the CLI's) holding the node's writer lock
+    keeps the plan's re-layout off it: nothing is audited or sent; the next pass may apply it."""
+    from gpupool.staging import handovers as store
+
+    with sqlite_engine.begin() as conn:
+        conn.execute(inventory_node.insert(), [dict(
+            platform="kubernetes", node="k8s-h100", snapshot_at=END, gpus=8, gpu_model="NVIDIA-H100-80GB-HBM3",
+            mig_layout=None, schedulable=True, drain_reason=None, busy_gpus=0.0)])
+    pid = _plan_with_changes(sqlite_engine, [{"node": "k8s-h100", "platform": "kubernetes",
+                                             "from": "all-disabled", "to": "all-1g.10gb"}])
+    ctx = pipeline.Context(_config(), sqlite_engine)
+    with store.node_lock(sqlite_engine, "k8s-h100") as held:
+        assert held
+        out = service.actuate_plan(ctx, pid, dry_run=True, at=END)
+    assert not out["layouts"]["applied"] and "another writer" in out["layouts"]["skipped"][0]["why"]
+    assert _audit(sqlite_engine) == []
+    again = service.actuate_plan(ctx, pid, dry_run=True, at=END)
+    assert [a["node"] for a in again["layouts"]["applied"]] == ["k8s-h100"]
+
+
 def test_a_stale_plan_changes_no_layout(sqlite_engine):
     _stage(sqlite_engine)
     pid = _plan_with_changes(sqlite_engine, [{"node": "k8s-1", "platform": "kubernetes", "from": "all-disabled",
