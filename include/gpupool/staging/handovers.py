@@ -63,11 +63,17 @@ def _key(namespace: str, node: str) -> int:
     return zlib.crc32(f"{namespace}:{node}".encode())
 
 
+#: an advisory lock's key on PostgreSQL: the lock's name within the staging schema the session
+#: writes to. Advisory locks are database-wide, and two pools staged in two schemas of one
+#: database must not hold each other's node or budget locks.
+_PG_KEY = "hashtextextended(:ns || ':' || current_schema() || ':' || :name, 0)"
+
+
 def lock_node_in(conn: sa.Connection, node: str) -> None:
     """The per-node transaction lock of ``conn``'s transaction (PostgreSQL; SQLite's single
     writer already serialises the transaction)."""
     if conn.dialect.name == "postgresql":
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _key("gpupool-handover", node)})
+        conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({_PG_KEY})"), {"ns": "gpupool-handover", "name": node})
 
 
 _process_locks: dict[tuple[str, str], threading.Lock] = {}
@@ -119,18 +125,19 @@ def moves_lock(engine: Engine, wait_s: float = MOVES_LOCK_WAIT_S) -> Iterator[No
 def _writer_lock(engine: Engine, namespace: str, name: str) -> Iterator[bool]:
     """One writer lock, ``namespace:name``: a session advisory lock on PostgreSQL, an ``flock``
     beside an SQLite file, a process lock otherwise; yields whether it is held."""
-    key = _key(namespace, name)
     if engine.dialect.name == "postgresql":
+        names = {"ns": namespace, "name": name}
         with engine.connect() as conn:
-            got = bool(conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
+            got = bool(conn.execute(sa.text(f"SELECT pg_try_advisory_lock({_PG_KEY})"), names).scalar())
             conn.commit()
             try:
                 yield got
             finally:
                 if got:
-                    conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                    conn.execute(sa.text(f"SELECT pg_advisory_unlock({_PG_KEY})"), names)
                     conn.commit()
         return
+    key = _key(namespace, name)
     path = _sqlite_lock_file(engine, key)
     if path is None:
         with _process_lock(engine, f"{namespace}:{name}") as got:

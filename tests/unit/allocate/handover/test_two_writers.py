@@ -185,3 +185,23 @@ def test_a_rollback_waits_for_no_one(engine):
     assert isinstance(answers[0], ho.HandoverConflict) and "being changed by another writer" in str(answers[0])
     assert ho.get_handover(engine, hid).state == ho.PLANNED
     assert ho.rollback(engine, hid, acts, at=T0)["state"] == ho.ROLLED_BACK  # once free, it goes through
+
+
+def test_two_pools_staged_in_two_schemas_of_one_database_do_not_share_locks(pg_schema_engines):
+    """Advisory locks are database-wide on PostgreSQL: the node and budget locks are keyed on the
+    staging schema, so a node of one pool held does not stand aside the same name in another."""
+    from gpupool.staging import handovers as store
+
+    with pg_schema_engines() as one, pg_schema_engines() as other:
+        with store.node_lock(one, "n1") as held:
+            assert held
+            with store.node_lock(other, "n1") as also:
+                assert also
+            with store.node_lock(one, "n1") as again:
+                assert not again  # the same pool's lock is still exclusive
+        with store.moves_lock(one), store.moves_lock(other, wait_s=1):
+            pass
+        with store.moves_lock(one):
+            with pytest.raises(store.LockTimeout):
+                with store.moves_lock(one, wait_s=0.2):
+                    pass
