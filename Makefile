@@ -11,6 +11,8 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export AIRFLOW__LOGGING__LOGGING_LEVEL ?= WARNING
 DEMO_END ?= 2026-11-01T12:00:00+00:00
+# the tests on every core (at most 4), in the scopes tests/conftest.py sets; PYTEST_WORKERS= runs them in one process
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadscope
 
 .PHONY: venv demo test services bench clean
 
@@ -32,7 +34,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash scripts/install-test-tools.sh
 	bash scripts/install-services.sh
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -15,6 +15,35 @@ import sqlalchemy as sa
 
 PG_URL = os.environ.get("GPUPOOL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
+#: test directories whose tests share long-lived services and run as one unit on one xdist
+#: worker: the running Airflow stacks, and the real services the integration tests start once
+#: per session. Every other module is a unit of its own (its module-scoped fixtures set up once).
+SHARED_SCOPES = {"e2e": "airflow", "integration": "services", "integration_actuation": "services"}
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work of the test `nodeid` (relative to the rootdir) under `pytest -n`."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    if len(parts) > 2 and parts[0] == "tests" and parts[1] in SHARED_SCOPES:
+        return SHARED_SCOPES[parts[1]]
+    return path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs `pytest -n auto --dist loadscope`: scopes are :func:`xdist_scope`'s, so no
+    service or Airflow stack starts twice and no two stacks start at once. (xdist's own
+    `loadgroup` marks do not reach its scheduler on this pytest.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return SharedScopes(config, log)
+
 
 @pytest.fixture
 def sqlite_engine(tmp_path):
