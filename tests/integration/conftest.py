@@ -87,7 +87,10 @@ def pytest_collection_modifyitems(config, items):
         if here in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.integration)
             wants_openstack |= "openstack_services" in getattr(item, "fixturenames", ())
-    if wants_openstack and not config.option.collectonly and not hasattr(config, "_gpupool_openstack_launch"):
+    # under xdist every worker collects, and only the one that runs this directory needs them:
+    # there the fixture starts them when first used
+    in_worker = "PYTEST_XDIST_WORKER" in os.environ
+    if wants_openstack and not in_worker and not config.option.collectonly and not hasattr(config, "_gpupool_openstack_launch"):
         try:
             config._gpupool_openstack_launch = OpenStackServices.launch()
         except OSError as exc:
@@ -234,7 +237,7 @@ def _scraped_config(path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def gpupool_prometheus(tmp_path_factory):
-    """`gpupool metrics serve` at SCRAPED_AT on arranged staging, scraped every second by a
+    """`gpupool metrics serve` at SCRAPED_AT on arranged staging, scraped every 3 s by a
     Prometheus that loads the shipped alert rules: yields Prometheus' base URL once the first
     scrape is in. Fails (never skips) without prometheus."""
     from gpupool.staging import db
@@ -258,7 +261,9 @@ def gpupool_prometheus(tmp_path_factory):
         line = gp.stdout.readline()
         assert line.startswith("gpupool metrics: serving "), line + gp.stderr.read()
         target = urllib.parse.urlparse(line.split()[-1]).netloc
-        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        # a scrape computes the exposition from staging: on a loaded machine (the suite runs on
+        # every core) that can take longer than a second, and a scrape past its timeout is `up` 0
+        config = {"global": {"scrape_interval": "3s", "scrape_timeout": "3s", "evaluation_interval": "1s"},
                   "rule_files": [str(ALERT_RULES)],
                   "scrape_configs": [{"job_name": "gpupool", "static_configs": [{"targets": [target]}]}]}
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -279,6 +284,7 @@ def gpupool_prometheus(tmp_path_factory):
                 pass
             assert prom.poll() is None and time.monotonic() < deadline, (tmp / "prometheus.log").read_text()[-3000:]
             time.sleep(0.5)
+        time.sleep(3.5)  # a second scrape, for the expressions over a range (increase, rate)
         yield base
     finally:
         for proc in (prom, gp):

@@ -115,7 +115,7 @@ def test_no_panel_queries_a_metric_gpupool_does_not_export():
 def test_every_panel_query_returns_data(gpupool_prometheus, title, expr):
     """Non-empty, with at least one finite value (a series of NaN or +Inf only is no data to
     read). Queries over a range (`increase`) need two scrapes: retried for a few seconds."""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while True:
         result = _query(gpupool_prometheus, expr)
         finite = [r for r in result if math.isfinite(float(r["value"][1]))]
