@@ -1,17 +1,30 @@
-"""Choosing the fast path's headroom h (the greedy rule's need = (1 + h) x demand) on the tune
-groupings: reactive with the fast path at each h, beside the hourly plan alone and the greedy rule
-deciding every 5 minutes, on the shared Helios traces; unmet GPU-h and moves per regime, and why
-the fast path left a short platform unhelped (its skip reasons, counted per tick).
+"""Choosing the fast path's rules on the tune groupings: reactive with the fast path at each
+headroom h (the greedy rule's need = (1 + h) x demand) and each arm of its shortage rules, beside
+the hourly plan alone and the greedy rule deciding every 5 minutes, on the shared Helios traces;
+unmet GPU-h and moves per regime, and why the fast path left a short platform unhelped (its skip
+reasons, counted per tick).
 
     PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --heads 0,0.05,0.1,0.2
+    PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --heads 0 --arms arrival,free,arrival+free
 
-Tune groupings only (G1, G2 by default): the report groupings stay unseen by the choice.
+Arms (each with h = the first of ``--heads``): ``arrival`` judges the shortage when a node started
+now arrives (``Settings.arrival`` = the scenario's move time, on the demand's rate over the last
+15 minutes); ``free`` drops the direction cool-down on the fast path (``Settings.reversal_cooldown``
+off; nodes keep theirs, and the move budget holds).
+
+Tune groupings only (G1, G2 by default): the report groupings stay unseen by the choice. Once an
+arm is chosen, ``--report`` runs it alone on the report groupings (G3-G5, pools 100, 115, 130 %)
+beside the greedy rule every 5 minutes, against the bar of ``bench/allocate_helios.py``:
+
+    PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --report --heads 0 --arms free
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
+from datetime import timedelta
 import re
 import sys
 import time
@@ -37,8 +50,21 @@ def _reason(text: str) -> str:
     return text[:120]
 
 
+def arm_settings(arm: str, sc) -> dict:
+    """The :class:`Settings` fields an arm (``+``-joined names, see the module docstring) sets."""
+    out = {}
+    for name in arm.split("+"):
+        if name == "arrival":
+            out["arrival"] = timedelta(minutes=sc.move_minutes)
+        elif name == "free":
+            out["reversal_cooldown"] = False
+        else:
+            raise SystemExit(f"--arms: unknown arm {name!r} (arrival, free, or both joined by '+')")
+    return out
+
+
 def run(job):
-    (g, pct, label), sc, h = job
+    (g, pct, label), sc, h, arm = job
     t0 = time.perf_counter()
     reasons: collections.Counter = collections.Counter()
     if label == "greedy 5min":
@@ -48,6 +74,11 @@ def run(job):
     else:
         afp.FASTPATH_HEADROOM = h
         real = afp.decide
+        import gpupool.sim.fastpath as simfp
+        if arm:
+            base = simfp.fastpath_settings
+            fields = arm_settings(arm, sc)
+            simfp.fastpath_settings = lambda *a, **kw: dataclasses.replace(base(*a, **kw), **fields)
 
         def counted(*a, **kw):
             out = real(*a, **kw)
@@ -56,7 +87,6 @@ def run(job):
                     reasons[_reason(d.reason)] += 1
             return out
 
-        import gpupool.sim.fastpath as simfp
         simfp.decide = counted
         total = simulate(sc, "reactive", clean=True)["total"]
     return (g, pct, label), total, reasons, time.perf_counter() - t0
@@ -68,19 +98,30 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--data", default=str(ah.DATA))
     ap.add_argument("--tune", default=",".join(ah.TUNE))
-    ap.add_argument("--pools", default="100,115")
+    ap.add_argument("--pools", default=None, help="percent of the traces' GPUs (100,115; with --report 100,115,130)")
+    ap.add_argument("--no-hourly", action="store_true", help="leave out the hourly-only column (off)")
+    ap.add_argument("--report", action="store_true",
+                    help="the arms alone on the report groupings, beside the greedy rule every 5 minutes")
     ap.add_argument("--heads", default="0,0.1,0.2")
+    ap.add_argument("--arms", default="", help="arms beside the headrooms, comma-separated (see above)")
+    ap.add_argument("--faults", type=int, default=None, help="a fault seed (the bench's default rates)")
     args = ap.parse_args(argv)
     rounds, data = ah.groupings(), Path(args.data)
     heads = [float(h) for h in args.heads.split(",")]
-    labels = ["off", "greedy 5min"] + [f"h={h:g}" for h in heads]
+    arms = [a for a in args.arms.split(",") if a]
+    groups = list(ah.REPORT) if args.report else args.tune.split(",")
+    pools = args.pools or ("100,115,130" if args.report else "100,115")
+    base = ["greedy 5min"] if args.report or args.no_hourly else ["off", "greedy 5min"]
+    labels = base + ([] if args.report else [f"h={h:g}" for h in heads]) + arms
     jobs = []
-    for pct in [int(p) for p in args.pools.split(",")]:
-        for g in args.tune.split(","):
-            sc = ah.scenario(rounds[g], ah.pool_nodes(rounds[g], data, pct), args.days, data, f"{g}-{pct}")
-            jobs.append(((g, pct, "off"), sc, None))
-            jobs.append(((g, pct, "greedy 5min"), sc, None))
-            jobs += [((g, pct, f"h={h:g}"), sc, h) for h in heads]
+    for pct in [int(p) for p in pools.split(",")]:
+        for g in groups:
+            faults = None if args.faults is None else {**ah.FAULTS, "seed": args.faults}
+            sc = ah.scenario(rounds[g], ah.pool_nodes(rounds[g], data, pct), args.days, data, f"{g}-{pct}",
+                             faults=faults)
+            jobs += [((g, pct, lab), sc, None, None) for lab in base]
+            jobs += [] if args.report else [((g, pct, f"h={h:g}"), sc, h, None) for h in heads]
+            jobs += [((g, pct, a), sc, heads[0], a) for a in arms]
     res, why = {}, collections.defaultdict(collections.Counter)
     with ProcessPoolExecutor(args.jobs) as ex:
         for key, total, reasons, wall in ex.map(run, jobs):
@@ -89,7 +130,9 @@ def main(argv=None) -> int:
             print(f"# {key} unmet {total['unmet_gpu_hours']:.1f} moves {total['moves']} "
                   f"fast {total.get('fastpath_moves', 0)} {wall:.0f}s", file=sys.stderr, flush=True)
     regimes = sorted({(g, pct) for g, pct, _ in res}, key=lambda r: (r[1], r[0]))
-    print(f"reactive with the fast path at headroom h, {args.days:g} days, tune groupings {args.tune}")
+    faults = "fault-free" if args.faults is None else f"telemetry faults seed {args.faults}"
+    print(f"reactive with the fast path at headroom h and arms ({', '.join(arms) or 'none'}; h={heads[0]:g}), "
+          f"{args.days:g} days, {faults}, {'report' if args.report else 'tune'} groupings {','.join(groups)}")
     print()
     print("| grouping | pool | " + " | ".join(labels) + " |")
     print("|---|---:|" + "---:|" * len(labels))
@@ -100,8 +143,15 @@ def main(argv=None) -> int:
     moves = [sum(res[(g, p, lab)]["moves"] for g, p in regimes) / len(regimes) for lab in labels]
     print("| mean | | " + " | ".join(f"{u:.1f} ({m:.0f})" for u, m in zip(means, moves)) + " |")
     print()
+    for lab in labels[len(base):] if args.report else []:
+        over = [f"{g} {p}% ({res[(g, p, lab)]['unmet_gpu_hours']:.0f} vs {res[(g, p, 'greedy 5min')]['unmet_gpu_hours']:.0f})"
+                for g, p in regimes
+                if res[(g, p, lab)]["unmet_gpu_hours"] > res[(g, p, "greedy 5min")]["unmet_gpu_hours"] + 1e-6]
+        print(f"- bar: {lab} <= the greedy rule every 5 min in every regime: "
+              + (f"NOT MET in {len(over)}/{len(regimes)}: " + ", ".join(over) if over else "MET"))
+    print()
     print("unmet GPU-h (moves); why a short platform was left unhelped, ticks per rule, all regimes:")
-    for lab in labels[2:]:
+    for lab in labels[len(base):]:
         print()
         print(f"{lab}:")
         for reason, n in why[lab].most_common(6):
@@ -110,4 +160,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(record_run("fastpath_tune", main))
+    sys.exit(record_run(lambda argv: "fastpath_tune-report" if "--report" in argv else "fastpath_tune", main))
