@@ -5,16 +5,15 @@ unmet GPU-h and moves per regime, and why the fast path left a short platform un
 reasons, counted per tick).
 
     PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --heads 0,0.05,0.1,0.2
-    PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --heads 0 --arms arrival,free,arrival+free
+    PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --no-hourly --heads 0 --arms free
 
-Arms (each with h = the first of ``--heads``): ``arrival`` judges the shortage when a node started
-now arrives (``Settings.arrival`` = the scenario's move time, on the demand's rate over the last
-15 minutes); ``free`` drops the direction cool-down on the fast path (``Settings.reversal_cooldown``
-off; nodes keep theirs, and the move budget holds).
+Arms (each with h = the first of ``--heads``): ``free`` drops the direction cool-down on the fast
+path (``Settings.reversal_cooldown`` off; nodes keep theirs, and the move budget holds).
 
 Tune groupings only (G1, G2 by default): the report groupings stay unseen by the choice. Once an
-arm is chosen, ``--report`` runs it alone on the report groupings (G3-G5, pools 100, 115, 130 %)
-beside the greedy rule every 5 minutes, against the bar of ``bench/allocate_helios.py``:
+arm is chosen, ``--report`` runs it and the headrooms on the report groupings (G3-G5, pools 100,
+115, 130 % unless ``--pools``) beside the greedy rule every 5 minutes, against the bar of
+``bench/allocate_helios.py``:
 
     PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --report --heads 0 --arms free
 """
@@ -24,7 +23,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-from datetime import timedelta
 import re
 import sys
 import time
@@ -37,6 +35,7 @@ import allocate_helios as ah  # noqa: E402
 from _tables import record_run  # noqa: E402
 
 from gpupool.allocate import fastpath as afp  # noqa: E402
+from gpupool.sim.fastpath import fastpath_settings as SETTINGS  # noqa: E402
 from gpupool.sim.study import simulate  # noqa: E402
 
 
@@ -50,17 +49,11 @@ def _reason(text: str) -> str:
     return text[:120]
 
 
-def arm_settings(arm: str, sc) -> dict:
-    """The :class:`Settings` fields an arm (``+``-joined names, see the module docstring) sets."""
-    out = {}
-    for name in arm.split("+"):
-        if name == "arrival":
-            out["arrival"] = timedelta(minutes=sc.move_minutes)
-        elif name == "free":
-            out["reversal_cooldown"] = False
-        else:
-            raise SystemExit(f"--arms: unknown arm {name!r} (arrival, free, or both joined by '+')")
-    return out
+def arm_settings(arm: str) -> dict:
+    """The :class:`Settings` fields an arm (see the module docstring) sets."""
+    if arm == "free":
+        return {"reversal_cooldown": False}
+    raise SystemExit(f"--arms: unknown arm {arm!r} (free)")
 
 
 def run(job):
@@ -75,10 +68,9 @@ def run(job):
         afp.FASTPATH_HEADROOM = h
         real = afp.decide
         import gpupool.sim.fastpath as simfp
-        if arm:
-            base = simfp.fastpath_settings
-            fields = arm_settings(arm, sc)
-            simfp.fastpath_settings = lambda *a, **kw: dataclasses.replace(base(*a, **kw), **fields)
+        fields = arm_settings(arm) if arm else {}
+        # from the module's own function each run: a worker runs arms and the shipped rule in turn
+        simfp.fastpath_settings = lambda *a, **kw: dataclasses.replace(SETTINGS(*a, **kw), **fields)
 
         def counted(*a, **kw):
             out = real(*a, **kw)
@@ -112,7 +104,7 @@ def main(argv=None) -> int:
     groups = list(ah.REPORT) if args.report else args.tune.split(",")
     pools = args.pools or ("100,115,130" if args.report else "100,115")
     base = ["greedy 5min"] if args.report or args.no_hourly else ["off", "greedy 5min"]
-    labels = base + ([] if args.report else [f"h={h:g}" for h in heads]) + arms
+    labels = base + [f"h={h:g}" for h in heads] + arms
     jobs = []
     for pct in [int(p) for p in pools.split(",")]:
         for g in groups:
@@ -120,7 +112,7 @@ def main(argv=None) -> int:
             sc = ah.scenario(rounds[g], ah.pool_nodes(rounds[g], data, pct), args.days, data, f"{g}-{pct}",
                              faults=faults)
             jobs += [((g, pct, lab), sc, None, None) for lab in base]
-            jobs += [] if args.report else [((g, pct, f"h={h:g}"), sc, h, None) for h in heads]
+            jobs += [((g, pct, f"h={h:g}"), sc, h, None) for h in heads]
             jobs += [((g, pct, a), sc, heads[0], a) for a in arms]
     res, why = {}, collections.defaultdict(collections.Counter)
     with ProcessPoolExecutor(args.jobs) as ex:
@@ -159,5 +151,12 @@ def main(argv=None) -> int:
     return 0
 
 
+def table_name(argv: list[str]) -> str:
+    """The table a run writes: the headrooms', the arms' (``--arms``) or the report groupings'."""
+    if "--report" in argv:
+        return "fastpath_tune-report"
+    return "fastpath_tune-arms" if any(a == "--arms" or a.startswith("--arms=") for a in argv) else "fastpath_tune"
+
+
 if __name__ == "__main__":
-    sys.exit(record_run(lambda argv: "fastpath_tune-report" if "--report" in argv else "fastpath_tune", main))
+    sys.exit(record_run(table_name, main))

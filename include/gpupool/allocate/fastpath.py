@@ -48,9 +48,6 @@ BUDGET_WINDOW = timedelta(hours=1)
 #: the greedy rule's h the fast path decides with (:attr:`Settings.headroom`), chosen by
 #: ``bench/fastpath_tune.py`` on the tune groupings (docs/decisions)
 FASTPATH_HEADROOM = 0.0
-#: the recent readings a platform's demand rate is taken over (:attr:`Settings.arrival`): the
-#: span of the reactive level (docs/decisions/0016)
-RATE_WINDOW = timedelta(minutes=15)
 #: Pressure field -> the metric its readings are staged (and judged) as
 READING_METRICS = {"gpus_allocated": "gpu_allocated_now", "gpus_pending": "gpu_pending_now",
                    "gpus_capacity": "gpu_capacity_now"}
@@ -89,9 +86,6 @@ class Settings:
     #: the greedy rule's h: a platform needs (1 + h) x its demand (allocated + pending GPUs), so a
     #: burst still rising is met before its queue forms; a lender keeps as much (see FASTPATH_HEADROOM)
     headroom: float = 0.0
-    #: judge each shortage this far ahead (the move time: when a node started now arrives), on
-    #: each platform's demand rising at its recent rate (never below today's); None: as it stands
-    arrival: timedelta | None = None
     #: whether the direction cool-down holds on the fast path (a platform that lent within the
     #: cool-down does not receive, one that received does not lend); nodes keep theirs either way
     reversal_cooldown: bool = True
@@ -166,38 +160,32 @@ def recent_since(at: datetime, settings: Settings) -> datetime:
 
 def decide_inputs(judged: Mapping[str, Judged], plan_row: Any, platforms: Iterable[str],
                   opened: Sequence[Mapping[str, Any]], open_handovers: Sequence[Mapping[str, Any]],
-                  at: datetime, settings: Settings,
-                  demand_rates: Mapping[str, float] | None = None) -> dict[str, Any]:
+                  at: datetime, settings: Settings) -> dict[str, Any]:
     """:func:`decide`'s keyword arguments, built one way for the fast-path tick and the what-if.
 
     ``judged``: platform -> judged reading; ``plan_row``: the latest hourly plan as staging
     stores it (``id``, ``decided_at``, ``summary``, ``moves``; None: none yet); ``opened``: the
     handovers either path opened (``node``, ``from_platform``, ``to_platform``, ``created_at``),
-    of which those in ``[recent_since(at), at]`` count; ``open_handovers``: those not finished;
-    ``demand_rates``: platform -> its demand's recent rise in GPUs per hour (:attr:`Settings.arrival`).
+    of which those in ``[recent_since(at), at]`` count; ``open_handovers``: those not finished.
     """
     at = utc_datetime(at)
     since = recent_since(at, settings)
     recent = [h for h in opened if since <= utc_datetime(h["created_at"]) <= at]
     return {"pressures": judged, "plan_bounds": plan_bounds(plan_row, platforms), "recent_moves": recent,
-            "open_handovers": list(open_handovers), "at": at, "settings": settings,
-            "demand_rates": dict(demand_rates or {})}
+            "open_handovers": list(open_handovers), "at": at, "settings": settings}
 
 
 # ------------------------------------------------------------------------------ the decision
 
 
 def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_moves: Sequence[Mapping[str, Any]],
-           open_handovers: Sequence[Mapping[str, Any]], at: datetime, settings: Settings,
-           demand_rates: Mapping[str, float] | None = None) -> list[FastMove | Skip]:
+           open_handovers: Sequence[Mapping[str, Any]], at: datetime, settings: Settings) -> list[FastMove | Skip]:
     """The fast path's decisions at ``at``: moves to start and, for every platform not helped, why.
 
     ``pressures``: platform -> :class:`Judged` reading, node names already pool node ids;
     ``recent_moves``: handovers opened (either path) within the budget window and the
     cool-down before ``at`` (``node``, ``from_platform``, ``to_platform``, ``created_at``);
-    ``open_handovers``: handovers not finished (``node``, ``to_platform``); ``demand_rates``:
-    platform -> GPUs per hour its demand rose over the recent readings (with
-    :attr:`Settings.arrival`: the shortage is judged that far ahead, a fall counting as none). Pure.
+    ``open_handovers``: handovers not finished (``node``, ``to_platform``). Pure.
     """
     at = utc_datetime(at)
     if settings.backfill:
@@ -238,9 +226,6 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
     idle = {p: [n for n in pr.idle_nodes] for p, pr in usable.items()}
     h = settings.headroom
     demand = {p: float(pr.gpus_allocated) + pending[p] for p, pr in usable.items()}
-    ahead = settings.arrival / timedelta(hours=1) if settings.arrival is not None else 0.0
-    # what each platform's pending work will be when a node started now arrives
-    pending = {p: pending[p] + max(0.0, float((demand_rates or {}).get(p, 0.0))) * ahead for p in usable}
     short = {p: pending[p] + h * demand[p] - free[p] - transit.get(p, 0.0) for p in usable}
     for p in sorted(usable):
         if short[p] <= 0:

@@ -39,8 +39,7 @@ import numpy as np
 import pandas as pd
 
 from gpupool.allocate import fastpath as production
-from gpupool.allocate.fastpath import (JUDGED, RATE_WINDOW, FastMove, Judged, Settings, decide, decide_inputs,
-                                       recent_since)
+from gpupool.allocate.fastpath import JUDGED, FastMove, Judged, Settings, decide, decide_inputs, recent_since
 from gpupool.allocate.policy import Policy
 from gpupool.config import default_config
 from gpupool.detect import stage as detect_stage
@@ -121,12 +120,11 @@ class FastPath:
                    for n in pool if n["in_transit"]]
         since = recent_since(at.to_pydatetime(), self.settings)
         opened = [m for m in self.moves if m["created_at"] >= since]
-        rates = self._rates(i) if self.settings.arrival is not None else None
         flags: dict[str, tuple[str, ...]] = {}
         while True:
             judged = {p: Judged(r, flags.get(p, ())) for p, r in readings.items()}
             decisions = decide(**decide_inputs(judged, self.plan, world.platforms, opened, transit,
-                                               at.to_pydatetime(), self.settings, rates))
+                                               at.to_pydatetime(), self.settings))
             moves = [d for d in decisions if isinstance(d, FastMove)]
             # a flag only takes a platform out (it neither wants nor lends), so the readings that
             # can change this decision are those of the platforms it moves a node between: judged
@@ -163,27 +161,6 @@ class FastPath:
                     continue  # no row from the exporter: this platform is not read this tick
             out[p] = pressure_from_records(p, at.to_pydatetime(), records, pending=float(pending),
                                            allocated=float(allocated), provenance={"what-if": "world"})
-        return out
-
-    def _rates(self, i: int) -> dict[str, float]:
-        """Each platform's demand rise (allocated + pending) in GPUs per hour over the readings of
-        the last :data:`RATE_WINDOW` before step ``i`` (those read at earlier ticks); none where
-        a reading is missing."""
-        world = self.world
-        k = max(1, int(pd.Timedelta(RATE_WINDOW) / world.step))
-        if i - 1 - k < 0:
-            return {}
-        out = {}
-        for p in world.platforms:
-            if self.source is None:
-                j = world.platforms.index(p)
-                now, then = float(world.demand_[j, i - 1]), float(world.demand_[j, i - 1 - k])
-            else:
-                seen = self.source.seen
-                now = seen[(p, "gpu_allocated")][i - 1] + seen[(p, "gpu_pending")][i - 1]
-                then = seen[(p, "gpu_allocated")][i - 1 - k] + seen[(p, "gpu_pending")][i - 1 - k]
-            if np.isfinite(now) and np.isfinite(then):
-                out[p] = float(now - then) / (k * world.step / pd.Timedelta("1h"))
         return out
 
     def _flags(self, p: str, i: int, reading) -> tuple[str, ...]:

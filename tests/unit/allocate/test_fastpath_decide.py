@@ -164,24 +164,3 @@ def test_without_the_direction_cool_down_a_lender_may_borrow_and_a_borrower_lend
     spent = [{**lent[0], "node": f"x{i}"} for i in range(4)]
     assert not _moves(decide(_readings(), PLAN, spent, [], AT, free))
 
-
-def test_at_arrival_the_shortage_is_judged_on_the_demands_recent_rate():
-    from dataclasses import replace
-
-    # slurm full with nothing pending (64 of 64 GPUs in use) and its demand rising 24 GPUs an hour
-    ps = {"slurm": Judged(_p("slurm", 64, 0, [], [f"s{i}" for i in range(8)])),
-          "k8s": Judged(_p("k8s", 8, 0, ["k3", "k4", "k5"], [f"k{i}" for i in range(6)]))}
-    ahead = replace(SET, arrival=timedelta(minutes=30))
-    rising = {"slurm": 24.0, "k8s": 0.0}
-    assert not _moves(decide(ps, PLAN, [], [], AT, SET, rising))  # as it stands: no shortage
-    (m,) = _moves(decide(ps, PLAN, [], [], AT, ahead, rising))  # in 30 minutes: 12 pending
-    assert (m.source, m.target) == ("k8s", "slurm") and "short 12" in m.reason
-    # a falling demand counts as none, not as GPUs to spare
-    assert not _moves(decide(ps, PLAN, [], [], AT, ahead, {"slurm": 0.0, "k8s": -100.0}))
-    # GPUs on their way by then count against it
-    transit = [{"node": "k9", "to_platform": "slurm", "gpus": 16}]
-    assert not _moves(decide(ps, PLAN, [], transit, AT, ahead, rising))
-    # a lender keeps what its own rising demand will need: k8s with 40 of 48 GPUs free, rising 70 an hour
-    # (35 pending by then) keeps its 40
-    out = decide(ps, PLAN, [], [], AT, ahead, {"slurm": 24.0, "k8s": 70.0})
-    assert not _moves(out) and any("pending work" in d.reason for d in out if isinstance(d, Skip))

@@ -115,8 +115,7 @@ def test_the_fast_path_decides_with_productions_function(tmp_path, helios, monke
     # a tick every five minutes once the first plan exists (01:00), to the end (06:00)
     assert len({k["at"] for k in seen}) == 5 * 12
     first = seen[0]
-    assert set(first) == {"pressures", "plan_bounds", "recent_moves", "open_handovers", "at", "settings",
-                          "demand_rates"}
+    assert set(first) == {"pressures", "plan_bounds", "recent_moves", "open_handovers", "at", "settings"}
     assert first["plan_bounds"].plan_id == 1 and first["settings"].max_moves_per_hour == 4
     moving = [k for k in seen if k["open_handovers"]]
     assert moving and all(h["to_platform"] == "b" for k in moving for h in k["open_handovers"])
