@@ -1,28 +1,22 @@
-"""Choosing the fast path's rules on the tune groupings: reactive with the fast path at each
-headroom h (the greedy rule's need = (1 + h) x demand) and each arm of its shortage rules, beside
-the hourly plan alone and the greedy rule deciding every 5 minutes, on the shared Helios traces;
-unmet GPU-h and moves per regime, and why the fast path left a short platform unhelped (its skip
-reasons, counted per tick).
+"""Choosing the fast path's headroom h (the greedy rule's need = (1 + h) x demand) on the tune
+groupings: reactive with the fast path at each h, beside the hourly plan alone and the greedy rule
+deciding every 5 minutes, on the shared Helios traces; unmet GPU-h and moves per regime, and why
+the fast path left a short platform unhelped (its skip reasons, counted per tick).
 
     PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --heads 0,0.05,0.1,0.2
-    PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --no-hourly --heads 0 --arms free
 
-Arms (each with h = the first of ``--heads``): ``free`` drops the direction cool-down on the fast
-path (``Settings.reversal_cooldown`` off; nodes keep theirs, and the move budget holds).
+Tune groupings only (G1, G2 by default): the report groupings stay unseen by the choice. Once h
+is chosen, ``--report`` runs it on the report groupings (G3-G5, pools 100, 115, 130 % unless
+``--pools``) beside the greedy rule every 5 minutes, against the bar of
+``bench/allocate_helios.py``, with the skip reasons there:
 
-Tune groupings only (G1, G2 by default): the report groupings stay unseen by the choice. Once an
-arm is chosen, ``--report`` runs it and the headrooms on the report groupings (G3-G5, pools 100,
-115, 130 % unless ``--pools``) beside the greedy rule every 5 minutes, against the bar of
-``bench/allocate_helios.py``:
-
-    PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --report --heads 0 --arms free
+    PYTHONPATH=include python bench/fastpath_tune.py --days 6 --jobs 2 --report --heads 0
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import re
 import sys
 import time
@@ -35,7 +29,6 @@ import allocate_helios as ah  # noqa: E402
 from _tables import record_run  # noqa: E402
 
 from gpupool.allocate import fastpath as afp  # noqa: E402
-from gpupool.sim.fastpath import fastpath_settings as SETTINGS  # noqa: E402
 from gpupool.sim.study import simulate  # noqa: E402
 
 
@@ -49,15 +42,8 @@ def _reason(text: str) -> str:
     return text[:120]
 
 
-def arm_settings(arm: str) -> dict:
-    """The :class:`Settings` fields an arm (see the module docstring) sets."""
-    if arm == "free":
-        return {"reversal_cooldown": False}
-    raise SystemExit(f"--arms: unknown arm {arm!r} (free)")
-
-
 def run(job):
-    (g, pct, label), sc, h, arm = job
+    (g, pct, label), sc, h = job
     t0 = time.perf_counter()
     reasons: collections.Counter = collections.Counter()
     if label == "greedy 5min":
@@ -68,9 +54,6 @@ def run(job):
         afp.FASTPATH_HEADROOM = h
         real = afp.decide
         import gpupool.sim.fastpath as simfp
-        fields = arm_settings(arm) if arm else {}
-        # from the module's own function each run: a worker runs arms and the shipped rule in turn
-        simfp.fastpath_settings = lambda *a, **kw: dataclasses.replace(SETTINGS(*a, **kw), **fields)
 
         def counted(*a, **kw):
             out = real(*a, **kw)
@@ -93,27 +76,21 @@ def main(argv=None) -> int:
     ap.add_argument("--pools", default=None, help="percent of the traces' GPUs (100,115; with --report 100,115,130)")
     ap.add_argument("--no-hourly", action="store_true", help="leave out the hourly-only column (off)")
     ap.add_argument("--report", action="store_true",
-                    help="the arms alone on the report groupings, beside the greedy rule every 5 minutes")
+                    help="the headrooms on the report groupings, beside the greedy rule every 5 minutes")
     ap.add_argument("--heads", default="0,0.1,0.2")
-    ap.add_argument("--arms", default="", help="arms beside the headrooms, comma-separated (see above)")
-    ap.add_argument("--faults", type=int, default=None, help="a fault seed (the bench's default rates)")
     args = ap.parse_args(argv)
     rounds, data = ah.groupings(), Path(args.data)
     heads = [float(h) for h in args.heads.split(",")]
-    arms = [a for a in args.arms.split(",") if a]
     groups = list(ah.REPORT) if args.report else args.tune.split(",")
     pools = args.pools or ("100,115,130" if args.report else "100,115")
     base = ["greedy 5min"] if args.report or args.no_hourly else ["off", "greedy 5min"]
-    labels = base + [f"h={h:g}" for h in heads] + arms
+    labels = base + [f"h={h:g}" for h in heads]
     jobs = []
     for pct in [int(p) for p in pools.split(",")]:
         for g in groups:
-            faults = None if args.faults is None else {**ah.FAULTS, "seed": args.faults}
-            sc = ah.scenario(rounds[g], ah.pool_nodes(rounds[g], data, pct), args.days, data, f"{g}-{pct}",
-                             faults=faults)
-            jobs += [((g, pct, lab), sc, None, None) for lab in base]
-            jobs += [((g, pct, f"h={h:g}"), sc, h, None) for h in heads]
-            jobs += [((g, pct, a), sc, heads[0], a) for a in arms]
+            sc = ah.scenario(rounds[g], ah.pool_nodes(rounds[g], data, pct), args.days, data, f"{g}-{pct}")
+            jobs += [((g, pct, lab), sc, None) for lab in base]
+            jobs += [((g, pct, f"h={h:g}"), sc, h) for h in heads]
     res, why = {}, collections.defaultdict(collections.Counter)
     with ProcessPoolExecutor(args.jobs) as ex:
         for key, total, reasons, wall in ex.map(run, jobs):
@@ -122,9 +99,8 @@ def main(argv=None) -> int:
             print(f"# {key} unmet {total['unmet_gpu_hours']:.1f} moves {total['moves']} "
                   f"fast {total.get('fastpath_moves', 0)} {wall:.0f}s", file=sys.stderr, flush=True)
     regimes = sorted({(g, pct) for g, pct, _ in res}, key=lambda r: (r[1], r[0]))
-    faults = "fault-free" if args.faults is None else f"telemetry faults seed {args.faults}"
-    print(f"reactive with the fast path at headroom h and arms ({', '.join(arms) or 'none'}; h={heads[0]:g}), "
-          f"{args.days:g} days, {faults}, {'report' if args.report else 'tune'} groupings {','.join(groups)}")
+    kind = "report" if args.report else "tune"
+    print(f"reactive with the fast path at headroom h, {args.days:g} days, {kind} groupings {','.join(groups)}")
     print()
     print("| grouping | pool | " + " | ".join(labels) + " |")
     print("|---|---:|" + "---:|" * len(labels))
@@ -136,9 +112,9 @@ def main(argv=None) -> int:
     print("| mean | | " + " | ".join(f"{u:.1f} ({m:.0f})" for u, m in zip(means, moves)) + " |")
     print()
     for lab in labels[len(base):] if args.report else []:
-        over = [f"{g} {p}% ({res[(g, p, lab)]['unmet_gpu_hours']:.0f} vs {res[(g, p, 'greedy 5min')]['unmet_gpu_hours']:.0f})"
-                for g, p in regimes
-                if res[(g, p, lab)]["unmet_gpu_hours"] > res[(g, p, "greedy 5min")]["unmet_gpu_hours"] + 1e-6]
+        unmet = {(g, p): (res[(g, p, lab)]["unmet_gpu_hours"], res[(g, p, "greedy 5min")]["unmet_gpu_hours"])
+                 for g, p in regimes}
+        over = [f"{g} {p}% ({u:.0f} vs {ref:.0f})" for (g, p), (u, ref) in unmet.items() if u > ref + 1e-6]
         print(f"- bar: {lab} <= the greedy rule every 5 min in every regime: "
               + (f"NOT MET in {len(over)}/{len(regimes)}: " + ", ".join(over) if over else "MET"))
     print()
@@ -151,12 +127,5 @@ def main(argv=None) -> int:
     return 0
 
 
-def table_name(argv: list[str]) -> str:
-    """The table a run writes: the headrooms', the arms' (``--arms``) or the report groupings'."""
-    if "--report" in argv:
-        return "fastpath_tune-report"
-    return "fastpath_tune-arms" if any(a == "--arms" or a.startswith("--arms=") for a in argv) else "fastpath_tune"
-
-
 if __name__ == "__main__":
-    sys.exit(record_run(table_name, main))
+    sys.exit(record_run(lambda argv: "fastpath_tune-report" if "--report" in argv else "fastpath_tune", main))

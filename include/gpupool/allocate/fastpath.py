@@ -86,9 +86,6 @@ class Settings:
     #: the greedy rule's h: a platform needs (1 + h) x its demand (allocated + pending GPUs), so a
     #: burst still rising is met before its queue forms; a lender keeps as much (see FASTPATH_HEADROOM)
     headroom: float = 0.0
-    #: whether the direction cool-down holds on the fast path (a platform that lent within the
-    #: cool-down does not receive, one that received does not lend); nodes keep theirs either way
-    reversal_cooldown: bool = True
     members: frozenset[str] | None = None  # pool node ids that may move (None: any)
     backfill: bool = False
 
@@ -217,8 +214,8 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
     budget = settings.max_moves_per_hour - sum(1 for m in recent_moves if utc_datetime(m["created_at"]) > hour_ago)
     cooling = [m for m in recent_moves if utc_datetime(m["created_at"]) > cool_since]
     moved_nodes = {m["node"] for m in cooling}
-    lent = {m["from_platform"] for m in cooling} if settings.reversal_cooldown else set()
-    borrowed = {m["to_platform"] for m in cooling} if settings.reversal_cooldown else set()
+    lent = {m["from_platform"] for m in cooling}
+    borrowed = {m["to_platform"] for m in cooling}
     free = {p: pr.gpus_free for p, pr in usable.items()}
     pending = {p: float(pr.gpus_pending) for p, pr in usable.items()}
     capacity = {p: float(pr.gpus_capacity) for p, pr in usable.items()}

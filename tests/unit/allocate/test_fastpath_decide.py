@@ -144,23 +144,3 @@ def test_headroom_is_the_greedy_rules_need_for_taker_and_lender():
     assert _moves(decide(ps, PLAN, [], [], AT, SET))
     out = decide(ps, PLAN, [], [], AT, replace(SET, headroom=0.5))
     assert not _moves(out) and any("pending work" in d.reason for d in out if isinstance(d, Skip))
-
-
-def test_without_the_direction_cool_down_a_lender_may_borrow_and_a_borrower_lend():
-    from dataclasses import replace
-
-    free = replace(SET, reversal_cooldown=False)
-    lent = [{"node": "k9", "from_platform": "slurm", "to_platform": "os", "created_at": AT - timedelta(minutes=20)}]
-    assert not _moves(decide(_readings(), PLAN, lent, [], AT, SET))
-    (m,) = _moves(decide(_readings(), PLAN, lent, [], AT, free))
-    assert m.target == "slurm"
-    # k8s received a node 20 minutes ago: with the cool-down os lends, without it k8s (the larger surplus)
-    back = [{"node": "k9", "from_platform": "os", "to_platform": "k8s", "created_at": AT - timedelta(minutes=20)}]
-    assert _moves(decide(_readings(), PLAN, back, [], AT, SET))[0].source == "os"
-    assert _moves(decide(_readings(), PLAN, back, [], AT, free))[0].source == "k8s"
-    # the node itself keeps its cool-down, and the move budget holds
-    moved = [{"node": "k3", "from_platform": "os", "to_platform": "k8s", "created_at": AT - timedelta(minutes=20)}]
-    assert _moves(decide(_readings(), PLAN, moved, [], AT, free))[0].node == "k4"
-    spent = [{**lent[0], "node": f"x{i}"} for i in range(4)]
-    assert not _moves(decide(_readings(), PLAN, spent, [], AT, free))
-
