@@ -11,8 +11,9 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export AIRFLOW__LOGGING__LOGGING_LEVEL ?= WARNING
 DEMO_END ?= 2026-11-01T12:00:00+00:00
-# the tests on every core (at most 4), in the scopes tests/conftest.py sets; PYTEST_WORKERS= runs them in one process
-PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadscope
+# the tests on every core (at most 4), in the scopes tests/conftest.py sets, in collection order (the long
+# unit of the running Airflows starts first); PYTEST_WORKERS= runs them in one process
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadscope --no-loadscope-reorder
 
 .PHONY: venv demo test services bench clean
 

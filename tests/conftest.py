@@ -15,18 +15,26 @@ import sqlalchemy as sa
 
 PG_URL = os.environ.get("GPUPOOL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
-#: test directories whose tests share long-lived services and run as one unit on one xdist
-#: worker: the running Airflow stacks, and the real services the integration tests start once
-#: per session. Every other module is a unit of its own (its module-scoped fixtures set up once).
-SHARED_SCOPES = {"e2e": "airflow", "integration": "services", "integration_actuation": "services"}
+#: tests that share long-lived services run as one unit on one xdist worker: the two modules
+#: that start a running Airflow (one stack at a time), and the integration directories, whose real
+#: services start once per session. Every other module is a unit of its own (its module-scoped
+#: fixtures set up once).
+SHARED_SCOPES = {
+    "tests/e2e/test_airflow_stack.py": "airflow",
+    "tests/e2e/test_celery_stack.py": "airflow",
+    "tests/integration": "services",
+    "tests/integration_actuation": "services",
+}
 
 
 def xdist_scope(nodeid: str) -> str:
     """The unit of work of the test `nodeid` (relative to the rootdir) under `pytest -n`."""
     path = nodeid.split("::", 1)[0]
     parts = path.split("/")
-    if len(parts) > 2 and parts[0] == "tests" and parts[1] in SHARED_SCOPES:
-        return SHARED_SCOPES[parts[1]]
+    for depth in (len(parts), 2):
+        shared = SHARED_SCOPES.get("/".join(parts[:depth]))
+        if shared:
+            return shared
     return path
 
 
