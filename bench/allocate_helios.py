@@ -3,7 +3,7 @@ with the fast path beside the hourly plan (as shipped) and without it.
 
     nice -n 10 .venv/bin/python bench/allocate_helios.py [--days 31] [--jobs 2]
         [--tune G1,G2] [--report G3,G4,G5] [--pools 100,115,130] [--no-faults] [--fault-seeds 3]
-        [--fault-pools 100] [--hourly-faults]
+        [--fault-pools 100] [--hourly-faults] [--regimes "static,greedy 5min,reactive off,reactive"]
 
 The six traces (demand = running_gpu_num + pending_gpu_num) are grouped into three platforms of
 two traces each. The groupings are the five rounds of a 1-factorization (round-robin pairing):
@@ -220,7 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spread", help="run reactive and predictive with this Policy.demand_spread "
                     "(the policy's default when not given)")
     ap.add_argument("--from-log", help="render the tables from the per-run lines an earlier run wrote to stderr")
+    ap.add_argument("--regimes", default=",".join(POLICIES),
+                    help="the regimes run (a subset writes a table of its own; the bars need their regimes)")
     args = ap.parse_args(argv)
+    policies = [r.strip() for r in args.regimes.split(",") if r.strip()]
+    if set(policies) - set(POLICIES):
+        ap.error(f"unknown regimes {sorted(set(policies) - set(POLICIES))}; there are {list(POLICIES)}")
+    policies = [r for r in POLICIES if r in policies]
     data = Path(args.data)
     rounds = groupings()
     report = [g.strip() for g in args.report.split(",") if g.strip()]
@@ -243,9 +249,9 @@ def main(argv: list[str] | None = None) -> int:
             sc = scenario(rounds[g], nodes, args.days, data, f"{g}-{pct}",
                           policy={"demand_spread": args.spread} if args.spread else None)
             scen[(g, pct)] = sc
-            for regime in POLICIES:
+            for regime in policies:
                 jobs.append(((g, pct, regime, "clean"), sc, regime, True))
-            if not args.no_faults and pct in fault_pools:
+            if not args.no_faults and pct in fault_pools and "predictive" in policies:
                 for seed in seeds:
                     spec = {**FAULTS, "seed": seed}
                     faulty = sc.model_copy(update={"faults": scenario(rounds[g], nodes, args.days, data, "f",
@@ -256,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     if args.from_log:
         res = read_log(args.from_log)
-        scen = {k: v for k, v in scen.items() if all((*k, p, "clean") in res for p in POLICIES)}
+        scen = {k: v for k, v in scen.items() if all((*k, p, "clean") in res for p in policies)}
         pools = [p for p in pools if any(k[1] == p for k in scen)]
         print(f"(rendered from {args.from_log}: {len(scen)} complete regimes)")
     else:
@@ -271,53 +277,56 @@ def main(argv: list[str] | None = None) -> int:
           + (f"; demand_spread={args.spread}" if args.spread else ""))
     for g in report:
         print(f"- {g}: " + ", ".join(f"{p}={a}+{b}" for p, (a, b) in zip(PLATFORMS, rounds[g])))
-    rows = _regime_tables(scen, res, pools)
-    _bars(rows)
-    if not args.no_faults:
+    rows = _regime_tables(scen, res, pools, policies)
+    _bars(rows, policies)
+    if not args.no_faults and "predictive" in policies:
         _fault_table(scen, res, report, fault_pools, seeds, fault_regimes)
-    walls = [w for (g, pct, p, kind), (t, w) in res.items() if p == "predictive" and kind == "clean"]
+    chain = next((p for p in ("predictive", "reactive") if p in policies), None)
+    if chain is None:
+        return 0
+    walls = [w for (g, pct, p, kind), (t, w) in res.items() if p == chain and kind == "clean"]
     per_month = sum(walls) / len(walls) / args.days * 31
     print()
-    print(f"whole chain (predictive with the fast path) wall time: {sum(walls) / len(walls):.0f} s per "
+    print(f"whole chain ({chain} with the fast path) wall time: {sum(walls) / len(walls):.0f} s per "
           f"{args.days:g}-day run = {per_month / 60:.1f} min per simulated month (bar: < 10 min); bench wall "
           f"{wall / 60:.1f} min, {args.jobs} job(s)")
     return 0
 
 
-def _regime_tables(scen: dict, res: dict, pools: list) -> list:
+def _regime_tables(scen: dict, res: dict, pools: list, policies: list = POLICIES) -> list:
     """Unmet GPU-hours per regime and grouping, then means per pool; the rows for the bars."""
     print()
     print("unmet GPU-h per regime (off: hourly plan only; the others with the fast path as shipped)")
     print()
-    print("| grouping | pool | nodes | floor | " + " | ".join(POLICIES) + " |")
-    print("|---|---:|---:|---:|" + "---:|" * len(POLICIES))
+    print("| grouping | pool | nodes | floor | " + " | ".join(policies) + " |")
+    print("|---|---:|---:|---:|" + "---:|" * len(policies))
     rows = []
     for (g, pct), sc in scen.items():
-        u = {p: res[(g, pct, p, "clean")][0]["unmet_gpu_hours"] for p in POLICIES}
-        m = {p: res[(g, pct, p, "clean")][0]["moves"] for p in POLICIES}
-        f = {p: res[(g, pct, p, "clean")][0]["fastpath_moves"] for p in POLICIES}
+        u = {p: res[(g, pct, p, "clean")][0]["unmet_gpu_hours"] for p in policies}
+        m = {p: res[(g, pct, p, "clean")][0]["moves"] for p in policies}
+        f = {p: res[(g, pct, p, "clean")][0]["fastpath_moves"] for p in policies}
         rows.append((g, pct, u, m, f))
         print(f"| {g} | {pct}% | {sum(p.nodes for p in sc.platforms.values())} | {pooling_floor(sc):.0f} | "
-              + " | ".join(f"{u[p]:.0f}" for p in POLICIES) + " |")
+              + " | ".join(f"{u[p]:.0f}" for p in policies) + " |")
     print()
     print("moves per regime (of them the fast path's in brackets)")
     print()
-    print("| grouping | pool | " + " | ".join(p for p in POLICIES if p != "static") + " |")
-    print("|---|---:|" + "---:|" * (len(POLICIES) - 1))
+    print("| grouping | pool | " + " | ".join(p for p in policies if p != "static") + " |")
+    print("|---|---:|" + "---:|" * (len(policies) - 1))
     for g, pct, u, m, f in rows:
         print(f"| {g} | {pct}% | " + " | ".join(f"{m[p]}" + (f" ({f[p]})" if f[p] else "")
-                                              for p in POLICIES if p != "static") + " |")
+                                              for p in policies if p != "static") + " |")
     print()
     print("means per pool: unmet GPU-h (moves, of them the fast path's)")
     print()
-    print("| pool | " + " | ".join(POLICIES) + " |")
-    print("|---|" + "---:|" * len(POLICIES))
+    print("| pool | " + " | ".join(policies) + " |")
+    print("|---|" + "---:|" * len(policies))
     for pct in pools + ["all"]:
         sel = [r for r in rows if pct == "all" or r[1] == pct]
         if not sel:
             continue
         cell = []
-        for p in POLICIES:
+        for p in policies:
             u = sum(r[2][p] for r in sel) / len(sel)
             m = sum(r[3][p] for r in sel) / len(sel)
             f = sum(r[4][p] for r in sel) / len(sel)
@@ -326,19 +335,22 @@ def _regime_tables(scen: dict, res: dict, pools: list) -> list:
     return rows
 
 
-def _bars(rows: list) -> None:
+def _bars(rows: list, policies: list = POLICIES) -> None:
     """Issue 30's bars on the report groupings: the fast path against the greedy rule at its
     cadence and against the hourly plan alone, in every regime and on the means."""
     print()
     print("bars (report groupings, all pools; every regime, and the mean):")
-    mean = {p: sum(r[2][p] for r in rows) / len(rows) for p in POLICIES}
+    mean = {p: sum(r[2][p] for r in rows) / len(rows) for p in policies}
     for pol in ("reactive", "predictive"):
         for ref, what in (("greedy 5min", "the greedy rule every 5 min"), (f"{pol} off", "itself hourly only")):
+            if pol not in policies or ref not in policies:
+                continue
             worse = [f"{g} {pct}% ({u[pol]:.0f} vs {u[ref]:.0f})" for g, pct, u, *_ in rows if u[pol] > u[ref] + 1e-6]
             print(f"- {pol} with the fast path <= {what}: mean {mean[pol]:.0f} vs {mean[ref]:.0f}; "
                   + ("MET in every regime" if not worse else f"NOT MET in {len(worse)}/{len(rows)}: " + ", ".join(worse)))
-    print(f"- oracle bound: hourly {mean['oracle off']:.0f}, with the fast path on true current demand "
-          f"{mean['oracle']:.0f}")
+    if {"oracle", "oracle off"} <= set(policies):
+        print(f"- oracle bound: hourly {mean['oracle off']:.0f}, with the fast path on true current demand "
+              f"{mean['oracle']:.0f}")
 
 
 def _fault_table(scen, res, report, fault_pools, seeds, fault_regimes) -> None:
@@ -398,7 +410,8 @@ def _table_name(argv: list[str]) -> str:
     days = float(option(argv, "--days", "31"))
     spread = option(argv, "--spread")
     # a subset of the groupings or pools is a file of its own: it never replaces the whole grid's
-    subset = [v.replace(",", "+").lower() for v in (option(argv, "--report"), option(argv, "--pools")) if v]
+    subset = [v.replace(",", "_").replace(" ", "").lower()
+              for v in (option(argv, "--report"), option(argv, "--pools"), option(argv, "--regimes")) if v]
     return (("allocate_helios" if days == 31 else f"allocate_helios-{days:g}d") + (f"-{spread}" if spread else "")
             + "".join(f"-{v}" for v in subset))
 

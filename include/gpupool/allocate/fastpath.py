@@ -17,9 +17,11 @@ Rules :func:`decide` keeps, each a named reason when it says no:
 
 * a reading the detect rules flag (pending or allocated GPUs) is not acted on: an exporter
   glitch gone at the next scrape must not move a node; the next accepted reading decides;
-* only within a plan decided at most ``limits.max_actuation_age_hours`` ago; a platform the
-  plan moves nodes to does not lend, and a lender keeps the GPUs the plan reserves for it
-  (its upper demand for the first hour) and ``min_nodes``;
+* within the plan decided at most ``limits.max_actuation_age_hours`` ago: a platform the plan
+  moves nodes to does not lend, and a lender keeps the GPUs the plan reserves for it (its upper
+  demand for the first hour); without such a plan (none yet, or too old) on the rules below
+  alone (:func:`current_bounds`), so a fresh install or a failing hourly DAG still answers a burst;
+* a lender keeps ``min_nodes``;
 * a lender keeps what its own pending work needs (it never lends itself into a shortage);
 * GPUs already on their way to a platform (open handovers) count against its shortage;
 * the move budget: at most ``limits.max_moves_per_decision`` handovers opened in any rolling hour,
@@ -175,6 +177,24 @@ def decide_inputs(judged: Mapping[str, Judged], plan_row: Any, platforms: Iterab
 # ------------------------------------------------------------------------------ the decision
 
 
+def current_bounds(bounds: PlanBounds, at: datetime, settings: Settings) -> tuple[PlanBounds, str]:
+    """The bounds that bind at ``at``, and what a move's reason says of them.
+
+    A plan decided within ``settings.plan_max_age`` binds. Without one (none yet: a fresh
+    install, a study's first hour; or the latest too old: the hourly DAG has not planned since)
+    a burst is still answered, on the fast path's own rules alone: each lender keeps its own
+    pending work and ``min_nodes``, the move budget and the cool-downs hold, and no plan's
+    reserve or feeding binds.
+    """
+    if bounds.plan_id is None:
+        return PlanBounds(None, None), "no hourly plan yet, so on the fast path's own rules"
+    age = at - utc_datetime(bounds.decided_at)
+    if settings.plan_max_age is not None and age > settings.plan_max_age:
+        return PlanBounds(None, None), (f"the latest plan #{bounds.plan_id} is {age} old, more than "
+                                        f"{settings.plan_max_age}, so on the fast path's own rules")
+    return bounds, f"within plan #{bounds.plan_id}"
+
+
 def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_moves: Sequence[Mapping[str, Any]],
            open_handovers: Sequence[Mapping[str, Any]], at: datetime, settings: Settings) -> list[FastMove | Skip]:
     """The fast path's decisions at ``at``: moves to start and, for every platform not helped, why.
@@ -187,13 +207,8 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
     at = utc_datetime(at)
     if settings.backfill:
         return [Skip("*", "backfill run: the fast path never actuates a backfill; nothing read, nothing sent")]
-    if plan_bounds.plan_id is None:
-        return [Skip("*", "no hourly plan yet: the fast path acts only within the bounds of one")]
-    age = at - plan_bounds.decided_at
-    if settings.plan_max_age is not None and age > settings.plan_max_age:
-        return [Skip("*", f"the latest plan #{plan_bounds.plan_id} was decided {age} ago, more than "
-                          f"{settings.plan_max_age}: its bounds are stale")]
     out: list[FastMove | Skip] = []
+    plan_bounds, within = current_bounds(plan_bounds, at, settings)
     usable: dict[str, Pressure] = {}
     for p, judged in sorted(pressures.items()):
         if judged.anomalous:
@@ -263,7 +278,7 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
         gpus = int(node_gpus[node])
         reason = (f"fast path: {q} short {short[q]:g} GPUs ({pending[q]:g} pending, {free[q]:g} free); "
                   f"{p} has the largest surplus ({surplus:g} GPUs) and idle node {node} ({gpus} GPUs); "
-                  f"within plan #{plan_bounds.plan_id}")
+                  f"{within}")
         out.append(FastMove(node, p, q, gpus, reason))
         started += 1
         budget -= 1

@@ -112,7 +112,7 @@ class FastPath:
         """One tick at ``at`` (the world's clock): read, judge, decide, start the moves."""
         world = self.world
         i = world.clock_index
-        if i == 0 or self.plan is None:
+        if i == 0:  # nothing read yet
             return []
         pool = world.pool(at)
         readings = self._readings(at, i, pool)

@@ -25,7 +25,8 @@ in the unit :meth:`Scenario.demand_units` gives (:meth:`PlatformDemand.in_unit`,
 
 Between the hourly plans, the fast path ticks at the scenario's ``fastpath`` cadence (absent:
 the shipped DAG's), production's :func:`gpupool.allocate.fastpath.decide` on the world's
-pressure readings, bound by the last plan (:mod:`gpupool.sim.fastpath`); both paths share the
+pressure readings, bound by the last plan (before the first, on its own rules, as production
+with no plan yet; :mod:`gpupool.sim.fastpath`); both paths share the
 move budget of any rolling hour. ``fastpath: off`` is the hourly study alone.
 
 ``static`` never moves (the chain is not run: its plan could not change anything); ``oracle``

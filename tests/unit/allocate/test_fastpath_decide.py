@@ -50,11 +50,27 @@ def test_an_anomalous_reading_is_not_acted_on():
     assert any(d.platform == "slurm" and "anomalous" in d.reason for d in out)
 
 
-def test_no_plan_stale_plan_and_backfill_move_nothing():
-    assert not _moves(decide(_readings(), PlanBounds(None, None), [], [], AT, SET))
-    stale = PlanBounds(7, AT - timedelta(hours=3), PLAN.keep_gpus, {})
-    (skip,) = decide(_readings(), stale, [], [], AT, SET)
-    assert "stale" in skip.reason
+def test_without_a_current_plan_a_burst_is_answered_on_the_fast_paths_own_rules():
+    # no plan yet (a fresh install, the window's first hour) and a plan past its age: the plan's
+    # reserves and feeding do not bind, the lender's own pending work, min_nodes and budget do
+    reserve = {"slurm": 40.0, "k8s": 48.0, "os": 48.0}  # would stop every lender if it bound
+    for bounds, says in ((PlanBounds(None, None), "no hourly plan yet"),
+                         (PlanBounds(7, AT - timedelta(hours=3), reserve, {"k8s": "the plan #7 moves nodes to it"}),
+                          "plan #7 is 3:00:00 old, more than 2:00:00")):
+        (m,) = _moves(decide(_readings(), bounds, [], [], AT, SET))
+        assert (m.node, m.source, m.target) == ("k3", "k8s", "slurm") and says in m.reason
+        assert "own rules" in m.reason
+    # the same plan while current binds: nothing may lend
+    fresh = PlanBounds(7, AT - timedelta(minutes=5), reserve, {})
+    assert not _moves(decide(_readings(), fresh, [], [], AT, SET))
+    few = Settings(min_nodes={"k8s": 6, "os": 6}, max_moves_per_hour=4)
+    assert not _moves(decide(_readings(), PlanBounds(None, None), [], [], AT, few))
+    spent = [{"node": f"x{i}", "from_platform": "a", "to_platform": "b", "created_at": AT - timedelta(minutes=i + 1)}
+             for i in range(4)]
+    assert not _moves(decide(_readings(), PlanBounds(None, None), spent, [], AT, SET))
+
+
+def test_a_backfill_moves_nothing():
     (skip,) = decide(_readings(), PLAN, [], [], AT, Settings(backfill=True))
     assert skip.platform == "*" and "backfill" in skip.reason
 

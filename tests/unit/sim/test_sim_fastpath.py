@@ -112,11 +112,15 @@ def test_the_fast_path_decides_with_productions_function(tmp_path, helios, monke
     monkeypatch.setattr(sim_fastpath, "decide", spy)
     assert real is production.decide
     simulate(_surge_yaml(tmp_path, helios), "reactive")
-    # a tick every five minutes once the first plan exists (01:00), to the end (06:00)
-    assert len({k["at"] for k in seen}) == 5 * 12
+    # a tick every five minutes from the first reading (00:05) to the end (06:00), on the fast
+    # path's own rules until the first plan exists (01:00), within the latest plan from then on
+    ats = sorted({k["at"] for k in seen})
+    assert len(ats) == 6 * 12 - 1 and ats[0].strftime("%H:%M") == "00:05"
     first = seen[0]
     assert set(first) == {"pressures", "plan_bounds", "recent_moves", "open_handovers", "at", "settings"}
-    assert first["plan_bounds"].plan_id == 1 and first["settings"].max_moves_per_hour == 4
+    assert first["plan_bounds"].plan_id is None and first["settings"].max_moves_per_hour == 4
+    hour = next(k for k in seen if k["at"].strftime("%H:%M") == "01:00")
+    assert hour["plan_bounds"].plan_id == 1
     moving = [k for k in seen if k["open_handovers"]]
     assert moving and all(h["to_platform"] == "b" for k in moving for h in k["open_handovers"])
 
