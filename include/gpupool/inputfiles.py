@@ -216,7 +216,8 @@ def _decoded(data: bytes, method: str | None, refuse) -> str:
         at = exc.start + skip
         line = data.count(b"\n", 0, at) + 1
         inside = f" of its {method}-decompressed content" if method else ""
-        raise refuse(f"not UTF-8 text (undecodable byte 0x{data[at]:02x} at offset {at:,}{inside}, line {line:,})") from None
+        raise refuse(f"not UTF-8 text (undecodable byte 0x{data[at]:02x} at offset {at:,}{inside}, "
+                     f"line {line:,})") from None
 
 
 def _short(text: str, limit: int = 200) -> str:
