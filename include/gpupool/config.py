@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
-from gpupool import mig
-from gpupool.errors import UserError
+from gpupool import inputfiles, mig
+from gpupool.errors import UserError, one_line, shown
 
 PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
 #: the kinds reached through an API, whose connection `conn_id` names
@@ -31,8 +30,8 @@ def check_section(model: type[BaseModel], value: dict) -> dict:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"]) or "(top level)"
         if first["type"] == "extra_forbidden":
-            raise ValueError(f"unknown key {key!r}; known: {', '.join(model.model_fields)}") from None
-        raise ValueError(f"{key}: {first['msg']}") from None
+            raise ValueError(f"unknown key {shown(key)}; known: {', '.join(model.model_fields)}") from None
+        raise ValueError(f"{one_line(key, 100)}: {one_line(str(first['msg']))}") from None
     return value
 
 #: hours of demand the plan looks ahead, in the pipeline (``limits.plan_horizon_hours``) and in
@@ -41,12 +40,47 @@ def check_section(model: type[BaseModel], value: dict) -> dict:
 #: forecasts further (``limits.horizon_hours``); the plan reads the first hours.
 PLAN_HORIZON_HOURS = 2
 
+#: the longest a duration of platforms.yaml's ``limits`` may be (a year, in hours): longer is
+#: no operator's meaning, and beyond what a date's arithmetic can hold it breaks at run time
+MAX_DURATION_HOURS = 24 * 366
+#: the longest ``step`` may be: the pipeline reads hourly windows, and a longer step leaves
+#: windows without a sample
+MAX_STEP_SECONDS = 3600
+
+
 class ConfigError(UserError, ValueError):
     """A configuration file that cannot be used; the message names file, key and reason."""
 
 
+def check_step(value: str) -> str:
+    """``value`` (stripped) when it is a duration with a unit (``5min``, ``30s``, ``1h``; ``5m`` as
+    Prometheus writes it) of a whole number of seconds from 1 to :data:`MAX_STEP_SECONDS`;
+    else a ValueError saying why (what the sources, the pipeline and the collector read it as
+    must be one step, so a bare number, whose unit they would read differently, is refused)."""
+    import re
+    import warnings
+
+    import pandas as pd
+
+    text = value.strip()
+    if re.fullmatch(r"[+-]?[0-9.]+", text):
+        raise ValueError(f"{shown(value)} has no unit; write e.g. 5min, 30s or 1h")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step = pd.Timedelta(re.sub(r"(?<=\d)m$", "min", text))
+    except (ValueError, OverflowError):
+        step = pd.NaT
+    if step is pd.NaT:
+        raise ValueError(f"{shown(value)} is not a duration such as 5min, 30s or 1h")
+    seconds = step.total_seconds()
+    if seconds <= 0 or seconds != int(seconds) or seconds > MAX_STEP_SECONDS:
+        raise ValueError(f"{shown(value)}: give a whole number of seconds from 1s to {MAX_STEP_SECONDS // 3600}h")
+    return text
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PlatformConfig(_Strict):
@@ -171,16 +205,16 @@ class LimitsConfig(_Strict):
     where the bench that chose each default is named."""
 
     max_moves_per_decision: int = Field(default=4, ge=0)
-    cooldown_hours: float = Field(default=1.0, ge=0)
-    move_minutes: float = Field(default=30.0, ge=0)
+    cooldown_hours: float = Field(default=1.0, ge=0, le=MAX_DURATION_HOURS)
+    move_minutes: float = Field(default=30.0, ge=0, le=MAX_DURATION_HOURS * 60)
     headroom_quantile: float = Field(default=0.95, gt=0.5, lt=1)
     #: hours the forecast stage forecasts (and validates its models on); `gpupool simulate`
     #: forecasts as far (`sim.study.FORECAST_HOURS`)
-    horizon_hours: int = Field(default=6, ge=1)
+    horizon_hours: int = Field(default=6, ge=1, le=MAX_DURATION_HOURS)
     #: hours of demand the plan looks ahead (the first hours of the forecast); `gpupool simulate`
     #: plans with the same default (PLAN_HORIZON_HOURS)
     plan_horizon_hours: int = Field(default=PLAN_HORIZON_HOURS, ge=1)
-    max_actuation_age_hours: float = Field(default=2.0, ge=0)
+    max_actuation_age_hours: float = Field(default=2.0, ge=0, le=MAX_DURATION_HOURS)
     #: whether a release may evict running GPU work (Kubernetes Eviction API, respecting PDBs),
     #: and so whether the plan may choose a busy node; off: a busy node waits until its work ends
     allow_evict: StrictBool = False
@@ -197,7 +231,7 @@ class SimulatorConfig(_Strict):
     """The embedded virtual datacenter (used when a platform's kind is `simulator`)."""
 
     seed: int = 0
-    history_days: int = Field(default=14, ge=1)
+    history_days: int = Field(default=14, ge=1, le=MAX_DURATION_HOURS // 24)
     scenario: str | None = None
 
 
@@ -254,6 +288,11 @@ class GpupoolConfig(_Strict):
     #: only a YAML boolean (true/false): a string such as "off" is refused, not read as false
     dry_run: StrictBool = True
 
+    @field_validator("step")
+    @classmethod
+    def _step(cls, value: str) -> str:
+        return check_step(value)
+
     @field_validator("pool")
     @classmethod
     def _pool_names_on_platforms(cls, pool: PoolConfig, info: ValidationInfo) -> PoolConfig:
@@ -291,12 +330,7 @@ class GpupoolConfig(_Strict):
 def load_config(path: str | Path) -> GpupoolConfig:
     """Parse a platforms.yaml; raise ConfigError naming the file, key and reason."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    raw = inputfiles.load_yaml(path, "platforms.yaml", inputfiles.MAX_CONFIG_BYTES, ConfigError)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
     return parse_config(raw, source=str(path))
@@ -307,15 +341,15 @@ def parse_config(raw: dict, source: str = "<config>") -> GpupoolConfig:
         return GpupoolConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = _key_path(raw, err["loc"])
-        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        key = one_line(_key_path(raw, err["loc"]), 120)
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ConfigError(f"{source}: key '{key}': {_message(err)}{more}") from None
 
 
 def _message(err: dict) -> str:
-    msg = str(err["msg"]).removeprefix("Value error, ")
+    msg = one_line(str(err["msg"]).removeprefix("Value error, "))
     if err.get("type") == "bool_type":
-        msg += f" (got {err.get('input')!r}; write true or false, unquoted)"
+        msg += f" (got {shown(err.get('input'))}; write true or false, unquoted)"
     return msg
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import math
 import os
 import re
@@ -16,7 +17,8 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from gpupool.errors import UserError
+from gpupool import inputfiles
+from gpupool.errors import UserError, one_line
 
 
 class SeriesInputError(UserError, ValueError):
@@ -59,19 +61,20 @@ def read_series_csv(
     values); the kept row stands where the timestamp first appears.
 
     Refused with :class:`SeriesInputError` naming the file and the line (line 1 is the header):
-    a file that is not UTF-8 text, a timestamp that does not parse (or is empty), an ambiguous
-    date, a repeated timestamp under ``refuse``, and a value that is infinite or beyond
-    ±:data:`MAX_ABS_VALUE`.
+    what :func:`gpupool.inputfiles.read_text` refuses (not a regular file, more than
+    :data:`~gpupool.inputfiles.MAX_SERIES_BYTES` bytes, not UTF-8 text), a timestamp that does
+    not parse (or is empty), an ambiguous date, a repeated timestamp under ``refuse``, and a
+    value that is infinite or beyond ±:data:`MAX_ABS_VALUE`.
     """
     path = Path(path)
     if duplicates not in DUPLICATE_POLICIES:
         raise SeriesInputError(f"--duplicates {duplicates!r}: expected one of {', '.join(DUPLICATE_POLICIES)}")
+    text = inputfiles.read_text(path, "CSV", inputfiles.MAX_SERIES_BYTES, SeriesInputError, decompress=True)
     try:
-        raw = pd.read_csv(path)
-    except UnicodeDecodeError as exc:
-        raise SeriesInputError(f"{path}: not a UTF-8 text CSV (undecodable byte at offset {exc.start})") from None
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise SeriesInputError(f"{path}: cannot read CSV ({exc})") from exc
+        raw = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise SeriesInputError(f"{path}: cannot read CSV ({one_line(str(exc), 200)})") from None
+    del text  # the frame holds what it needs: the file's text need not stay in memory beside it
     if raw.empty:
         raise SeriesInputError(f"{path}: no rows")
     cols = list(raw.columns)

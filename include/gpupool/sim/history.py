@@ -27,6 +27,7 @@ the time-weighted mean of what ran and waited during it.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import zoneinfo
 from collections.abc import Iterable
@@ -37,6 +38,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from gpupool import inputfiles
 from gpupool.values import utc_field
 from gpupool.sim.traces import TraceError, check_span, read_helios
 
@@ -204,9 +206,9 @@ def read_pods(path: str | Path, origin: dt.datetime | pd.Timestamp | None = None
     was created or deleted before it was scheduled.
     """
     path = Path(path)
-    _text(path)  # not UTF-8 text: one line, before pandas' own message
+    text = _text(path)  # not a regular file, too large, not UTF-8 text: one line, before pandas reads
     try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
+        raw = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skip_blank_lines=False)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise HistoryError(f"{path}: cannot read pod list ({' '.join(str(exc).split())})") from None
     missing = [c for c in POD_COLUMNS if c not in raw.columns]
@@ -413,12 +415,7 @@ def history_span(spec: HistorySpec) -> tuple[pd.Timestamp, pd.Timestamp] | None:
 
 # ------------------------------------------------------------------------------ internals
 def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise HistoryError(f"{path}: not UTF-8 text (undecodable byte at offset {exc.start})") from None
-    except OSError as exc:
-        raise HistoryError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return inputfiles.read_text(path, "history file", inputfiles.MAX_TRACE_BYTES, HistoryError, decompress=True)
 
 
 def _utc(ts: pd.Timestamp, timezone: str) -> pd.Timestamp:

@@ -8,12 +8,14 @@ to one platform are summed, and rows finer than the simulation step are averaged
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from gpupool import inputfiles
 from gpupool.errors import UserError
 
 #: columns every Helios trace file must carry
@@ -92,10 +94,11 @@ def read_helios(paths: str | Path | Iterable[str | Path], step: str | pd.Timedel
 
 
 def _read_one(path: Path, step: pd.Timedelta) -> pd.DataFrame:
+    text = inputfiles.read_text(path, "trace", inputfiles.MAX_TRACE_BYTES, TraceError, decompress=True)
     try:
-        raw = pd.read_csv(path)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: cannot read trace ({exc})") from exc
+        raw = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise TraceError(f"{path}: cannot read trace ({' '.join(str(exc).split())[:200]})") from None
     missing = [c for c in HELIOS_REQUIRED if c not in raw.columns]
     if missing:
         raise TraceError(f"{path}: not a Helios trace, missing columns {missing}")

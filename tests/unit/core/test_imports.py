@@ -212,3 +212,10 @@ def test_the_scanner_follows_relative_lazy_and_transitive_imports(fake_pkg):
     assert _path_to("detect.router", {"allocate"}, g) == ["detect.router", "config", "allocate"]
     assert g["allocate.policy"][1] == {"pickle"}
     assert g["detect.features"][1] == {"numpy"}
+
+
+def test_inputfiles_reaches_nothing_but_errors():
+    """Every layer opens its inputs through gpupool.inputfiles: it must stay a leaf but for the
+    error classes."""
+    g = graph()
+    assert reach("inputfiles", g) == {"errors"}
