@@ -25,19 +25,27 @@ WHATIF_PLATFORMS = ("slurm", "kubernetes", "openstack")
 
 
 def parse_source(text: str, option: str) -> dict[str, Any] | str:
-    """One ``FORMAT:PATH[,key=value...]`` as a scenario trace entry (a bare path: Helios)."""
+    """One ``FORMAT:PATH[,key=value...]`` as a scenario trace entry (a bare path: Helios). A key
+    that says the format or the file again (``format=``, ``path=``; ``allocated=`` for
+    prometheus), or a key given twice, is refused."""
     fmt, sep, rest = text.partition(":")
     if not sep or fmt not in (*HISTORY_FORMATS, "helios"):
         return text
     path, *pairs = rest.split(",")
     if not path:
         raise UsageError(f"{option} {text}: give the file after '{fmt}:'")
-    entry: dict[str, Any] = {"format": fmt, "allocated" if fmt == "prometheus" else "path": path}
+    file_key = "allocated" if fmt == "prometheus" else "path"
+    entry: dict[str, Any] = {"format": fmt, file_key: path}
     for pair in pairs:
         key, eq, value = pair.partition("=")
-        if not eq or not key.strip():
+        key = key.strip()
+        if not eq or not key:
             raise UsageError(f"{option} {text}: {pair!r} is not key=value")
-        entry[key.strip()] = value.strip()
+        if key in ("format", file_key):  # FORMAT:PATH said it; a key must not quietly say otherwise
+            raise UsageError(f"{option} {text}: {key} is given by {fmt}:{path}; a key may not set it again")
+        if key in entry:
+            raise UsageError(f"{option} {text}: {key} is given twice")
+        entry[key] = value.strip()
     return entry
 
 
