@@ -236,7 +236,7 @@ class SimulatorConfig(_Strict):
 
 
 class DetectConfig(_Strict):
-    """Which series the pipeline cleans, and the router's settings (see `gpupool.detect.router`)."""
+    """Which series the pipeline cleans, and the router's settings (see `gpupool.detect.settings`)."""
 
     #: platform-level series feed the demand forecast; add "node" or "gpu" to clean those too
     entity_kinds: list[str] = Field(default_factory=lambda: ["platform"])
@@ -249,12 +249,12 @@ class DetectConfig(_Strict):
     @field_validator("router")
     @classmethod
     def _router(cls, value: dict) -> dict:
-        from gpupool.detect.router import RouterConfig
+        from gpupool.detect.settings import RouterConfig
 
         return check_section(RouterConfig, value)
 
     def router_config(self):
-        from gpupool.detect.router import RouterConfig
+        from gpupool.detect.settings import RouterConfig
 
         return RouterConfig(**self.router) if self.router else RouterConfig()
 

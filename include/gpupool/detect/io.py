@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpupool.detect.clean import stream_detect
-from gpupool.detect.router import RouterConfig
+from gpupool.detect.settings import RouterConfig
 from gpupool.tsio import SeriesInputError, atomic_output, check_output, read_series_csv
 
 CLI_COLUMNS = ["timestamp", "value", "expected", "score", "is_anomaly", "cleaned", "detector", "clean_value"]
