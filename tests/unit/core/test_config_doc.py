@@ -77,18 +77,44 @@ def test_types_bounds_and_defaults_are_rendered():
     assert '| `s` | string | `""` | empty |' in text
 
 
-def test_main_writes_and_checks_the_page(tmp_path, capsys):
+def test_the_readme_table_of_sections_is_what_the_models_render():
+    readme = (ROOT / config_doc.README_PATH).read_text()
+    assert readme == config_doc.with_sections(readme), (
+        f"README.md's table of configuration sections differs from the models: regenerate it with "
+        f"`PYTHONPATH=include .venv/bin/{config_doc.REGENERATE}` from the repository root")
+    table = config_doc.render_sections()
+    for name in GpupoolConfig.model_fields:
+        assert f"| [`{name}`](docs/configuration.md#" in table
+
+
+def _tree(tmp_path, readme: str) -> None:
     (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text(readme)
+
+
+def test_main_writes_and_checks_both_texts(tmp_path, capsys):
+    _tree(tmp_path, f"# x\n\nbefore\n{config_doc.BEGIN}\nold table\n{config_doc.END}\nafter\n")
     assert config_doc.main(["--root", str(tmp_path), "--check"]) == 1
-    assert "out of date: run python -m gpupool.config_doc" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "configuration.md" in err and "README.md" in err and "run python -m gpupool.config_doc" in err
     assert config_doc.main(["--root", str(tmp_path)]) == 0
     assert (tmp_path / config_doc.DOC_PATH).read_text() == config_doc.render()
+    readme = (tmp_path / "README.md").read_text()
+    assert readme == (f"# x\n\nbefore\n{config_doc.BEGIN}\n{config_doc.render_sections()}{config_doc.END}\nafter\n")
     assert config_doc.main(["--root", str(tmp_path), "--check"]) == 0
     (tmp_path / config_doc.DOC_PATH).write_text("stale\n")
     assert config_doc.main(["--root", str(tmp_path), "--check"]) == 1
 
 
-def test_main_without_a_docs_folder_says_so(tmp_path, capsys):
+def test_a_readme_without_the_markers_is_one_line_and_exit_2(tmp_path, capsys):
+    _tree(tmp_path, f"# x\n{config_doc.END}\n{config_doc.BEGIN}\n")
     assert config_doc.main(["--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "no such folder" in err
+    assert err.count("\n") == 1 and "missing or out of order" in err
+    assert not (tmp_path / config_doc.DOC_PATH).exists()
+
+
+def test_main_outside_the_repository_says_so(tmp_path, capsys):
+    assert config_doc.main(["--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run from the repository root" in err
