@@ -12,7 +12,7 @@ from gpupool.detect.clean import FittedSeriesModel, fit_series_model, score_wind
 from gpupool.detect.rules.faults import fault_shaped
 from gpupool.detect.settings import CleaningRules, RouterConfig
 
-#: both rules are off by default (README, the fault regime); these tests turn them on
+#: both rules are off by default (docs/decisions/0006-fault-shape-knobs-off.md); these tests turn them on
 ROBUST = RouterConfig(cleaning=CleaningRules(scales_without_fault_shapes=True))
 OPEN = RouterConfig(cleaning=CleaningRules(open_move_factor=3.0))
 
