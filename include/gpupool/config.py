@@ -49,6 +49,40 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class PowerConfig(_Strict):
+    """How gpupool parks and wakes this platform's nodes (``power:``; absent: it never does).
+    Each park and wake is audited, and sent only where the platform actuates (``actuation:
+    true``) outside a dry run; see docs/operations/power.md."""
+
+    #: slurm: Slurm's own power saving (POWER_DOWN_ASAP / POWER_UP; slurm platforms only);
+    #: redfish: each node's BMC; ironic: OpenStack's bare-metal service (openstack platforms only)
+    means: Literal["slurm", "redfish", "ironic"]
+    #: redfish: the BMC of each node, ``{node}`` (pool node id) and ``{name}`` (this platform's
+    #: name of the node) filled in, e.g. https://{name}-bmc.mgmt.example
+    bmc_address: str | None = None
+    #: redfish: the node's ComputerSystem on its BMC, e.g. /redfish/v1/Systems/1; null: the only one
+    bmc_system: str | None = None
+    #: redfish: the Airflow connection whose login and password are the BMC user
+    bmc_conn_id: str | None = None
+    #: redfish: verify the BMCs' TLS certificates
+    bmc_verify: StrictBool = True
+    #: ironic: the node's Ironic name or UUID, ``{node}`` / ``{name}`` filled in
+    ironic_node: str = "{name}"
+    #: graceful: the operating system shuts down (Redfish GracefulShutdown, Ironic soft power
+    #: off); force: power is cut (ForceOff, power off)
+    power_off: Literal["graceful", "force"] = "graceful"
+    #: minutes a park or a wake may take before it is reported failed
+    timeout_minutes: float = Field(default=15.0, gt=0)
+
+    @model_validator(mode="after")
+    def _means_keys(self) -> "PowerConfig":
+        if self.means == "redfish" and not (self.bmc_address and self.bmc_conn_id):
+            raise ValueError("means redfish needs bmc_address and bmc_conn_id")
+        if self.means != "redfish" and (self.bmc_address or self.bmc_system or self.bmc_conn_id):
+            raise ValueError(f"bmc_* keys are for means redfish, not {self.means}")
+        return self
+
+
 class PlatformConfig(_Strict):
     """One platform instance gpupool extracts from and may actuate."""
 
@@ -82,6 +116,8 @@ class PlatformConfig(_Strict):
     #: per GRES/pod/DCGM instance on MIG nodes) or ``gpu_equivalent`` (GPUs' worth of work: each
     #: counts as ``SLICES_PER_GPU`` slices)
     slice_demand: Literal["requests", "gpu_equivalent"] = "requests"
+    #: how idle nodes are parked and woken (power off / on); absent: never
+    power: PowerConfig | None = None
 
     @field_validator("slice_profile")
     @classmethod
@@ -114,6 +150,9 @@ class PlatformConfig(_Strict):
         if self.slice_profile and self.kind == "openstack":
             raise ValueError("slice_profile: gpupool cannot lay out MIG on OpenStack hosts (nova's mdev types are "
                              "node-side configuration); leave it unset there")
+        if self.power is not None and (self.kind == "simulator" or (
+                self.power.means in ("slurm", "ironic") and self.kind != {"slurm": "slurm", "ironic": "openstack"}[self.power.means])):
+            raise ValueError(f"power.means: {self.power.means} cannot park the nodes of a {self.kind} platform")
         return self
 
 

@@ -72,6 +72,11 @@ MOVING_STATES = (PARKING, WAKING)
 DEFAULT_TIMEOUT = timedelta(minutes=15)
 #: rounds of "ask the means what is needed now, send it" in one pass (hold, then power-off)
 MAX_ROUNDS = 3
+#: a power command the platform accepted is sent again, while the platform still reports the
+#: node as before, only this long after (of the machine's time) it went out: a platform takes
+#: a moment to show what it accepted (Slurm's power-saving thread, a BMC's shutdown), and a
+#: second POWER_UP would run Slurm's ResumeProgram twice
+RESEND_AFTER = timedelta(minutes=5)
 
 
 class PowerError(UserError, ValueError):
@@ -286,6 +291,7 @@ def _advance_locked(engine: Engine, row: dict[str, Any], actuator: PowerActuator
     def done(r) -> bool:
         return r.parked if parking else r.woken
 
+    sent_now: set[str] = set()  # a command goes out at most once per pass
     try:
         for _ in range(MAX_ROUNDS):
             r = actuator.state(node)
@@ -294,10 +300,12 @@ def _advance_locked(engine: Engine, row: dict[str, Any], actuator: PowerActuator
                 return _entry(store.get_power(engine, node))
             if done(r):
                 break
-            cmds = actuator.park_commands(node) if parking else actuator.wake_commands(node)
+            cmds = [c for c in (actuator.park_commands(node) if parking else actuator.wake_commands(node))
+                    if _key(c) not in sent_now and not _sent_lately(engine, tid, actuator, c, row, at)]
             if not cmds:
                 break
             for c in cmds:
+                sent_now.add(_key(c))
                 send_audited(engine, node, tid, actuator, c, dry_run=False, expected_state=state)
         r = actuator.state(node)
     except ForeignHoldError as exc:
@@ -320,6 +328,24 @@ def _advance_locked(engine: Engine, row: dict[str, Any], actuator: PowerActuator
     else:
         store.set_error(engine, node, state, _waiting(r, parking), at)
     return _entry(store.get_power(engine, node))
+
+
+def _key(command: Command) -> str:
+    return json.dumps([command.action, audit_store.audit_json(command.request)], sort_keys=True)
+
+
+def _sent_lately(engine: Engine, tid: int | None, actuator: PowerActuator, command: Command,
+                 row: dict[str, Any], at: datetime) -> bool:
+    """Whether this power command of the transition went out and was accepted less than
+    :data:`RESEND_AFTER` ago (the time of the pass that sent it: the transition's own time for
+    the first, and the node's last update after it)."""
+    if command.action not in actuator.actions:
+        return False
+    sent = [a for a in store.audit_rows(engine, transition_id=tid)
+            if a["action"] == command.action and a["status"] == "ok" and a["request"] == audit_store.audit_json(command.request)]
+    if not sent:
+        return False
+    return at - utc_datetime(row["since"]) < RESEND_AFTER
 
 
 def _waiting(r, parking: bool) -> str | None:
