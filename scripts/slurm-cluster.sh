@@ -47,6 +47,17 @@ stop() {
   fi
   # TERM all daemons at once, then wait: each takes 1-2 s to wind down.
   kill_pidfiles TERM "$DIR"/slurmrestd.pid "$DIR"/slurmd.pid "$DIR"/slurmctld.pid "$DIR"/munged.pid
+  # A slurmd the ResumeProgram restarted may have lost its pid file to the one it replaced
+  # (a slurmd removes its pid file as it exits): this cluster's own slurmd, by its config path.
+  local left
+  left="$(pgrep -f -- "^slurmd -f $DIR/slurm.conf " || true)"
+  if [ -n "$left" ]; then
+    # shellcheck disable=SC2086
+    kill -TERM $left 2>/dev/null || true
+    for _ in $(seq 50); do pgrep -f -- "^slurmd -f $DIR/slurm.conf " >/dev/null || return 0; sleep 0.1; done
+    # shellcheck disable=SC2086
+    kill -KILL $left 2>/dev/null || true
+  fi
 }
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -132,6 +143,7 @@ export PATH=$PATH
 echo "resume \$*" >> "$DIR/power/calls"
 SLURMD_PID=\$(cat "$DIR/slurmd.pid" 2>/dev/null) && kill "\$SLURMD_PID" 2>/dev/null
 for _ in \$(seq 50); do kill -0 "\$SLURMD_PID" 2>/dev/null || break; sleep 0.1; done
+[ -n "\$SLURMD_PID" ] && kill -KILL "\$SLURMD_PID" 2>/dev/null
 setsid slurmd -f "$DIR/slurm.conf" -N "$NODE" -b </dev/null >/dev/null 2>&1
 PROG
 chmod 755 "$DIR/power/suspend" "$DIR/power/resume"
