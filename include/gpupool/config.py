@@ -83,6 +83,39 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+class PowerConfig(_Strict):
+    """How gpupool parks and wakes this platform's nodes (``power:``; absent: it never does).
+    Each park and wake is audited, and sent only where the platform actuates (``actuation:
+    true``) outside a dry run; see docs/operations/power.md."""
+
+    means: Literal["slurm", "redfish", "ironic"] = Field(description=(
+        "`slurm`: Slurm's own power saving (POWER_DOWN_ASAP / POWER_UP; slurm platforms only); "
+        "`redfish`: each node's BMC; `ironic`: OpenStack's bare-metal service (openstack platforms only)"))
+    bmc_address: str | None = Field(default=None, description=(
+        "redfish: the BMC of each node, `{node}` (pool node id) and `{name}` (this platform's name "
+        "of the node) filled in, e.g. https://{name}-bmc.mgmt.example"))
+    bmc_system: str | None = Field(default=None, description=(
+        "redfish: the node's ComputerSystem on its BMC, e.g. /redfish/v1/Systems/1; null: the only one"))
+    bmc_conn_id: str | None = Field(default=None, description=(
+        "redfish: the Airflow connection whose login and password are the BMC user"))
+    bmc_verify: StrictBool = Field(default=True, description="redfish: verify the BMCs' TLS certificates")
+    ironic_node: str = Field(default="{name}", description=(
+        "ironic: the node's Ironic name or UUID, `{node}` / `{name}` filled in"))
+    power_off: Literal["graceful", "force"] = Field(default="graceful", description=(
+        "`graceful`: the operating system shuts down (Redfish GracefulShutdown, Ironic soft power "
+        "off); `force`: power is cut (ForceOff, power off)"))
+    timeout_minutes: float = Field(default=15.0, gt=0, le=MAX_DURATION_HOURS * 60, description=(
+        "minutes a park or a wake may take before it is reported failed"))
+
+    @model_validator(mode="after")
+    def _means_keys(self) -> "PowerConfig":
+        if self.means == "redfish" and not (self.bmc_address and self.bmc_conn_id):
+            raise ValueError("means redfish needs bmc_address and bmc_conn_id")
+        if self.means != "redfish" and (self.bmc_address or self.bmc_system or self.bmc_conn_id):
+            raise ValueError(f"bmc_* keys are for means redfish, not {self.means}")
+        return self
+
+
 class PlatformConfig(_Strict):
     """One platform instance gpupool extracts from and may actuate."""
 
@@ -129,6 +162,8 @@ class PlatformConfig(_Strict):
         "pending is one request of `slice_profile`: a job per whole GPU, or a slice per GRES, pod or "
         "DCGM instance on MIG nodes) or `gpu_equivalent` (GPUs' worth of work: each counts as "
         "`SLICES_PER_GPU` slices)"))
+    power: PowerConfig | None = Field(default=None, description=(
+        "how idle nodes are parked and woken (power off / on); null: never ([operations/power.md](operations/power.md))"))
 
     @field_validator("slice_profile")
     @classmethod
@@ -161,6 +196,9 @@ class PlatformConfig(_Strict):
         if self.slice_profile and self.kind == "openstack":
             raise ValueError("slice_profile: gpupool cannot lay out MIG on OpenStack hosts (nova's mdev types are "
                              "node-side configuration); leave it unset there")
+        if self.power is not None and (self.kind == "simulator" or (
+                self.power.means in ("slurm", "ironic") and self.kind != {"slurm": "slurm", "ironic": "openstack"}[self.power.means])):
+            raise ValueError(f"power.means: {self.power.means} cannot park the nodes of a {self.kind} platform")
         return self
 
 
