@@ -86,7 +86,7 @@ def read_text(path: str | Path, what: str, max_bytes: int, error: ErrorType = In
     name it), refused with ``error("PATH: cannot read WHAT: REASON")`` when it is not a regular
     file, holds more than ``max_bytes`` bytes or is not UTF-8 text. A leading UTF-8 byte-order
     mark is dropped. ``decompress``: a path ending in ``.gz``, ``.bz2``, ``.xz``, ``.zip``,
-    ``.zst`` or ``.tar[.*]`` (one file inside) is decompressed, as pandas does with such a path,
+    ``.tar[.*]`` (one file inside) is decompressed (``.zst`` is refused), as pandas does with such a path,
     and ``max_bytes`` bounds the decompressed content."""
     path = Path(path)
 
@@ -188,17 +188,8 @@ def _decompressed(data: bytes, method: str, max_bytes: int, what: str, refuse) -
                 if len(members) != 1:
                     raise _Refused(f"a tar archive holding {len(members)} files; give one holding one")
                 out = archive.extractfile(members[0]).read(max_bytes + 1)
-        else:
-            try:
-                import zstandard
-            except ImportError:
-                raise _Refused("compressed with zstd, which needs the zstandard package; decompress it first") from None
-            reader = zstandard.ZstdDecompressor().stream_reader(raw)
-            chunks, size = [], 0
-            while size <= max_bytes and (chunk := reader.read(min(max_bytes + 1 - size, MiB))):
-                chunks.append(chunk)
-                size += len(chunk)
-            out = b"".join(chunks)
+        else:  # zstd: the standard library has no decoder, and none is a dependency
+            raise _Refused("compressed with zstd, which gpupool does not read; decompress it first")
     except _Refused as exc:
         raise refuse(str(exc)) from None
     except (OSError, EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile, tarfile.TarError, ValueError) as exc:
