@@ -56,6 +56,11 @@ _KEYS = {
 SACCT_COLUMNS = ("JobID", "Submit", "Start", "End", "State", "AllocTRES", "ReqTRES", "Partition")
 #: the columns a pod list must carry
 POD_COLUMNS = ("name", "creation_time", "scheduled_time", "deletion_time", "num_gpu", "gpu_milli")
+#: the most GPUs one point of a Prometheus answer may count: far above any pool, and low enough
+#: that the sums and forecasts made of such points stay finite
+MAX_ANSWER_GPUS = 1e7
+#: a Prometheus answer's point times, in seconds since the epoch: 1970-01-01 .. 2200-01-01
+MAX_ANSWER_TIME_S = 7_258_118_400
 #: what sacct writes for a time that has not happened (a pending job's Start, a running job's End)
 _SACCT_UNKNOWN = {"", "unknown", "none"}
 
@@ -247,10 +252,15 @@ def jobs_demand(jobs: pd.DataFrame, index: pd.DatetimeIndex, step: pd.Timedelta)
 def read_prometheus_answer(path: str | Path) -> pd.Series:
     """A ``query_range`` answer file as one series: every result series summed per timestamp."""
     path = Path(path)
+    text = _text(path)
     try:
-        doc = json.loads(_text(path))
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise HistoryError(f"{path}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise HistoryError(f"{path}: not a query_range answer (JSON nested too deeply)") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise HistoryError(f"{path}: not a query_range answer (a number too long to read)") from None
     data = doc.get("data") if isinstance(doc, dict) and doc.get("status") == "success" else None
     matrix = isinstance(data, dict) and data.get("resultType") == "matrix"
     return _matrix_sum(data.get("result") if matrix else None, str(path))
@@ -569,16 +579,27 @@ def _matrix_sum(result: Any, where: str) -> pd.Series:
         if not isinstance(pts, list):
             raise HistoryError(f"{where}: data.result[{k}]: a series without 'values'")
         for j, pt in enumerate(pts):
+            at = f"{where}: data.result[{k}].values[{j}]"
             try:
+                if not isinstance(pt, (list, tuple)) or len(pt) != 2:
+                    raise TypeError
                 t, v = float(pt[0]), float(pt[1])
-            except (TypeError, ValueError, IndexError):
-                raise HistoryError(f"{where}: data.result[{k}].values[{j}]: {pt!r} is not [time, \"value\"]") from None
-            if np.isinf(v) or v < 0:
-                raise HistoryError(f"{where}: data.result[{k}].values[{j}]: {pt[1]!r} is not a GPU count")
+            except (TypeError, ValueError, OverflowError):
+                raise HistoryError(f"{at}: {_short(pt)} is not [time, \"value\"]") from None
+            if not 0 <= t <= MAX_ANSWER_TIME_S:  # also NaN and inf (JSON's 1e999)
+                raise HistoryError(f"{at}: time {_short(pt[0])} is not an instant of 1970..2200 in seconds")
+            if np.isinf(v) or v < 0 or v > MAX_ANSWER_GPUS:
+                raise HistoryError(f"{at}: {_short(pt[1])} is not a GPU count (0 to {MAX_ANSWER_GPUS:g})")
             times.append(t)
             values.append(v)
     series = pd.Series(values, index=pd.to_datetime(np.asarray(times, float), unit="s", utc=True), dtype=float)
     return series.groupby(level=0).sum(min_count=1).sort_index()
+
+
+def _short(value: Any) -> str:
+    """A value of a file as a message shows it: its repr, cut to a short prefix."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "…"
 
 
 def _frame(running: np.ndarray, pending: np.ndarray, index: pd.DatetimeIndex) -> pd.DataFrame:
