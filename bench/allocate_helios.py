@@ -9,7 +9,7 @@ The six traces (demand = running_gpu_num + pending_gpu_num) are grouped into thr
 two traces each. The groupings are the five rounds of a 1-factorization (round-robin pairing):
 every pair of traces shares a platform in exactly one grouping, so none is hand-picked. Each
 grouping runs with pools of 100 %, 115 % and 130 % of the traces' ``total_gpu_num`` (8-GPU nodes,
-largest remainder), in the README's scenario format: 5-minute steps, decisions every hour,
+largest remainder), in the scenario format of docs/stages/whatif.md: 5-minute steps, decisions every hour,
 moves of 30 minutes, at most 4 moves a decision and in any rolling hour (both paths together).
 
 Regimes: ``static``; ``greedy`` — the baseline rule of issue 30 (need = 1.1 x recent mean demand;
@@ -92,7 +92,7 @@ def pool_nodes(grouping, data: Path, percent: int = 100) -> dict[str, int]:
 
 def scenario(grouping, nodes: dict[str, int] | None, days: float, data: Path, label: str,
              faults: dict | None = None, policy: dict | None = None) -> Scenario:
-    """The study scenario of one grouping, in the README's format."""
+    """The study scenario of one grouping, in the scenario format (docs/stages/whatif.md)."""
     platforms = {}
     for platform, pair in zip(PLATFORMS, grouping):
         platforms[platform] = {"trace": [str(data / f"{t}.csv") for t in pair]}

@@ -49,7 +49,7 @@ import pandas as pd  # noqa: E402
 
 from gpupool.detect.clean import stream_detect  # noqa: E402
 from gpupool.detect.provenance import judge_known_faults  # noqa: E402
-from gpupool.detect.router import RouterConfig  # noqa: E402
+from gpupool.detect.settings import RouterConfig  # noqa: E402
 from gpupool.forecast.arima import ArimaForecaster  # noqa: E402
 from gpupool.sim.synthetic import generate  # noqa: E402
 from gpupool.sim.traces import read_helios  # noqa: E402

@@ -80,7 +80,7 @@ from detect_nab_collect import collect, dedupe_csv  # noqa: E402
 from kpi_scoring import DELAY_K, Tally, segments  # noqa: E402
 from nab_scoring import FileScorer, normalised, probation_rows  # noqa: E402
 
-from gpupool.detect.router import RouterConfig  # noqa: E402
+from gpupool.detect.settings import RouterConfig  # noqa: E402
 
 DEFAULT_HELIOS = DEFAULT_NAB.parent / "helios"
 HELIOS_VCS = ("vc6YE", "vcLJZ", "vcMod", "vcSoL", "vchbv", "vcpDC")

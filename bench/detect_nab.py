@@ -65,7 +65,7 @@ from detect_nab_collect import collect, dedupe_csv, line_ranges  # noqa: E402
 from nab_scoring import PROFILES, FileScorer, normalised, probation_rows, windowed_gaussian_z  # noqa: E402
 
 from gpupool.detect.alarms import TAIL_LEVELS  # noqa: E402
-from gpupool.detect.router import RouterConfig  # noqa: E402
+from gpupool.detect.settings import RouterConfig  # noqa: E402
 
 DEFAULT_NAB = Path(__file__).resolve().parents[2] / "shared" / "data" / "nab"
 METHODS = ["auto", "sr", "svr", "prophet", "zscore"]

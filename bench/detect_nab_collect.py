@@ -26,7 +26,7 @@ import pandas as pd
 from gpupool.detect._robust import as_sorted_unique
 from gpupool.detect.clean import stream_detect
 from gpupool.detect.model import RESIDUAL_DETECTORS
-from gpupool.detect.router import RouterConfig
+from gpupool.detect.settings import RouterConfig
 from gpupool.tsio import read_series_csv
 
 
@@ -121,9 +121,9 @@ def collect(path: Path, rel: str, method: str, config: RouterConfig, cache: Path
                 "threshold": m.threshold_,
                 "tau": m.tau_,
                 "residual_scale": m.residual_scale_,
-                "quantiles": m.extra.get("history_quantiles"),
-                "excursions": m.extra.get("excursions"),
-                "run_excursions": m.extra.get("run_excursions"),
+                "quantiles": m.budget.quantiles,
+                "excursions": m.budget.excursions,
+                "run_excursions": m.budget.run_excursions,
                 "run_threshold": m.run_threshold_,
             }
         )

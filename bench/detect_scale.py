@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from gpupool.detect.clean import FittedSeriesModel, fit_series_model, score_window
-from gpupool.detect.router import RouterConfig
+from gpupool.detect.settings import RouterConfig
 
 STEP = pd.Timedelta(minutes=5)
 HOUR_POINTS = 12
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     models = {}
     for i, y in series.items():
         models[i] = FittedSeriesModel.from_params(json.loads(stored[i]))
-        frame = score_window(models[i], y, cut, end)
+        frame = score_window(models[i], y, cut, end, config)
         flagged += int(frame["is_anomaly"].sum())
     t_hourly = time.perf_counter() - t0
 

@@ -15,9 +15,11 @@ proportions), scaled to one fault per `--per-points` points, from `--seeds` faul
 
 Each faulty series is cleaned by `stream_detect` (default settings, every point judged on its
 past only, daily refits) from values alone, and once per setting of the co-moving check
-(`rules.stuck.MOVING_RUN_FACTOR` x `MIN_MOVING_SHARE` x `MOVING_MIN_MOVES` x
-`MOVING_JUDGES_ENTRY` x `MOVING_FROM_FIRST_MOVE` x `MOVING_MIN_SHIFT` x `MOVING_SHAPED`) with the
-job series passed as `moving=`. The models are fitted once per series and seed and shared by the
+(`_stuck_moving.Moving`: run factor x share x moves x entry judged x from the first move x
+shift x shaped) with the job series as the co-moving series. The co-moving check was not
+merged (docs/decisions/0020-stuck-co-moving.md): the bench keeps it in `bench/_stuck_moving.py`,
+a copy of the product's stream with that stuck rule, checked against the product on every
+trace and seed. The models are fitted once per series and seed and shared by the
 arms (the stuck settings do not enter the fit). Scored as bench/detect_cleaning.py's per-kind
 table does: the share of the stuck points' error cleaning leaves (|clean - truth| over
 |faulty - truth|, on the judged stuck points) and the share of judged fault-free points whose
@@ -49,10 +51,10 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from _stuck_moving import Moving, check_same_as_product, stream_detect  # noqa: E402
 from detect_cleaning import DEFAULT_DATA, FAULTS_PER_DAY, inject_faults, kind_error_left  # noqa: E402
-from gpupool.detect.clean import fit_series_model, stream_detect  # noqa: E402
-from gpupool.detect.router import RouterConfig  # noqa: E402
-from gpupool.detect.rules import stuck as stuck_rule  # noqa: E402
+from gpupool.detect.clean import fit_series_model  # noqa: E402
+from gpupool.detect.settings import RouterConfig  # noqa: E402
 from gpupool.sim.traces import read_helios  # noqa: E402
 
 TRACES = ["vc6YE", "vcLJZ", "vcMod", "vcSoL", "vchbv", "vcpDC"]
@@ -121,12 +123,10 @@ def one(job: tuple) -> dict:
         return models[anchor]
 
     t0 = time.perf_counter()
-    out = {"values": score(stream_detect(faulty, base, model_for=model_for), faulty, truth, kinds, mask)}
+    out = {"values": score(check_same_as_product(faulty, base, model_for), faulty, truth, kinds, mask)}
     for setting in settings:
-        (stuck_rule.MOVING_RUN_FACTOR, stuck_rule.MIN_MOVING_SHARE, stuck_rule.MOVING_MIN_MOVES,
-         stuck_rule.MOVING_JUDGES_ENTRY, stuck_rule.MOVING_FROM_FIRST_MOVE,
-         stuck_rule.MOVING_MIN_SHIFT, stuck_rule.MOVING_SHAPED) = setting
-        out[setting] = score(stream_detect(faulty, base, model_for=model_for, moving=jobs), faulty, truth, kinds, mask)
+        out[setting] = score(stream_detect(faulty, base, model_for, moving=jobs, setting=Moving(*setting)),
+                             faulty, truth, kinds, mask)
     return {"trace": name, "seed": seed, "arms": out, "seconds": time.perf_counter() - t0}
 
 
@@ -179,11 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-points", type=float, default=50.0, help="one fault per this many points (all kinds)")
     ap.add_argument("--factors", nargs="+", type=float, default=[0.0, 0.5])
     ap.add_argument("--shares", nargs="+", type=float, default=[0.0])
-    ap.add_argument("--moves", nargs="+", type=int, default=[3], help="MOVING_MIN_MOVES")
-    ap.add_argument("--entry", nargs="+", type=int, default=[0, 1], help="MOVING_JUDGES_ENTRY (0, 1)")
-    ap.add_argument("--from-move", nargs="+", type=int, default=[1, 0], help="MOVING_FROM_FIRST_MOVE (0, 1)")
-    ap.add_argument("--shifts", nargs="+", type=float, default=[0.0, 1.0], help="MOVING_MIN_SHIFT (0: step moves)")
-    ap.add_argument("--shaped", nargs="+", type=int, default=[1, 0], help="MOVING_SHAPED (0, 1)")
+    ap.add_argument("--moves", nargs="+", type=int, default=[3], help="Moving.min_moves")
+    ap.add_argument("--entry", nargs="+", type=int, default=[0, 1], help="Moving.judges_entry (0, 1)")
+    ap.add_argument("--from-move", nargs="+", type=int, default=[1, 0], help="Moving.from_first_move (0, 1)")
+    ap.add_argument("--shifts", nargs="+", type=float, default=[0.0, 1.0], help="Moving.min_shift (0: step moves)")
+    ap.add_argument("--shaped", nargs="+", type=int, default=[1, 0], help="Moving.shaped (0, 1)")
     ap.add_argument("--pick", nargs=7, type=float,
                     metavar=("FACTOR", "SHARE", "MOVES", "ENTRY", "FROM_MOVE", "SHIFT", "SHAPED"),
                     help="the setting reported on the held-out traces (default: chosen on --choose)")

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Install the real services the integration tests run on loopback: Prometheus, Slurm
-# (slurmctld, slurmd, client, munge, slurmrestd), and Keystone + Placement + Gnocchi in their
-# own virtualenv (.services/openstack-venv). Idempotent and quick when everything is there:
-# it only calls apt-get / pip for what is missing.
+# (slurmctld, slurmd, client, munge, slurmrestd), Keystone + Placement + Gnocchi in their
+# own virtualenv (.services/openstack-venv), and sushy-tools' Redfish BMC emulator in another
+# (.services/sushy-venv). Idempotent and quick when everything is there: it only calls
+# apt-get / pip for what is missing.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SERVICES="${GPUPOOL_SERVICES_DIR:-$ROOT/.services}"
 VENV="$SERVICES/openstack-venv"
 REQS="$ROOT/scripts/openstack-requirements.txt"
+SUSHY_VENV="${GPUPOOL_SUSHY_VENV:-$SERVICES/sushy-venv}"
+SUSHY_REQS="$ROOT/scripts/sushy-requirements.txt"
 PYTHON="${PYTHON:-python3}"
 
 need_apt=()
@@ -39,4 +42,14 @@ if [ ! -x "$VENV/bin/gunicorn" ] || [ ! -x "$VENV/bin/keystone-manage" ] || [ ! 
   "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQS"
   echo "$want" > "$stamp"
 fi
-echo "install-services: prometheus $(prometheus --version 2>&1 | head -1 | awk '{print $3}'), slurm $(slurmctld -V | awk '{print $2}'), keystone+placement+gnocchi in $VENV"
+# The Redfish emulator's virtualenv, likewise rebuilt only when its pins changed.
+sushy_stamp="$SUSHY_VENV/.requirements.sha256"
+sushy_want="$(sha256sum "$SUSHY_REQS" | cut -d' ' -f1)"
+if [ ! -x "$SUSHY_VENV/bin/sushy-emulator" ] || [ "$(cat "$sushy_stamp" 2>/dev/null)" != "$sushy_want" ]; then
+  echo "install-services: building $SUSHY_VENV"
+  mkdir -p "$(dirname "$SUSHY_VENV")"
+  "$PYTHON" -m venv "$SUSHY_VENV"
+  "$SUSHY_VENV/bin/pip" install -q --disable-pip-version-check -r "$SUSHY_REQS"
+  echo "$sushy_want" > "$sushy_stamp"
+fi
+echo "install-services: prometheus $(prometheus --version 2>&1 | head -1 | awk '{print $3}'), slurm $(slurmctld -V | awk '{print $2}'), keystone+placement+gnocchi in $VENV, sushy-emulator in $SUSHY_VENV"

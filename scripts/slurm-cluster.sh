@@ -14,6 +14,16 @@
 # slurmctld (Slurm was built without libjwt), and with AuthAltTypes=auth/jwt slurmctld stops with
 # "cannot find auth plugin for auth/jwt"; rest_auth/local refuses TCP clients.
 #
+# Slurm's power saving is on, for parking (gpupool.actuation.power.slurm): SuspendProgram and
+# ResumeProgram are DIR/power/suspend and DIR/power/resume, which append each call ("suspend
+# NODES" / "resume NODES") to DIR/power/calls; resume then restarts slurmd (-b: as after a boot),
+# so the node registers again as a booted node does. In 22.05 a cluster-wide SuspendTime of
+# INFINITE (the default) turns power saving off and slurmctld refuses POWER_DOWN_* and POWER_UP
+# ("PowerSave is disabled"); so the cluster-wide value turns it on, and the partition's
+# SuspendTime=INFINITE keeps its nodes from ever powering down on their own: every other test
+# sees the node as before, and only `scontrol update State=POWER_DOWN_ASAP|POWER_UP` power it
+# down or up. A parked node shows `idle~` (POWERED_DOWN) in sinfo; a job sent to it wakes it.
+#
 # start is idempotent: a cluster already answering `scontrol ping` in DIR is left running (its
 # slurmrestd started if it is not), so a second start with the same DIR only checks.
 set -euo pipefail
@@ -37,6 +47,17 @@ stop() {
   fi
   # TERM all daemons at once, then wait: each takes 1-2 s to wind down.
   kill_pidfiles TERM "$DIR"/slurmrestd.pid "$DIR"/slurmd.pid "$DIR"/slurmctld.pid "$DIR"/munged.pid
+  # A slurmd the ResumeProgram restarted may have lost its pid file to the one it replaced
+  # (a slurmd removes its pid file as it exits): this cluster's own slurmd, by its config path.
+  local left
+  left="$(pgrep -f -- "^slurmd -f $DIR/slurm.conf " || true)"
+  if [ -n "$left" ]; then
+    # shellcheck disable=SC2086
+    kill -TERM $left 2>/dev/null || true
+    for _ in $(seq 50); do pgrep -f -- "^slurmd -f $DIR/slurm.conf " >/dev/null || return 0; sleep 0.1; done
+    # shellcheck disable=SC2086
+    kill -KILL $left 2>/dev/null || true
+  fi
 }
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -109,6 +130,24 @@ for i in $(seq 0 $((GPUS - 1))); do
   [ -e "$DIR/dev/nvidia$i" ] || mknod "$DIR/dev/nvidia$i" c 195 "$i"
 done
 
+# The power-saving programs run as SlurmUser (root here), with the node hostlist as argument.
+mkdir -p "$DIR/power"
+cat > "$DIR/power/suspend" <<PROG
+#!/bin/sh
+export PATH=$PATH
+echo "suspend \$*" >> "$DIR/power/calls"
+PROG
+cat > "$DIR/power/resume" <<PROG
+#!/bin/sh
+export PATH=$PATH
+echo "resume \$*" >> "$DIR/power/calls"
+SLURMD_PID=\$(cat "$DIR/slurmd.pid" 2>/dev/null) && kill "\$SLURMD_PID" 2>/dev/null
+for _ in \$(seq 50); do kill -0 "\$SLURMD_PID" 2>/dev/null || break; sleep 0.1; done
+[ -n "\$SLURMD_PID" ] && kill -KILL "\$SLURMD_PID" 2>/dev/null
+setsid slurmd -f "$DIR/slurm.conf" -N "$NODE" -b </dev/null >/dev/null 2>&1
+PROG
+chmod 755 "$DIR/power/suspend" "$DIR/power/resume"
+
 cat > "$DIR/slurm.conf" <<CONF
 ClusterName=gpupool-test
 SlurmctldHost=$NODE(127.0.0.1)
@@ -138,8 +177,13 @@ MpiDefault=none
 SlurmctldTimeout=30
 SlurmdTimeout=30
 MinJobAge=30
+SuspendProgram=$DIR/power/suspend
+ResumeProgram=$DIR/power/resume
+SuspendTime=3600
+SuspendTimeout=3
+ResumeTimeout=30
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=1000 Gres=gpu:tesla:$GPUS State=UNKNOWN
-PartitionName=gpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP SuspendTime=INFINITE
 CONF
 last=$((GPUS - 1))
 files="$DIR/dev/nvidia[0-$last]"; [ "$last" = 0 ] && files="$DIR/dev/nvidia0"

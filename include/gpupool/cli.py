@@ -386,13 +386,11 @@ def _simulate(args: argparse.Namespace) -> int:
     from gpupool.tsio import atomic_output, check_output
 
     json_out = None
-    if args.json_out:
-        json_out = check_output(args.json_out, {"scenario": args.scenario}, option="--json")
     scenario = load_scenario(args.scenario)
-    if json_out is not None:
-        traces = {f"trace platforms.{name}.trace.{i}": path
-                  for name, spec in scenario.platforms.items() for i, path in enumerate(spec.trace_files())}
-        check_output(json_out, traces, option="--json")
+    if args.json_out:
+        inputs = {"scenario": args.scenario, **{f"trace platforms.{name}.trace.{i}": path for name, spec in
+                                                scenario.platforms.items() for i, path in enumerate(spec.trace_files())}}
+        json_out = check_output(args.json_out, inputs, option="--json")
     result = simulate(scenario, args.policy, progress=not args.no_progress and sys.stderr.isatty(),
                       clean=not args.no_clean)
     text = _json(result, indent=2)
@@ -408,7 +406,7 @@ def _whatif(args: argparse.Namespace) -> int:
     `gpupool simulate` runs one; outputs are checked against every input before it runs."""
     from gpupool.errors import UsageError
     from gpupool.sim.study import simulate
-    from gpupool.sim.whatif import WHATIF_PLATFORMS, scenario_text, whatif_scenario
+    from gpupool.sim.whatif import WHATIF_PLATFORMS, parse_source, scenario_text, whatif_scenario
     from gpupool.tsio import atomic_output, check_output
 
     sources = {n: getattr(args, n) for n in WHATIF_PLATFORMS if getattr(args, n)}
@@ -417,6 +415,16 @@ def _whatif(args: argparse.Namespace) -> int:
         if count is not None and (count < 0 or name not in sources):
             raise UsageError(f"--{name}-nodes {count}: " + ("give 0 or more" if count < 0 else f"without --{name}"))
     settings = {"step": args.step, "node_gpus": args.node_gpus, "move_minutes": args.move_minutes}
+    named: dict[str, str] = {}  # the history files the options name, before any is read
+    for name, texts in sources.items():
+        for text in texts:
+            entry = parse_source(text, f"--{name}")
+            for path in [entry] if isinstance(entry, str) else [entry.get(k) for k in ("path", "allocated", "pending")]:
+                if path:
+                    named[f"--{name} file" + (f" {len(named) + 1}" if f"--{name} file" in named else "")] = path
+    for option, target in (("--json", args.json_out), ("--scenario-out", args.scenario_out)):
+        if target:  # writable, and nothing it must not replace, before the histories are read
+            check_output(target, named, option=option)
     scenario, raw = whatif_scenario(sources, nodes, start=args.start, end=args.end, settings=settings)
     inputs = {f"--{name} file": path for name, spec in scenario.platforms.items() for path in spec.trace_files()}
     json_out = check_output(args.json_out, inputs, option="--json") if args.json_out else None

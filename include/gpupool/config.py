@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
-from gpupool import mig
-from gpupool.errors import UserError
+from gpupool import inputfiles, mig
+from gpupool.errors import UserError, one_line, shown
 
 PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
 #: the kinds reached through an API, whose connection `conn_id` names
@@ -31,8 +30,8 @@ def check_section(model: type[BaseModel], value: dict) -> dict:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"]) or "(top level)"
         if first["type"] == "extra_forbidden":
-            raise ValueError(f"unknown key {key!r}; known: {', '.join(model.model_fields)}") from None
-        raise ValueError(f"{key}: {first['msg']}") from None
+            raise ValueError(f"unknown key {shown(key)}; known: {', '.join(model.model_fields)}") from None
+        raise ValueError(f"{one_line(key, 100)}: {one_line(str(first['msg']))}") from None
     return value
 
 #: hours of demand the plan looks ahead, in the pipeline (``limits.plan_horizon_hours``) and in
@@ -41,47 +40,130 @@ def check_section(model: type[BaseModel], value: dict) -> dict:
 #: forecasts further (``limits.horizon_hours``); the plan reads the first hours.
 PLAN_HORIZON_HOURS = 2
 
+#: the longest a duration of platforms.yaml's ``limits`` may be (a year, in hours): longer is
+#: no operator's meaning, and beyond what a date's arithmetic can hold it breaks at run time
+MAX_DURATION_HOURS = 24 * 366
+#: the longest ``step`` may be: the pipeline reads hourly windows, and a longer step leaves
+#: windows without a sample
+MAX_STEP_SECONDS = 3600
+
+
 class ConfigError(UserError, ValueError):
     """A configuration file that cannot be used; the message names file, key and reason."""
 
 
+def check_step(value: str) -> str:
+    """``value`` (stripped) when it is a duration with a unit (``5min``, ``30s``, ``1h``; ``5m`` as
+    Prometheus writes it) of a whole number of seconds from 1 to :data:`MAX_STEP_SECONDS`;
+    else a ValueError saying why (what the sources, the pipeline and the collector read it as
+    must be one step, so a bare number, whose unit they would read differently, is refused)."""
+    import re
+    import warnings
+
+    import pandas as pd
+
+    text = value.strip()
+    if re.fullmatch(r"[+-]?[0-9.]+", text):
+        raise ValueError(f"{shown(value)} has no unit; write e.g. 5min, 30s or 1h")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step = pd.Timedelta(re.sub(r"(?<=\d)m$", "min", text))
+    except (ValueError, OverflowError):
+        step = pd.NaT
+    if step is pd.NaT:
+        raise ValueError(f"{shown(value)} is not a duration such as 5min, 30s or 1h")
+    seconds = step.total_seconds()
+    if seconds <= 0 or seconds != int(seconds) or seconds > MAX_STEP_SECONDS:
+        raise ValueError(f"{shown(value)}: give a whole number of seconds from 1s to {MAX_STEP_SECONDS // 3600}h")
+    return text
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class PowerConfig(_Strict):
+    """How gpupool parks and wakes this platform's nodes (``power:``; absent: it never does).
+    Each park and wake is audited, and sent only where the platform actuates (``actuation:
+    true``) outside a dry run; see docs/operations/power.md."""
+
+    means: Literal["slurm", "redfish", "ironic"] = Field(description=(
+        "`slurm`: Slurm's own power saving (POWER_DOWN_ASAP / POWER_UP; slurm platforms only); "
+        "`redfish`: each node's BMC; `ironic`: OpenStack's bare-metal service (openstack platforms only)"))
+    bmc_address: str | None = Field(default=None, description=(
+        "redfish: the BMC of each node, `{node}` (pool node id) and `{name}` (this platform's name "
+        "of the node) filled in, e.g. https://{name}-bmc.mgmt.example"))
+    bmc_system: str | None = Field(default=None, description=(
+        "redfish: the node's ComputerSystem on its BMC, e.g. /redfish/v1/Systems/1; null: the only one"))
+    bmc_conn_id: str | None = Field(default=None, description=(
+        "redfish: the Airflow connection whose login and password are the BMC user"))
+    bmc_verify: StrictBool = Field(default=True, description="redfish: verify the BMCs' TLS certificates")
+    ironic_node: str = Field(default="{name}", description=(
+        "ironic: the node's Ironic name or UUID, `{node}` / `{name}` filled in"))
+    power_off: Literal["graceful", "force"] = Field(default="graceful", description=(
+        "`graceful`: the operating system shuts down (Redfish GracefulShutdown, Ironic soft power "
+        "off); `force`: power is cut (ForceOff, power off)"))
+    timeout_minutes: float = Field(default=15.0, gt=0, le=MAX_DURATION_HOURS * 60, description=(
+        "minutes a park or a wake may take before it is reported failed"))
+
+    @model_validator(mode="after")
+    def _means_keys(self) -> "PowerConfig":
+        if self.means == "redfish" and not (self.bmc_address and self.bmc_conn_id):
+            raise ValueError("means redfish needs bmc_address and bmc_conn_id")
+        if self.means != "redfish" and (self.bmc_address or self.bmc_system or self.bmc_conn_id):
+            raise ValueError(f"bmc_* keys are for means redfish, not {self.means}")
+        return self
 
 
 class PlatformConfig(_Strict):
     """One platform instance gpupool extracts from and may actuate."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)  # staging's platform columns hold 64
-    kind: PlatformKind
-    conn_id: str | None = None
-    cluster: str = ""
-    #: canonical metric -> query, overriding the source's defaults (for Slurm: the Slurm and
-    #: DCGM exporters, see `gpupool.sources.slurm.DEFAULT_SLURM_QUERIES`). A PromQL string is a
-    #: platform-wide series; a mapping {expr, entity_kind, entity, unit} names its entities.
-    #: null drops a metric the deployment does not export. For OpenStack the value is the
-    #: Gnocchi metric (Ceilometer meter) name or {metric, aggregation, group_by, entity_kind}.
-    metrics: dict[str, str | dict[str, str] | None] = Field(default_factory=dict)
-    actuation: StrictBool = False
-    min_nodes: int = Field(default=0, ge=0)
-    max_nodes: int | None = Field(default=None, ge=0)
-    priority: float = Field(default=1.0, gt=0)
-    #: extract the platform in parts of at most this many nodes, side by side (mapped tasks
-    #: spread over the workers), plus one part for its platform-wide series; null: one part
-    shard_nodes: int | None = Field(default=None, ge=1)
-    #: label -> value every PromQL query of the platform (the defaults and `metrics` alike)
-    #: selects, e.g. {cluster: slurm} where one Prometheus serves several clusters: each
-    #: platform then reads only its own series (Slurm and Kubernetes platforms only)
-    prometheus_match: dict[str, str] = Field(default_factory=dict)
-    #: the MIG slice profile this platform's users ask for (``1g.10gb``, ...): the plan counts its
-    #: demand in slices and may lay MIG-capable nodes out as ``all-<profile>`` for it; absent:
-    #: whole GPUs (MIG off on every node it holds)
-    slice_profile: str | None = None
-    #: what the platform's demand series count when it asks for slices: ``requests`` (each GPU
-    #: allocated or pending is one request of ``slice_profile``: a job per whole GPU, or a slice
-    #: per GRES/pod/DCGM instance on MIG nodes) or ``gpu_equivalent`` (GPUs' worth of work: each
-    #: counts as ``SLICES_PER_GPU`` slices)
-    slice_demand: Literal["requests", "gpu_equivalent"] = "requests"
+    # staging's platform columns hold 64
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64, description=(
+        "the platform's name in staging, plans, the pool page and the CLI"))
+    kind: PlatformKind = Field(description=(
+        "the API it is reached through; `simulator`: the embedded virtual datacenter"))
+    conn_id: str | None = Field(default=None, description=(
+        "the Airflow connection it is reached by (outside Airflow `AIRFLOW_CONN_<CONN_ID>` in the "
+        "environment, a URI or JSON); required for every kind but `simulator`"))
+    cluster: str = Field(default="", description="the cluster label its samples carry")
+    metrics: dict[str, str | dict[str, str] | None] = Field(default_factory=dict, description=(
+        "canonical metric -> query, overriding the source's defaults (for Slurm the Slurm and DCGM "
+        "exporters', `gpupool.sources.slurm.DEFAULT_SLURM_QUERIES`). A PromQL string is a "
+        "platform-wide series; a mapping {expr, entity_kind, entity, unit} names its entities; "
+        "null drops a metric the deployment does not export. For OpenStack the value is the "
+        "Gnocchi metric (Ceilometer meter) name or {metric, aggregation, group_by, entity_kind}"))
+    actuation: StrictBool = Field(default=False, description=(
+        "whether gpupool may move this platform's nodes; nothing is sent unless `dry_run` is false too"))
+    min_nodes: int = Field(default=0, ge=0, description=(
+        "the fewest nodes it holds, pool members or not (soft: bounds no plan can meet make it say "
+        "`infeasible bounds: ...`, they are not refused)"))
+    max_nodes: int | None = Field(default=None, ge=0, description=(
+        "the most nodes it holds (at least `min_nodes`); null: no limit"))
+    priority: float = Field(default=1.0, gt=0, description="the weight of its unmet demand in the plan")
+    shard_nodes: int | None = Field(default=None, ge=1, description=(
+        "extract the platform in parts of at most this many nodes, side by side (mapped tasks spread "
+        "over the workers), plus one part for its platform-wide series; null: one part "
+        "([operations/fleet.md](operations/fleet.md))"))
+    prometheus_match: dict[str, str] = Field(default_factory=dict, description=(
+        "label -> value every PromQL selector of the platform (the defaults and `metrics` alike) gets "
+        "as a matcher, e.g. {cluster: slurm} where one Prometheus serves several clusters: each "
+        "platform then reads only its own series (Slurm and Kubernetes platforms only)"))
+    slice_profile: str | None = Field(default=None, description=(
+        "the MIG slice profile this platform's users ask for (`1g.10gb`, ...): the plan counts its "
+        "demand in slices and may lay the MIG-capable nodes it holds or receives out as "
+        "`all-<profile>`; null: whole GPUs, MIG off on every node it holds. Slurm and Kubernetes "
+        "only: refused on OpenStack (nova's mdev types are the host's configuration) and on "
+        "`simulator` (a what-if scenario has its own `slice_profile`); a Slurm platform also needs "
+        "its connection's `extra.mig_command` ([operations/real-platforms.md](operations/real-platforms.md))"))
+    slice_demand: Literal["requests", "gpu_equivalent"] = Field(default="requests", description=(
+        "with `slice_profile`, what its demand series count: `requests` (each GPU allocated or "
+        "pending is one request of `slice_profile`: a job per whole GPU, or a slice per GRES, pod or "
+        "DCGM instance on MIG nodes) or `gpu_equivalent` (GPUs' worth of work: each counts as "
+        "`SLICES_PER_GPU` slices)"))
+    power: PowerConfig | None = Field(default=None, description=(
+        "how idle nodes are parked and woken (power off / on); null: never ([operations/power.md](operations/power.md))"))
 
     @field_validator("slice_profile")
     @classmethod
@@ -114,26 +196,34 @@ class PlatformConfig(_Strict):
         if self.slice_profile and self.kind == "openstack":
             raise ValueError("slice_profile: gpupool cannot lay out MIG on OpenStack hosts (nova's mdev types are "
                              "node-side configuration); leave it unset there")
+        if self.power is not None and (self.kind == "simulator" or (
+                self.power.means in ("slurm", "ironic") and self.kind != {"slurm": "slurm", "ironic": "openstack"}[self.power.means])):
+            raise ValueError(f"power.means: {self.power.means} cannot park the nodes of a {self.kind} platform")
         return self
 
 
 class PoolNode(_Strict):
     """A node that belongs to the pool: it can be moved between platforms."""
 
-    node: str
-    gpus: int = Field(gt=0)
-    gpu_model: str = ""
-    #: the node's name on each platform (defaults to `node`)
-    names: dict[str, str] = Field(default_factory=dict)
+    node: str = Field(description="the pool id: the name the planner and the handovers use")
+    gpus: int = Field(gt=0, description="its GPUs")
+    gpu_model: str = Field(default="", description="its GPU model, as the platforms report it")
+    names: dict[str, str] = Field(default_factory=dict, description=(
+        "platform -> the node's name there (default: `node`), e.g. {cloud: compute-gpu-a01.dc1, "
+        "hpc: a01}; each key must be a configured platform, and a name given to two nodes is refused"))
 
     def name_on(self, platform: str) -> str:
         return self.names.get(platform, self.node)
 
 
 class PoolConfig(_Strict):
-    nodes: list[PoolNode] = Field(default_factory=list)
-    #: when no explicit node list is given, every node the sources report is a member
-    all_nodes: StrictBool = True
+    """The nodes that can move between platforms. The planner and the handovers speak the pool id
+    (`node`); each platform hears only its own name, and inventory rows are mapped back to the
+    pool id before planning."""
+
+    nodes: list[PoolNode] = Field(default_factory=list, description="the member nodes (ids unique)")
+    all_nodes: StrictBool = Field(default=True, description=(
+        "when no explicit node list is given, every node the sources report is a member"))
 
     def node_id(self, platform: str, name: str) -> str:
         """The pool node id of the machine ``platform`` calls ``name`` (``name`` when unmapped)."""
@@ -170,20 +260,27 @@ class LimitsConfig(_Strict):
     :class:`gpupool.allocate.policy.Policy`'s fields (``allocate.service.policy_from_config``),
     where the bench that chose each default is named."""
 
-    max_moves_per_decision: int = Field(default=4, ge=0)
-    cooldown_hours: float = Field(default=1.0, ge=0)
-    move_minutes: float = Field(default=30.0, ge=0)
-    headroom_quantile: float = Field(default=0.95, gt=0.5, lt=1)
-    #: hours the forecast stage forecasts (and validates its models on); `gpupool simulate`
-    #: forecasts as far (`sim.study.FORECAST_HOURS`)
-    horizon_hours: int = Field(default=6, ge=1)
-    #: hours of demand the plan looks ahead (the first hours of the forecast); `gpupool simulate`
-    #: plans with the same default (PLAN_HORIZON_HOURS)
-    plan_horizon_hours: int = Field(default=PLAN_HORIZON_HOURS, ge=1)
-    max_actuation_age_hours: float = Field(default=2.0, ge=0)
-    #: whether a release may evict running GPU work (Kubernetes Eviction API, respecting PDBs),
-    #: and so whether the plan may choose a busy node; off: a busy node waits until its work ends
-    allow_evict: StrictBool = False
+    max_moves_per_decision: int = Field(default=4, ge=0, description=(
+        "node moves per plan, and per rolling hour for the plan and the fast path together"))
+    cooldown_hours: float = Field(default=1.0, ge=0, le=MAX_DURATION_HOURS, description=(
+        "hours a node that moved stays where it went before it may move again"))
+    move_minutes: float = Field(default=30.0, ge=0, le=MAX_DURATION_HOURS * 60, description=(
+        "minutes a move takes, in which the node serves nobody (the planner's cost of a move)"))
+    headroom_quantile: float = Field(default=0.95, gt=0.5, lt=1, description=(
+        "the quantile of a platform's demand the plan counts as enough"))
+    horizon_hours: int = Field(default=6, ge=1, le=MAX_DURATION_HOURS, description=(
+        "hours the forecast stage forecasts (and validates its models on); `gpupool simulate` "
+        "forecasts as far"))
+    plan_horizon_hours: int = Field(default=PLAN_HORIZON_HOURS, ge=1, description=(
+        "hours of demand the plan looks ahead (the first hours of the forecast; at most "
+        "`horizon_hours`); `gpupool simulate` plans with the same default"))
+    max_actuation_age_hours: float = Field(default=2.0, ge=0, le=MAX_DURATION_HOURS, description=(
+        "a run whose window ended longer ago than this never actuates, and the fast path treats "
+        "a plan older than this as no plan"))
+    allow_evict: StrictBool = Field(default=False, description=(
+        "whether a release may evict running GPU work (Kubernetes Eviction API, respecting "
+        "PodDisruptionBudgets), and so whether the plan may choose a busy node; false: a busy node "
+        "waits until its work ends"))
 
     @model_validator(mode="after")
     def _plan_within_forecast(self) -> "LimitsConfig":
@@ -196,31 +293,33 @@ class LimitsConfig(_Strict):
 class SimulatorConfig(_Strict):
     """The embedded virtual datacenter (used when a platform's kind is `simulator`)."""
 
-    seed: int = 0
-    history_days: int = Field(default=14, ge=1)
-    scenario: str | None = None
+    seed: int = Field(default=0, description="the seed of the demo world's synthetic demand and faults")
+    history_days: int = Field(default=14, ge=1, le=MAX_DURATION_HOURS // 24, description=(
+        "accepted but not read: the embedded world spans the calendar quarter of each window"))
+    scenario: str | None = Field(default=None, description=(
+        "accepted but not read: the embedded world is the demo world "
+        "(`gpupool.sim.world.default_world`); `gpupool sim serve SCENARIO.yaml` serves a scenario's"))
 
 
 class DetectConfig(_Strict):
-    """Which series the pipeline cleans, and the router's settings (see `gpupool.detect.router`)."""
+    """Which series the pipeline cleans, and the router's settings (see `gpupool.detect.settings`)."""
 
-    #: platform-level series feed the demand forecast; add "node" or "gpu" to clean those too
-    entity_kinds: list[str] = Field(default_factory=lambda: ["platform"])
-    #: RouterConfig fields to override, e.g. {tau_multiplier: 5, overrides: {gpu_util: {detector: sr}}}:
-    #: the operator's knobs (detector, tau_multiplier, fallback, spiky_detector, refit_every_hours,
-    #: history_days, nonnegative, overrides); the benchmark-chosen rules sit in sections
-    #: (routing, alarms, cleaning, sr, svr, prophet, zscore), e.g. {cleaning: {outage_max_idle_share: null}}
-    router: dict = Field(default_factory=dict)
+    entity_kinds: list[str] = Field(default_factory=lambda: ["platform"], description=(
+        "which series are cleaned: platform-level series feed the demand forecast; add `node` or "
+        "`gpu` to clean those too"))
+    router: dict = Field(default_factory=dict, description=(
+        "the router's settings to override, e.g. {tau_multiplier: 5, overrides: {gpu_util: "
+        "{detector: sr}}}; an unknown key is refused when the file is read"))
 
     @field_validator("router")
     @classmethod
     def _router(cls, value: dict) -> dict:
-        from gpupool.detect.router import RouterConfig
+        from gpupool.detect.settings import RouterConfig
 
         return check_section(RouterConfig, value)
 
     def router_config(self):
-        from gpupool.detect.router import RouterConfig
+        from gpupool.detect.settings import RouterConfig
 
         return RouterConfig(**self.router) if self.router else RouterConfig()
 
@@ -230,9 +329,9 @@ class NotifyConfig(_Strict):
     (`gpupool.notify`): off while `to` is empty. Mail goes out through the Airflow SMTP
     connection `smtp_conn_id`; `from_email` unset: the connection's own."""
 
-    to: list[str] = Field(default_factory=list)
-    from_email: str | None = None
-    smtp_conn_id: str = "smtp_default"
+    to: list[str] = Field(default_factory=list, description="the addresses mailed; empty: no mail")
+    from_email: str | None = Field(default=None, description="the sender; null: the SMTP connection's own")
+    smtp_conn_id: str = Field(default="smtp_default", description="the Airflow SMTP connection mail goes out through")
 
     @field_validator("to")
     @classmethod
@@ -244,15 +343,26 @@ class NotifyConfig(_Strict):
 
 
 class GpupoolConfig(_Strict):
-    platforms: list[PlatformConfig]
-    pool: PoolConfig = Field(default_factory=PoolConfig)
-    limits: LimitsConfig = Field(default_factory=LimitsConfig)
-    simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
-    detect: DetectConfig = Field(default_factory=DetectConfig)
-    notify: NotifyConfig = Field(default_factory=NotifyConfig)
-    step: str = "5min"
-    #: only a YAML boolean (true/false): a string such as "off" is refused, not read as false
-    dry_run: StrictBool = True
+    """A whole platforms.yaml."""
+
+    platforms: list[PlatformConfig] = Field(description="the platforms gpupool extracts from and may actuate (names unique)")
+    pool: PoolConfig = Field(default_factory=PoolConfig, description="the nodes that can move between platforms")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="the planning and actuation limits")
+    simulator: SimulatorConfig = Field(default_factory=SimulatorConfig, description=(
+        "the embedded virtual datacenter behind `simulator` platforms"))
+    detect: DetectConfig = Field(default_factory=DetectConfig, description="anomaly detection and cleaning")
+    notify: NotifyConfig = Field(default_factory=NotifyConfig, description="mail on failures")
+    step: str = Field(default="5min", description=(
+        "the sampling step of the staged series: a duration with a unit, whole seconds from 1 s to 1 h"))
+    dry_run: StrictBool = Field(default=True, description=(
+        "true: nothing is sent anywhere. Actuation needs this false *and* the platform's "
+        "`actuation: true` *and* a run that is no backfill; only a YAML boolean, a string such as "
+        "\"off\" is refused"))
+
+    @field_validator("step")
+    @classmethod
+    def _step(cls, value: str) -> str:
+        return check_step(value)
 
     @field_validator("pool")
     @classmethod
@@ -291,12 +401,7 @@ class GpupoolConfig(_Strict):
 def load_config(path: str | Path) -> GpupoolConfig:
     """Parse a platforms.yaml; raise ConfigError naming the file, key and reason."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    raw = inputfiles.load_yaml(path, "platforms.yaml", inputfiles.MAX_CONFIG_BYTES, ConfigError)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
     return parse_config(raw, source=str(path))
@@ -307,15 +412,15 @@ def parse_config(raw: dict, source: str = "<config>") -> GpupoolConfig:
         return GpupoolConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = _key_path(raw, err["loc"])
-        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        key = one_line(_key_path(raw, err["loc"]), 120)
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ConfigError(f"{source}: key '{key}': {_message(err)}{more}") from None
 
 
 def _message(err: dict) -> str:
-    msg = str(err["msg"]).removeprefix("Value error, ")
+    msg = one_line(str(err["msg"]).removeprefix("Value error, "))
     if err.get("type") == "bool_type":
-        msg += f" (got {err.get('input')!r}; write true or false, unquoted)"
+        msg += f" (got {shown(err.get('input'))}; write true or false, unquoted)"
     return msg
 
 

@@ -10,11 +10,16 @@ rerun or edited by hand.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
+import os
+import shutil
+import stat
+import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 import yaml
@@ -25,6 +30,7 @@ from gpupool.canonical import DEMAND_METRICS
 from gpupool.errors import UsageError, UserError
 from gpupool.poolview import decision_label
 from gpupool.staging import reads
+from gpupool.tsio import unwritable
 from gpupool.values import jsonable
 
 
@@ -32,16 +38,96 @@ class ReportError(UserError, ValueError):
     """Nothing to report for the period asked."""
 
 
+#: the file gpupool writes into a report directory, listing what it wrote there: a directory that
+#: holds it (and nothing else) may be replaced by the next report
+MARKER = ".gpupool-report"
+
+
 def check_report_dir(out: str | Path) -> Path:
-    """Refuse a report directory that is an existing file (or a link to one) or whose parent
-    directory does not exist, before any work; returns it as a Path. An existing directory is
-    reused: the report's files in it are replaced."""
+    """Refuse, before any work, a report directory gpupool may not write (a
+    :class:`gpupool.errors.UsageError` in one line); returns it as a Path.
+
+    Accepted: a new directory in a writable parent, an empty writable directory, and one a
+    report wrote before (its :data:`MARKER` lists every entry it holds), which is replaced.
+    Refused: a file, a symbolic link, a missing or unwritable parent, and a directory that holds
+    anything a report did not write (never overwritten, never followed)."""
     out = Path(out)
+    if out.is_symlink():
+        raise UsageError(f"--out {out} is a symbolic link to {os.readlink(out)}; give the directory itself")
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a directory; give a directory for the report")
+    if out.is_dir():
+        owned = _report_entries(out)
+        stray = sorted(set(os.listdir(out)) - (owned or set()) - {MARKER})
+        if stray and owned is None:
+            raise UsageError(f"--out {out} is a directory gpupool did not write (it holds {stray[0]!r}); "
+                             "give a new or empty directory")
+        if stray:
+            raise UsageError(f"--out {out} holds {stray[0]!r}, which no gpupool report wrote; "
+                             "move it away or give a new directory")
+        why = unwritable(out)
+        if why:
+            raise UsageError(f"--out {out}: directory is not writable ({why})")
+        return out
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: directory {out.parent} does not exist")
+    why = unwritable(out.parent)
+    if why:
+        raise UsageError(f"--out {out}: directory {out.parent} is not writable ({why})")
     return out
+
+
+def _report_entries(out: Path) -> set[str] | None:
+    """The entries ``out``'s marker says a report wrote, or None where it holds no readable marker."""
+    marker = out / MARKER
+    try:
+        if not stat.S_ISREG(os.lstat(marker).st_mode) or os.lstat(marker).st_size > 1 << 16:
+            return None
+        entries = json.loads(marker.read_text(encoding="utf-8")).get("entries")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(entries, list) or not all(isinstance(e, str) and e and "/" not in e and e not in (".", "..")
+                                                for e in entries):
+        return None
+    return set(entries)
+
+
+@contextlib.contextmanager
+def _report_dir(out: Path) -> Iterator[Path]:
+    """Yield a new, empty directory to build the report in; on success it becomes ``out``, on
+    failure it is removed and ``out`` is left as it was: a reader never finds half a report.
+
+    A new ``out`` is built beside it and renamed into place in one step; an existing one (empty,
+    or a report's, as :func:`check_report_dir` accepted it) is built inside and its entries
+    swapped in, the marker last. Nothing inside ``out`` is ever written through or followed: the
+    old report's entries are moved aside and removed (a link as a link)."""
+    fresh = not out.exists()
+    build = Path(tempfile.mkdtemp(prefix=f".{out.name}." if fresh else ".gpupool-build.", suffix=".tmp",
+                                  dir=out.parent if fresh else out))
+    try:
+        yield build
+        entries = sorted(os.listdir(build))
+        (build / MARKER).write_text(json.dumps({"written_by": "gpupool report", "entries": entries}) + "\n")
+        if fresh:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(build, 0o777 & ~umask)  # as a plain mkdir would have made it
+            os.rename(build, out)
+            return
+        old = Path(tempfile.mkdtemp(prefix=".gpupool-old.", suffix=".tmp", dir=out))
+        for name in sorted(_report_entries(out) or ()):
+            if os.path.lexists(out / name):
+                os.rename(out / name, old / name)
+        for name in entries:
+            os.rename(build / name, out / name)
+        os.replace(build / MARKER, out / MARKER)
+        os.rmdir(build)
+        shutil.rmtree(old)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write the report ({exc.strerror or exc})") from None
+    finally:
+        if build.exists():
+            shutil.rmtree(build, ignore_errors=True)
 
 
 def _read_platform_series(engine: Engine, start: datetime, end: datetime) -> pd.DataFrame:
@@ -56,18 +142,38 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
     """Write `index.html`, the PNG plots, `demand_hourly.csv` (the hourly demand plotted),
     `forecast_hourly.csv` (each hour's one-hour-ahead forecast plotted, and whether a pipeline
     run issued it or the report replayed the forecast stage's model), the what-if
-    traces/scenario and `whatif.json` to `out`.
+    traces/scenario and `whatif.json` to the directory `out`, with the :data:`MARKER` that lets
+    the next report replace them. The report covers the part of [start, end) staging holds
+    samples for (:func:`data_span`; the page says so where that is less than the window), so its
+    time follows the data, not the window.
 
-    Refuses (a :class:`gpupool.errors.UserError`, before anything is written) an ``out`` that is
-    a file or whose parent directory is missing, and a period staging holds no samples for."""
+    Refuses (a :class:`gpupool.errors.UserError`, before anything is written) an ``out``
+    :func:`check_report_dir` refuses and a period staging holds no samples for. The report is
+    built apart and moved into place whole: a failure leaves ``out`` as it was."""
+    out = check_report_dir(out)
+    raw = _read_platform_series(engine, start, end)  # nothing to report: refused before out is made
+    with _report_dir(out) as build:
+        _write_files(engine, raw, start, end, build, step, whatif, progress)
+    return out / "index.html"
+
+
+def data_span(raw: pd.DataFrame, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """The part of [start, end) that ``raw``'s samples cover, in whole hours: from the hour of
+    the first sample to the end of the hour of the last."""
+    ts = pd.to_datetime(raw["ts"], utc=True)
+    first, last = ts.min().floor("1h"), ts.max().floor("1h") + pd.Timedelta("1h")
+    return max(pd.Timestamp(start), first).to_pydatetime(), min(pd.Timestamp(end), last).to_pydatetime()
+
+
+def _write_files(engine: Engine, raw: pd.DataFrame, asked_start: datetime, asked_end: datetime, out: Path,
+                 step: str, whatif: bool, progress: Callable[[str], None] | None) -> None:
+    """Every file of the report, into the (new, empty) directory ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = check_report_dir(out)
-    raw = _read_platform_series(engine, start, end)  # nothing to report: refused before out is made
-    out.mkdir(exist_ok=True)
+    start, end = data_span(raw, asked_start, asked_end)
     tick = progress or (lambda _label: None)
     wide = raw.pivot_table(index="ts", columns=["platform", "metric"], values="value", aggfunc="mean").sort_index()
     platforms = sorted(raw["platform"].unique())
@@ -144,13 +250,21 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
     figures.append(("moves.png", "Planned node moves (source → target)"))
     tick("moves")
 
-    table = None
+    table, notes = None, []
+    if (start, end) != (pd.Timestamp(asked_start), pd.Timestamp(asked_end)):
+        notes.append(f"Window asked: {pd.Timestamp(asked_start).isoformat()} – {pd.Timestamp(asked_end).isoformat()}; "
+                     f"staging holds samples only for {start.isoformat()} – {end.isoformat()}, which this report covers.")
     if whatif:
-        table = what_if(raw, out, step=step, progress=tick)
-        (out / "whatif.json").write_text(json.dumps(jsonable(table), indent=2, allow_nan=False))  # strict: no NaN
-    page = _html(start, end, platforms, figures, table, marks, len(moves))
+        try:
+            table = what_if(raw, out, step=step, progress=tick)
+        except UserError as exc:  # e.g. a span shorter than one move: the plots still stand
+            notes.append(f"The what-if did not run: {' '.join(str(exc).split())}")
+        else:
+            (out / "whatif.json").write_text(json.dumps(jsonable(table), indent=2, allow_nan=False))  # strict: no NaN
+            notes += [f"{p} has no sample for {n} of the replay's {total} steps: the replay carries its nearest "
+                      "values over them." for p, (n, total) in missing_steps(raw, step).items() if n]
+    page = _html(start, end, platforms, figures, table, marks, len(moves), notes)
     (out / "index.html").write_text(page)
-    return out / "index.html"
 
 
 #: how the demand panel marks each decision of the detect stage
@@ -203,9 +317,12 @@ def what_if(raw: pd.DataFrame, out: Path, step: str = "5min", progress: Callable
     traces.mkdir(exist_ok=True)
     spec: dict[str, Any] = {"step": step, "decision_every": "1h", "node_gpus": 8, "move_minutes": 30,
                             "max_moves_per_decision": 4, "platforms": {}}
+    grid = _step_grid(raw, step)
     for p, g in raw.groupby("platform"):
         w = g.pivot_table(index="ts", columns="metric", values="value", aggfunc="mean").sort_index()
-        w = w.resample(step).mean().interpolate(limit_direction="both")
+        # every platform on the one grid the simulator steps through: a step without a sample
+        # (an hour a platform missed, at either end too) carries its nearest values
+        w = w.resample(step).mean().reindex(grid).interpolate(limit_direction="both")
         if "gpu_capacity" not in w or w["gpu_capacity"].isna().all():
             continue
         trace = pd.DataFrame({
@@ -239,6 +356,19 @@ def what_if(raw: pd.DataFrame, out: Path, step: str = "5min", progress: Callable
     return rows
 
 
+def _step_grid(raw: pd.DataFrame, step: str) -> pd.DatetimeIndex:
+    """The steps of ``step`` from the first sample of any platform to the last of any."""
+    ts = pd.to_datetime(raw["ts"], utc=True)
+    return pd.date_range(ts.min().floor(step), ts.max().floor(step), freq=step, name="ts")
+
+
+def missing_steps(raw: pd.DataFrame, step: str = "5min") -> dict[str, tuple[int, int]]:
+    """Per platform: how many steps of the what-if's grid hold none of its samples, of how many."""
+    grid = _step_grid(raw, step)
+    have = {p: pd.to_datetime(g["ts"], utc=True).dt.floor(step).unique() for p, g in raw.groupby("platform")}
+    return {p: (int((~grid.isin(t)).sum()), len(grid)) for p, t in have.items()}
+
+
 def _explain_worse_than_static(rows: list[dict]) -> None:
     """Give a policy that left more unmet than static a ``note`` saying, in measured terms, why."""
     static = next((r for r in rows if r["policy"] == "static"), None)
@@ -254,7 +384,7 @@ def _explain_worse_than_static(rows: list[dict]) -> None:
                      f"(decisions made on the hours seen so far, as production would)")
 
 
-def _html(start, end, platforms, figures, table, marks, n_moves) -> str:
+def _html(start, end, platforms, figures, table, marks, n_moves, notes=()) -> str:
     e = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>gpupool report</title>",
@@ -265,6 +395,7 @@ def _html(start, end, platforms, figures, table, marks, n_moves) -> str:
         f"{int((marks['decision'] == 'cleaned').sum())} demand points cleaned as telemetry faults, "
         f"{int((marks['decision'] == 'kept').sum())} flagged and kept as real bursts · {n_moves} planned moves</p>",
     ]
+    parts += [f"<p class='note'>{e(n)}</p>" for n in notes]
     for name, caption in figures:
         parts.append(f"<h2>{e(caption)}</h2><img src='{e(name)}' alt='{e(caption)}'>")
         if name == "demand_capacity.png" and len(marks):

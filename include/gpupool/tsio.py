@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import math
 import os
 import re
+import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -13,7 +17,8 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from gpupool.errors import UserError
+from gpupool import inputfiles
+from gpupool.errors import UserError, one_line
 
 
 class SeriesInputError(UserError, ValueError):
@@ -56,19 +61,20 @@ def read_series_csv(
     values); the kept row stands where the timestamp first appears.
 
     Refused with :class:`SeriesInputError` naming the file and the line (line 1 is the header):
-    a file that is not UTF-8 text, a timestamp that does not parse (or is empty), an ambiguous
-    date, a repeated timestamp under ``refuse``, and a value that is infinite or beyond
-    ±:data:`MAX_ABS_VALUE`.
+    what :func:`gpupool.inputfiles.read_text` refuses (not a regular file, more than
+    :data:`~gpupool.inputfiles.MAX_SERIES_BYTES` bytes, not UTF-8 text), a timestamp that does
+    not parse (or is empty), an ambiguous date, a repeated timestamp under ``refuse``, and a
+    value that is infinite or beyond ±:data:`MAX_ABS_VALUE`.
     """
     path = Path(path)
     if duplicates not in DUPLICATE_POLICIES:
         raise SeriesInputError(f"--duplicates {duplicates!r}: expected one of {', '.join(DUPLICATE_POLICIES)}")
+    text = inputfiles.read_text(path, "CSV", inputfiles.MAX_SERIES_BYTES, SeriesInputError, decompress=True)
     try:
-        raw = pd.read_csv(path)
-    except UnicodeDecodeError as exc:
-        raise SeriesInputError(f"{path}: not a UTF-8 text CSV (undecodable byte at offset {exc.start})") from None
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise SeriesInputError(f"{path}: cannot read CSV ({exc})") from exc
+        raw = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise SeriesInputError(f"{path}: cannot read CSV ({one_line(str(exc), 200)})") from None
+    del text  # the frame holds what it needs: the file's text need not stay in memory beside it
     if raw.empty:
         raise SeriesInputError(f"{path}: no rows")
     cols = list(raw.columns)
@@ -143,8 +149,19 @@ def iso_timestamps(index: pd.DatetimeIndex) -> pd.Index:
 
 def check_output(target: str | Path, inputs: dict[str, str | Path | None], option: str = "--out") -> Path:
     """Refuse an output path that is one of ``inputs`` (by any name: relative path, symlink,
-    hard link) or whose directory does not exist; returns it as a Path. ``inputs`` maps a label
-    ("input", "--out file") to a path."""
+    hard link), or that :func:`atomic_output` could not write or would replace something it does
+    not own, before any work; returns it as a Path. ``inputs`` maps a label ("input",
+    "--out file") to a path.
+
+    Accepted: a new file in a writable directory, an existing writable regular file (replaced in
+    one step), and a special file written through, never replaced: a character device
+    (``/dev/null``, a terminal), a FIFO with a reader, and a path naming an open file
+    descriptor (``/dev/stdout``, ``/dev/fd/N``; appended to). Refused, in one line naming the
+    path: a missing or unwritable directory, a directory, a symbolic link to a regular file or
+    to nothing (it would be replaced, not its target), a FIFO no process reads (the write would
+    wait forever), a socket or block device, and a file this process may not write.
+    A special file is opened here and held open until :func:`atomic_output` writes it, so a
+    FIFO's reader does not see its end before the output comes."""
     from gpupool.errors import UsageError
 
     out = Path(target)
@@ -158,31 +175,146 @@ def check_output(target: str | Path, inputs: dict[str, str | Path | None], optio
                 same = os.path.samefile(out, src)
         if same:
             raise UsageError(f"{option} {out} is the {label} {src}; refusing to overwrite it")
+    _check_target(out, option)
+    return out
+
+
+#: a path naming an open file descriptor of this process: written through whatever it leads to
+#: (a pipe, a terminal, the file a shell redirected to), as a shell's own redirect would
+_DESCRIPTOR = re.compile(r"^/(?:dev/(?:stdout|stderr|fd/\d+)|proc/(?:self|\d+)/fd/\d+)$")
+
+#: special files opened by :func:`check_output`, by absolute path, until :func:`atomic_output` writes them
+_THROUGH: dict[str, int] = {}
+
+
+def _check_target(out: Path, option: str) -> None:
+    """Refuse (UsageError) an output :func:`atomic_output` could not write or must not replace;
+    open a special file for writing and hold it in ``_THROUGH``."""
+    from gpupool.errors import UsageError
+
+    key = os.path.abspath(out)
+    if key in _THROUGH:
+        return
+    try:
+        st = os.stat(out)  # through links: what a write would reach
+    except FileNotFoundError:
+        if os.path.islink(out):
+            raise UsageError(f"{option} {out} is a symbolic link to {os.readlink(out)}, which does not exist; "
+                             "give the file itself") from None
+        _check_directory(out, option)
+        return
+    except OSError as exc:
+        if not out.parent.is_dir():
+            _check_directory(out, option)
+        raise UsageError(f"{option} {out}: {exc.strerror}") from None
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"{option} {out} is a directory")
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or (stat.S_ISREG(mode) and _DESCRIPTOR.match(key)):
+        _THROUGH[key] = _open_through(out, mode, option)
+        return
+    if not stat.S_ISREG(mode):
+        kind = "a socket" if stat.S_ISSOCK(mode) else "a block device" if stat.S_ISBLK(mode) else "no regular file"
+        raise UsageError(f"{option} {out} is {kind}; give a file, a FIFO or a character device")
+    if os.path.islink(out):
+        raise UsageError(f"{option} {out} is a symbolic link to {os.readlink(out)}; refusing to replace the link: "
+                         "give the file it points to, or a new name")
+    _check_directory(out, option)
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"{option} {out} is not writable")
+    parent = os.stat(out.parent)
+    me = os.geteuid()
+    if parent.st_mode & stat.S_ISVTX and me not in (0, st.st_uid, parent.st_uid):
+        raise UsageError(f"{option} {out} belongs to another user in a sticky directory ({out.parent}); "
+                         "it cannot be replaced: give a new name")
+
+
+def _check_directory(out: Path, option: str) -> None:
+    """Refuse an output whose directory is missing or where this process may not create a file."""
+    from gpupool.errors import UsageError
+
     parent = out.parent
     if not parent.is_dir():
         raise UsageError(f"{option} {out}: directory {parent} does not exist")
-    if out.is_dir():
-        raise UsageError(f"{option} {out} is a directory")
-    return out
+    why = unwritable(parent)
+    if why:
+        raise UsageError(f"{option} {out}: directory {parent} is not writable ({why})")
+
+
+def unwritable(directory: str | Path) -> str | None:
+    """Why no file can be made in ``directory`` (the error's text), or None where one can: found
+    by making one and removing it, since permission bits alone do not say it (a superuser, a
+    read-only mount, a filesystem such as /proc)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".gpupool-probe.", dir=directory)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return None
+
+
+def _open_through(out: Path, mode: int, option: str) -> int:
+    """``out`` (a special file, or a file descriptor's path) opened for appending. A FIFO is
+    opened without blocking first: with no process reading it the open fails at once (ENXIO)
+    instead of waiting for a reader that may never come."""
+    from gpupool.errors import UsageError
+
+    fifo = stat.S_ISFIFO(mode)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | os.O_CLOEXEC | (os.O_NONBLOCK if fifo else 0)
+    try:
+        fd = os.open(out, flags)
+    except OSError as exc:
+        if fifo and exc.errno == errno.ENXIO:
+            raise UsageError(f"{option} {out} is a FIFO no process reads; start its reader first") from None
+        raise UsageError(f"{option} {out}: cannot open it for writing ({exc.strerror})") from None
+    if fifo:
+        os.set_blocking(fd, True)  # a reader that reads slowly is waited for, as a shell pipe waits
+    return fd
 
 
 @contextlib.contextmanager
 def atomic_output(out: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``out``; on success it replaces ``out`` in one step, on
-    failure it is removed — a reader never sees a half-written file."""
+    """Yield a temporary path to write the output to. On success a regular file replaces
+    ``out`` in one step (a reader never sees a half-written file); a special file accepted by
+    :func:`check_output` (a character device, a FIFO, a file descriptor's path) is written
+    through, never replaced. On failure the temporary is removed and ``out`` left as it was; an
+    OSError of the write (a full disk, a reader gone) is a one-line
+    :class:`gpupool.errors.UsageError`. ``out`` is checked as :func:`check_output` checks it when
+    that was not called first."""
+    from gpupool.errors import UsageError
+
     out = Path(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
+    key = os.path.abspath(out)
+    if key not in _THROUGH:
+        _check_target(out, "output")
+    fd = _THROUGH.pop(key, None)
+    tmp: str | None = None
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would have created it
+        # a special file's directory (/dev) is no place for a temporary: the system's is
+        tmp_fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent if fd is None else None)
+        os.close(tmp_fd)
+        if fd is None:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would have created it
         yield Path(tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        if fd is None:
+            os.replace(tmp, out)
+            tmp = None
+        else:
+            with open(tmp, "rb") as src, os.fdopen(fd, "wb", closefd=False) as dst:  # O_APPEND: at its end
+                shutil.copyfileobj(src, dst)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _parse_times(col: pd.Series, dayfirst: bool = False, min_share: float = 0.9) -> pd.DatetimeIndex | None:

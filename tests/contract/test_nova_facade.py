@@ -1,6 +1,6 @@
 """The simulated Nova against a real Nova's recorded answers, at the microversions gpupool sends.
 
-No test starts Nova (README, "Live services in the tests": ~2 minutes to start). Two recordings
+No test starts Nova (docs/operations/services.md, "Live services in the tests": ~2 minutes to start). Two recordings
 hold the facade: the API reference's samples (tests/fixtures/recorded/nova_*.json, copied out of
 the nova sdist by ``record_real nova``; each file names its sample) and a live Nova 34.0.0
 (nova_live_*.json, ``record_real nova-live`` via scripts/nova-services.sh). openstacksdk 4.x, as the OpenStack actuator and

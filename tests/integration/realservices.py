@@ -287,7 +287,46 @@ class GnocchiServer:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+@dataclass
+class RedfishEmulator:
+    """sushy-tools' Redfish BMC emulator on loopback (fake systems driver): one ComputerSystem
+    per name in `systems`, powered on, behind HTTP basic auth as `user` / `password`."""
+
+    dir: Path
+    url: str
+    systems: tuple[str, ...]
+    user: str = "gpupool-bmc"
+    password: str = field(repr=False, default="")
+
+    @classmethod
+    def start(cls, systems: tuple[str, ...], dir: Path | None = None) -> "RedfishEmulator":
+        """Start the emulator with `systems`; return when it answers."""
+        import secrets
+
+        dir = dir or new_run_dir("redfish")
+        password = secrets.token_urlsafe(12)
+        run_script("redfish-emulator.sh", "start", dir, free_port(), cls.user, password, *systems, timeout=60)
+        values = dict(line.split("=", 1) for line in (dir / "env").read_text().split())
+        return cls(dir, values["REDFISH_URL"], tuple(systems), password=password)
+
+    def stop(self, keep: bool = False) -> None:
+        """Stop the emulator; remove its directory unless `keep`."""
+        run_script("redfish-emulator.sh", "stop", self.dir)
+        if not keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
 # --- bodies of the session fixtures of tests/integration and tests/integration_actuation -------
+
+
+def start_redfish(systems: tuple[str, ...]) -> RedfishEmulator:
+    """`RedfishEmulator.start` for a fixture: an emulator that cannot start fails the test, with the reason."""
+    import pytest
+
+    try:
+        return RedfishEmulator.start(systems)
+    except ServiceStartError as exc:
+        pytest.fail(f"the Redfish emulator could not start: {exc}")
 
 
 def start_slurm_cluster(gpus: int) -> SlurmCluster:

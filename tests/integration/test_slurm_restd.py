@@ -27,7 +27,7 @@ JOB_NULLABLE = tuple(f"$.jobs[].{k}" for k in ("memory_per_node", "cpus_per_task
 JOB_MAPS = ("$.jobs[].job_resources.allocated_nodes[].sockets",
             "$.jobs[].job_resources.allocated_nodes[].sockets.*.cores")
 NODE_NULLABLE = tuple(f"$.nodes[].{k}" for k in ("owner", "reason_set_by_user", "tres_used"))
-#: the /slurm/ paths and methods Slurm 22.05.8's openapi/v0.0.38 lists in /openapi/v3 (README quotes them)
+#: the /slurm/ paths and methods Slurm 22.05.8's openapi/v0.0.38 lists in /openapi/v3 (docs/operations/services.md quotes them)
 SERVED_V0_0_38 = {f"/slurm/v0.0.38/{rel}": ops for rel, ops in {
     "diag": ["get"], "job/submit": ["post"], "job/{job_id}": ["delete", "get", "post"], "jobs": ["get"],
     "licenses": ["get"], "node/{node_name}": ["get"], "nodes": ["get"], "partition/{partition_name}": ["get"],

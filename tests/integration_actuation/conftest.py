@@ -2,7 +2,8 @@
 
 Slurm and Keystone + Placement are started with the project's own scripts through the helper
 classes of tests/integration/realservices.py (one instance per session, own directories and
-free loopback ports). Kubernetes has no API server that installs here: the official client
+free loopback ports); sushy-tools' Redfish BMC emulator likewise, one per test (it starts in
+about a second, and each test then has its own systems' power states). Kubernetes has no API server that installs here: the official client
 talks to `kmock`'s KubernetesEmulator (an in-memory API server over real HTTP), run on its own
 event loop in a thread, with the Eviction subresource answered as the API server does:
 PodDisruptionBudgets whose selector matches the pod decide, 429 when none may be disrupted.
@@ -23,7 +24,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "integration"))
 sys.path.insert(0, str(HERE.parent / "unit" / "allocate" / "handover"))
 
-from realservices import OpenStackServices, SlurmCluster, reset_slurm, start_openstack, start_slurm_cluster  # noqa: E402
+from realservices import (  # noqa: E402
+    OpenStackServices,
+    RedfishEmulator,
+    SlurmCluster,
+    reset_slurm,
+    start_openstack,
+    start_redfish,
+    start_slurm_cluster,
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -47,6 +56,18 @@ def slurm_idle(slurm_rig) -> SlurmCluster:
     reset_slurm(slurm_rig, resume_unless_idle=True)
     yield slurm_rig
     reset_slurm(slurm_rig, resume_unless_idle=True)
+
+
+#: the systems of the Redfish emulator: pool nodes with a BMC
+REDFISH_SYSTEMS = ("gpu-r01", "gpu-r02", "gpu-k01")
+
+
+@pytest.fixture
+def redfish_bmc() -> RedfishEmulator:
+    """A fresh Redfish BMC emulator whose systems (:data:`REDFISH_SYSTEMS`) are all powered on."""
+    emu = start_redfish(REDFISH_SYSTEMS)
+    yield emu
+    emu.stop()
 
 
 @pytest.fixture(scope="session")

@@ -7,20 +7,28 @@ import json
 import logging
 import pickle
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 from alembic import command
 
+import pytest
+
 from gpupool.canonical import SERIES_KEY
 from gpupool.detect.clean import fit_series_model, score_window
+from gpupool.detect.model import PARAMS_FORMAT
 from gpupool.detect.stage import model_for
 from gpupool.staging import db
 from gpupool.staging.schema import series_profile
 
 KEY = ("sim", "c1", "platform", "", "gpu_allocated")
 T0 = datetime(2026, 11, 3, tzinfo=timezone.utc)
+#: models as the code before the stored layout dropped the router's settings wrote them (format 1,
+#: `config` and `extra` inside), fitted on ``_series()`` before T0, and what ``score_window`` gave
+#: with each on ``_planted(_series())``'s last hour then
+FORMAT_1 = Path(__file__).resolve().parents[1] / "fixtures" / "detect"
 
 
 class _Marker:
@@ -63,6 +71,38 @@ def _before(y: pd.Series, at: datetime) -> pd.Series:
     return y.loc[y.index < pd.Timestamp(at)]
 
 
+def _planted(y: pd.Series) -> pd.Series:
+    v = y.to_numpy().copy()
+    v[-9] += 25.0  # a spike
+    v[-5:-3] = 0.0  # a drop to zero
+    return pd.Series(v, index=y.index)
+
+
+@pytest.mark.parametrize("detector", ["zscore", "sr", "svr", "prophet"])
+def test_a_model_stored_with_the_router_settings_inside_loads_and_judges_as_before(engine, detector):
+    text = (FORMAT_1 / f"model-format1-{detector}.json").read_text()
+    stored = json.loads(text)
+    assert stored["format"] == 1 and stored["config"]["cleaning"] and stored["extra"]["excursions"]
+    # a setting renamed or dropped since the model was stored changes nothing: the settings are not read
+    stored["config"]["cleaning"]["a_setting_renamed_since"] = stored["config"]["cleaning"].pop("max_anomaly_run")
+    _write_model(engine, json.dumps(stored), T0)
+    calls = []
+    model, fresh = model_for(engine, KEY, pd.Timestamp(T0), _before(_series(), T0), _fit(calls))
+    assert not fresh and not calls and model.detector_name == detector
+    y = _planted(_series())
+    window = score_window(model, y, y.index[-12], y.index[-1] + pd.Timedelta("5min"))
+    expected = json.loads((FORMAT_1 / "model-format1-scored.json").read_text())[detector]
+    assert window["cleaned"].any()  # the planted faults are cleaned: the rules are at work
+    for col, values in expected.items():
+        got = window[col].to_numpy()
+        if col in ("is_anomaly", "cleaned", "sustained"):
+            assert got.tolist() == values, col
+        else:
+            np.testing.assert_array_equal(got, np.array([np.nan if v is None else v for v in values]), err_msg=col)
+    again = json.loads(json.dumps(model.to_params()))
+    assert again["format"] == PARAMS_FORMAT and "config" not in again and "extra" not in again
+
+
 def test_model_is_stored_as_json_and_reused_for_its_anchor(engine):
     y, calls = _series(), []
     model, fresh = model_for(engine, KEY, pd.Timestamp(T0), _before(y, T0), _fit(calls))
@@ -91,7 +131,7 @@ def test_a_pickle_in_the_column_is_never_unpickled(engine, tmp_path, caplog):
     assert not marker.exists()
     assert "sim/c1/platform//gpu_allocated" in caplog.text and "refitting" in caplog.text
     newest = max(_stored(engine), key=lambda r: pd.Timestamp(r.computed_at))
-    assert json.loads(newest.model)["format"] == 1  # the refit is stored as JSON
+    assert json.loads(newest.model)["format"] == PARAMS_FORMAT  # the refit is stored as JSON
 
 
 def test_garbage_and_malformed_params_get_a_refit_not_a_crash(engine, caplog):

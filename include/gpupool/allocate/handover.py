@@ -191,6 +191,8 @@ def open_handover(
 
 
 def _blocked(exc: store.Blocked) -> HandoverConflict:
+    if exc.id is None and exc.state:
+        return HandoverConflict(f"node {exc.node!r} is {exc.state} (power): wake it before it moves")
     if exc.id is None:
         return HandoverConflict(f"node {exc.node!r}: another handover was opened concurrently")
     return HandoverConflict(f"node {exc.node!r} already has handover #{exc.id} in state {exc.state!r}")

@@ -3,76 +3,18 @@
 An alarm is the first deviating point of an event (`alarms`); its threshold is read from the
 history the model was fitted on (`budget_threshold`, `excursions`), and a run of smaller
 deviations on one side raises one too (`run_scores`, `calibrate_runs`). Alarms only: what is
-cleaned does not depend on them.
+cleaned does not depend on them. Their settings are `gpupool.detect.settings.AlarmRules`
+(`RouterConfig.alarms`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
 
-if TYPE_CHECKING:
-    from gpupool.detect.model import FittedSeriesModel
-
-
-class AlarmRules(BaseModel):
-    """When a deviation is an alarm (`RouterConfig.alarms`): the τ scale, the false-alarm budget,
-    the run alarm and the merging of an event's points.
-
-    Chosen leave-one-NAB-group-out with bench/detect_nab.py --cv, and on the tuning half of the
-    KPI proxy with bench/detect_kpi.py --tune, which vary them; alarms only: what is cleaned
-    does not depend on them.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tau_scale: float = Field(
-        1.5, ge=1.0, description="an alarm needs a deviation this many times the cleaning threshold (τ) at least"
-    )
-    history_share: float | None = Field(
-        0.0,
-        ge=0.0,
-        lt=0.5,
-        description="false-alarm budget: an alarm also needs a deviation that at most this share of the "
-        "history's points reached (0: larger than any in the history the model was fitted on; None: no budget)",
-    )
-    history_skip_per_day: float = Field(
-        0.0,
-        ge=0.0,
-        description="the false-alarm budget is read from the history less its largest excursions (runs of points "
-        "beyond τ, joined as `merge_points` joins alarms), this many per day of history (rounded down): an "
-        "earlier anomaly does not make the series blind to a smaller one while it stays in the history; a series "
-        "whose history has more large excursions than that keeps a bar at its next largest (0: none skipped)",
-    )
-    history_skip_per_1000_points: float = Field(
-        0.3,
-        ge=0.0,
-        description="also leave this many of the history's largest excursions per 1,000 history points out of the "
-        "false-alarm budget (added to `history_skip_per_day`, the sum rounded down): anomalies come at a rate "
-        "per point, so a series sampled every minute has five times as many in a week's history as one sampled "
-        "every five minutes (0: none skipped)",
-    )
-    run_points: int = Field(
-        5,
-        ge=0,
-        description="a level shift or burst too small for a one-point alarm: an alarm also where the last this many "
-        "points all deviate on the same side by more than `run_share` x the alarm τ, and the run's smallest "
-        "deviation is beyond every such run of the history (the same false-alarm budget, the same excursions left "
-        "out); SVR, Prophet and the rolling z-score only; alarms only, nothing cleaned changes (0: off)",
-    )
-    run_share: float = Field(
-        0.5, gt=0.0, le=1.0, description="each point of such a run deviates by more than this x the alarm τ"
-    )
-    merge_points: int = Field(
-        12,
-        ge=0,
-        description="a deviating point within this many points of the previous deviating point belongs to the same "
-        "event: it raises no new alarm (0: every deviating point is an alarm)",
-    )
-
+from gpupool.detect.settings import AlarmRules
 
 #: run lengths and shares of the alarm τ whose history excursions are kept with each model (for the bench)
 RUN_KEPT = ((3, 0.35), (3, 0.5), (5, 0.35), (5, 0.5), (5, 0.75), (10, 0.35), (10, 0.5))
@@ -104,18 +46,35 @@ def run_threshold(
     return max(level, budget_threshold(kept, budget)), peaks[order]
 
 
-def calibrate_runs(model: "FittedSeriesModel", signed: np.ndarray, least: float, skip: int) -> None:
-    rules = model.config.alarms
+def calibrate_runs(signed: np.ndarray, least: float, skip: int, rules: AlarmRules) -> tuple[float, dict]:
+    """The run alarm's threshold from a history's signed deviations (in residual spreads): for
+    runs of `rules.run_points` beyond `rules.run_share` x `least` (the alarm τ), under the
+    false-alarm budget less the `skip` largest excursions (NaN: no run alarms); and, for the
+    bench, the largest run excursions of each run length and share of `RUN_KEPT`."""
+    threshold = float("nan")
     m = rules.run_points
     if m > 0:
-        model.run_threshold_, _ = run_threshold(run_scores(signed, m), rules.run_share * least,
-                                                rules.merge_points, skip, rules.history_share)
+        threshold, _ = run_threshold(run_scores(signed, m), rules.run_share * least, rules.merge_points, skip,
+                                     rules.history_share)
     # what the bench needs to read the run threshold for other run lengths and shares
     kept = {}
     for points, share in RUN_KEPT:
         _, peaks = run_threshold(run_scores(signed, points), share * least, rules.merge_points, 0, None)
         kept[f"{points}:{share}"] = [float(p) for p in peaks[:MAX_KEPT_PEAKS]]
-    model.extra["run_excursions"] = kept
+    return threshold, kept
+
+
+@dataclass(frozen=True)
+class BudgetHistory:
+    """What a bench needs to read a model's alarm thresholds again under other alarm settings
+    without refitting (bench/detect_nab_collect.py keeps it): the upper tail of the history's
+    normalised scores (`TAIL_LEVELS`), its largest excursions (``peaks``, largest first), the
+    largest score outside any (``rest``), its span (``days``, ``points``), and its run
+    excursions (`calibrate_runs`; None for Spectral Residual). Kept in memory only, never stored."""
+
+    quantiles: list
+    excursions: dict
+    run_excursions: dict | None = None
 
 
 #: fewest history scores a false-alarm budget is read from

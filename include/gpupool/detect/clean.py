@@ -5,10 +5,12 @@ Two shapes of the same steps:
 - `detect_and_clean(y)` for one series in one go (the CLI): the first part of the series
   (or everything before `score_from`) is history only; every later point is judged on the
   points before it.
-- `fit_series_model(history)` once a day, then `score_window(model, y, start, end)` every
-  hour: the fitted model (profile, detector, thresholds) is stored as data
+- `fit_series_model(history, config)` once a day, then `score_window(model, y, start, end,
+  config)` every hour: the fitted model (profile, detector, thresholds) is stored as data
   (`FittedSeriesModel.to_params()`, JSON; `from_params` rebuilds it, never unpickling) and
-  reused, and each run scores only its window, with the history it needs as context.
+  reused, and each run scores only its window, with the history it needs as context. The
+  model holds numbers, not settings: the alarm and cleaning settings are those of the config
+  the judgement is given (`gpupool.detect.settings`).
 
 Flagging: for SVR and Prophet a point is anomalous when |x_t - x̂_t| > τ, τ =
 `tau_multiplier` x the robust spread (1.4826 MAD) of the history's residuals; for SR when
@@ -54,12 +56,13 @@ from gpupool.detect.base import _aligned, prepare
 # FittedSeriesModel and fit_series_model are also imported from here by the pipeline, the detect
 # stage and the what-if: this module is the stream's front door
 from gpupool.detect.model import RESIDUAL_DETECTORS, FittedSeriesModel, fit_series_model
-from gpupool.detect.router import MIN_MODEL_POINTS, RouterConfig
+from gpupool.detect.router import MIN_MODEL_POINTS
 from gpupool.detect.rules.faults import FAULT_DROP_SHARE, collapses, resets_by_shape
 from gpupool.detect.rules.gaps import MAX_FILL_GAP_POINTS, bridge, short_gaps
 from gpupool.detect.rules.outages import longest_drop
 from gpupool.detect.rules.spikes import transients
 from gpupool.detect.rules.stuck import stuck_runs
+from gpupool.detect.settings import RouterConfig
 
 __all__ = [
     "OUTPUT_COLUMNS", "FittedSeriesModel", "detect_and_clean", "fit_series_model", "refit_anchors",
@@ -86,22 +89,25 @@ def score_window(
     y_with_history: pd.Series,
     start: pd.Timestamp | None,
     end: pd.Timestamp | None,
+    config: RouterConfig | None = None,
 ) -> pd.DataFrame:
     """Flags and clean values for the rows of `y_with_history` in [start, end).
 
     Points before `start` are context only (the detector's past); points at or after `end`
-    are ignored, so a run never sees beyond its window. Returns the frame described in
-    `detect_and_clean`, for the window's rows only.
+    are ignored, so a run never sees beyond its window. The alarm and cleaning settings are
+    `config`'s (default `RouterConfig()`) for the model's metric. Returns the frame described
+    in `detect_and_clean`, for the window's rows only.
     """
+    cfg = (config or RouterConfig()).for_metric(model.metric)
     idx = pd.DatetimeIndex(y_with_history.index)
     keep = np.ones(len(idx), dtype=bool)
     if end is not None:
         keep &= idx < _aligned(end, idx)
     y = y_with_history[keep]
-    frame = _judge(model, y, start)
+    frame = _judge(model, y, start, cfg)
     if start is not None:
         frame = frame[pd.DatetimeIndex(frame.index) >= _aligned(start, pd.DatetimeIndex(frame.index))]
-    frame["is_anomaly"] = alarms(frame, model.config.alarms.merge_points)
+    frame["is_anomaly"] = alarms(frame, cfg.alarms.merge_points)
     return frame
 
 
@@ -135,28 +141,27 @@ def detect_and_clean(
         history = work[work.index < _aligned(score_from, work.index)]
     model = fit_series_model(history, cfg, profile=profile, detector=detector, metric=metric)
     start = score_from if score_from is not None else (work.index[-1] + pd.Timedelta(1, "ns") if len(work) else None)
-    frame = _judge(model, y, start)
-    frame["is_anomaly"] = alarms(frame, model.config.alarms.merge_points)
+    frame = _judge(model, y, start, cfg.for_metric(metric))
+    frame["is_anomaly"] = alarms(frame, cfg.for_metric(metric).alarms.merge_points)
     frame.attrs["reason"] = model.reason
     frame.attrs["profile"] = model.profile
     return frame
 
 
-def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None) -> pd.DataFrame:
-    """Score, flag and clean every row of `y` (rows before `start` are context only).
+def _judge(model: FittedSeriesModel, y: pd.Series, start: pd.Timestamp | None, cfg: RouterConfig) -> pd.DataFrame:
+    """Score, flag and clean every row of `y` (rows before `start` are context only) under the
+    alarm and cleaning settings of `cfg`.
 
     `is_anomaly` here is every deviating point; `alarms` collapses runs into events.
     """
     work = prepare(y)
-    ts_cols = _judge_timestamps(model, work, start)
+    ts_cols = _judge_timestamps(model, work, start, cfg)
     return _to_rows(pd.DataFrame(ts_cols, index=work.index), y, model)
 
 
 def _judge_timestamps(model: FittedSeriesModel, work: pd.Series, start: pd.Timestamp | None,
-                      moving: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """`_judge`'s per-timestamp columns of a prepared series (`prepare`: sorted, one row per timestamp);
-    `moving` (optional, on `work`'s timestamps) is the co-moving series the stuck rule reads."""
-    cfg = model.config
+                      cfg: RouterConfig) -> dict[str, np.ndarray]:
+    """`_judge`'s per-timestamp columns of a prepared series (`prepare`: sorted, one row per timestamp)."""
     raw = work.to_numpy(dtype="float64")
     if len(work) and (start is None or _aligned(start, work.index) <= work.index[-1]):
         det = model.detector.score(work, start=start)
@@ -187,7 +192,8 @@ def _judge_timestamps(model: FittedSeriesModel, work: pd.Series, start: pd.Times
     )
     sustained = flag & ~transient
     fault, fault_value = collapses(
-        flag, raw, expected, model.tau_, cfg.cleaning.max_fault_run, FAULT_DROP_SHARE, longest_drop(model)
+        flag, raw, expected, model.tau_, cfg.cleaning.max_fault_run, FAULT_DROP_SHARE,
+        longest_drop(model.idle_share_, cfg.cleaning),
     )
     sustained &= ~fault
     reset, reset_value = resets_by_shape(
@@ -200,7 +206,7 @@ def _judge_timestamps(model: FittedSeriesModel, work: pd.Series, start: pd.Times
     # a stuck run's line ends at the value after it as cleaning sees it: a drop or spike right
     # after the run must not pull the line towards itself
     known = np.where(fault, fault_value, np.where(flag & transient, expected, raw))
-    stuck, stuck_value = stuck_runs(raw, expected, model, known, moving)
+    stuck, stuck_value = stuck_runs(raw, expected, model.repeats, cfg.cleaning, model.tau_, model.nonnegative_, known)
     stuck &= np.isfinite(expected) & ~fault
     if stuck.any():
         # every repeat deviates: `alarms` keeps one alarm per run, and the jump back to the
@@ -338,7 +344,6 @@ def stream_detect(
     start: pd.Timestamp | None = None,
     end: pd.Timestamp | None = None,
     model_for: ModelFor | None = None,
-    moving: pd.Series | None = None,
 ) -> pd.DataFrame:
     """Detect and clean `y` as time passes: the rows in [start, end), one per input row.
 
@@ -351,10 +356,8 @@ def stream_detect(
     window by window raise the same alarms. The decision to clean a deviating point looks
     at up to `cleaning.max_anomaly_run` later points (a collapse: `cleaning.max_fault_run` + 2) that are in `y`
     before `end`; a fault that began before a refit and runs on past it is cleaned as the
-    model that saw it begin decided. `moving` (optional) is a series of another exporter that
-    moves with `y` (a platform's job count beside its GPU count): read on `y`'s timestamps (a
-    timestamp it lacks is missing), it is handed to the stuck rule (`rules.stuck.stuck_runs`),
-    which then judges `y` whatever its history's repeat share; None judges from `y` alone.
+    model that saw it begin decided. Every model judges under the alarm and cleaning settings
+    of `config` (for `metric`).
 
     Returns the columns of OUTPUT_COLUMNS indexed like the selected rows of `y`; attrs
     hold `models` (anchor -> (detector, reason)) and the newest model's `reason`/`profile`.
@@ -385,8 +388,7 @@ def stream_detect(
                 fits[anchor] = fit_series_model(history, cfg, detector=detector)
         return fits[anchor]
 
-    co = None if moving is None else _on_index(moving, work.index)
-    parts = _judge_segments(work, first, cfg, fitted, co)
+    parts = _judge_segments(work, first, cfg, fitted)
     judged = {c: np.concatenate([pt[c] for pt in parts]) for c in OUTPUT_COLUMNS} if parts else {}
     judged_index = work.index[first:] if parts else work.index[:0]
     if parts:
@@ -400,21 +402,11 @@ def stream_detect(
     return out[OUTPUT_COLUMNS]
 
 
-def _on_index(moving: pd.Series, index: pd.DatetimeIndex) -> np.ndarray:
-    """The values of `moving` at the timestamps `index` (NaN where it has none)."""
-    co = prepare(moving)
-    if len(co) and len(index) and (co.index.tz is None) != (index.tz is None):
-        raise ValueError("stream_detect: the co-moving series and the series must both carry a time zone, or neither")
-    return co.reindex(index).to_numpy(dtype="float64")
-
-
 def _judge_segments(
     work: pd.Series, first: int, cfg: RouterConfig, fitted: Callable[[pd.Timestamp], FittedSeriesModel],
-    moving: np.ndarray | None = None,
 ) -> list[dict[str, np.ndarray]]:
     """`stream_detect`'s columns of the prepared series `work` from row `first` on, one part per
-    run of rows with one refit anchor (`fitted(anchor)` gives its model; `moving`, on `work`'s
-    rows, the co-moving series)."""
+    run of rows with one refit anchor (`fitted(anchor)` gives its model), judged under `cfg`."""
     anchors = refit_anchors(work.index, np.isfinite(work.to_numpy()), cfg)
     # the segments' columns as arrays (pandas frames per hourly window cost more than the judging)
     parts: list[dict[str, np.ndarray]] = []
@@ -440,7 +432,7 @@ def _judge_segments(
         lo = int(work.index.searchsorted(anchors[pos] - span, side="left"))
         hi = min(n, stop + ahead)
         # `_judge` of the prepared slice: its rows are its timestamps
-        ts_cols = _judge_timestamps(model, work.iloc[lo:hi], work.index[pos], None if moving is None else moving[lo:hi])
+        ts_cols = _judge_timestamps(model, work.iloc[lo:hi], work.index[pos], cfg)
         full = _row_columns(ts_cols, np.arange(hi - lo), work_values[lo:hi], model)
         part = {c: v[pos - lo : stop - lo].copy() for c, v in full.items()}
         part["detector"] = np.full(stop - pos, model.detector_name, dtype=object)

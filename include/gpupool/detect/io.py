@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpupool.detect.clean import stream_detect
-from gpupool.detect.router import RouterConfig
+from gpupool.detect.settings import RouterConfig
 from gpupool.tsio import SeriesInputError, atomic_output, check_output, read_series_csv
 
 CLI_COLUMNS = ["timestamp", "value", "expected", "score", "is_anomaly", "cleaned", "detector", "clean_value"]
@@ -43,11 +43,12 @@ def detect_csv(
     The summary holds input, out, rows, judged (rows with a score), anomalies, filled,
     detector, reason and value_col. Raises `gpupool.tsio.SeriesInputError` on unusable
     input or an unreadable `refit_every` (a duration such as "1d", "6h" or "90min"),
-    `gpupool.errors.UsageError` when OUT is INPUT (by any name) or its directory does not
-    exist, and ValueError on an unknown detector. ``dayfirst`` and ``duplicates`` are
+    `gpupool.errors.UsageError` when OUT is INPUT (by any name) or an output
+    :func:`gpupool.tsio.check_output` refuses (checked before the input is read), and
+    ValueError on an unknown detector. ``dayfirst`` and ``duplicates`` are
     :func:`gpupool.tsio.read_series_csv`'s (a repeated timestamp collapsed by ``duplicates``
-    gives one output row). OUT is replaced in one step, never left
-    half-written.
+    gives one output row). OUT is replaced in one step, never left half-written, or written
+    through when it is a special file (:func:`gpupool.tsio.atomic_output`).
     """
     if detector not in DETECTOR_CHOICES:
         raise ValueError(f"unknown detector {detector!r}; expected one of {', '.join(DETECTOR_CHOICES)}")

@@ -18,20 +18,8 @@ import logging
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
 
-from gpupool.detect.base import (
-    ModelParamsError,
-    StreamingContext,
-    check_kind,
-    fitted_state_params,
-    judged_from,
-    param,
-    past_median,
-    prepare,
-    restore_fitted_state,
-    to_frame,
-)
+from gpupool.detect.base import StreamingContext, judged_from, past_median, prepare, to_frame
 
 _DAY = 86400.0
 
@@ -42,7 +30,7 @@ _DAY = 86400.0
 _QUIET_LEVELS = {"prophet": logging.ERROR, "prophet.plot": logging.CRITICAL, "cmdstanpy": logging.ERROR}
 
 
-def _quiet_prophet() -> None:
+def quiet_prophet() -> None:
     """Quiet Prophet's and cmdstanpy's loggers, before they are imported and again after (prophet
     sets its logger to INFO on import). cmdstanpy installs a stderr handler of its own on first
     use unless its logger has one: a NullHandler keeps that from happening, and what it logs at
@@ -54,13 +42,6 @@ def _quiet_prophet() -> None:
         cmdstanpy.addHandler(logging.NullHandler())
 
 
-class ProphetConfig(BaseModel):
-    """Prophet's settings as the router builds it (`RouterConfig.prophet`); the training cap
-    chosen with bench/detect_scale.py (Prophet is the slowest detector to fit)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    max_train: int = Field(1000, ge=20, description="most points Prophet trains on (history averaged down to it)")
 
 class ProphetDetector:
     """Prophet's seasonal prediction plus a past-residual level correction; score = |x_t - x̂_t|."""
@@ -106,10 +87,10 @@ class ProphetDetector:
         whole span, so a weekly season stays visible, while the fit's cost stays flat: the
         daily refit of many series is dominated by Prophet otherwise.
         """
-        _quiet_prophet()
+        quiet_prophet()
         from prophet import Prophet
 
-        _quiet_prophet()  # cmdstanpy resets its logger level when first imported
+        quiet_prophet()  # cmdstanpy resets its logger level when first imported
 
         h = prepare(y_history)
         finite = h[np.isfinite(h.to_numpy())]
@@ -147,88 +128,6 @@ class ProphetDetector:
         expected = self._expected(joined, first)
         score = np.abs(joined.to_numpy() - expected)
         return to_frame(y, work.index, expected[offset:], score[offset:])
-
-    PARAMS_FORMAT = 1
-
-    def to_params(self) -> dict:
-        """Settings, Prophet's fitted state (`prophet.serialize.model_to_dict`, plain JSON) and
-        the level context as a JSON-able dict (see `from_params`).
-
-        The history's residuals serve the per-series threshold at fit time only and are
-        not kept.
-        """
-        fitted = getattr(self, "model_", None)
-        prophet_state = None
-        if fitted is not None:
-            import copy
-
-            _quiet_prophet()
-            from prophet.serialize import model_to_dict
-
-            # predict() on given dates never reads the training frame (only its presence, as
-            # "fitted"): keeping its newest row makes the stored state and its rebuild, done
-            # every hour, a fraction of the size and time
-            light = copy.copy(fitted)
-            light.history = fitted.history.tail(1)
-            light.history_dates = fitted.history_dates.tail(1)
-            prophet_state = model_to_dict(light)
-        level = getattr(self, "fallback_level_", None)
-        half = getattr(self, "interval_halfwidth_", None)
-        return {
-            "detector": self.name,
-            "format": self.PARAMS_FORMAT,
-            "daily": self.daily,
-            "weekly": self.weekly,
-            "extra_period_days": self.extra_period_days,
-            "max_train": self.max_train,
-            "bias_window": self.bias_window,
-            "interval_width": self.interval_width,
-            "fallback_level": None if level is None or not np.isfinite(level) else float(level),
-            "interval_halfwidth": None if half is None or not np.isfinite(half) else float(half),
-            "fitted": hasattr(self, "context_"),
-            "prophet": prophet_state,
-            **fitted_state_params(self),
-        }
-
-    @classmethod
-    def from_params(cls, params: dict) -> "ProphetDetector":
-        """The fitted detector `to_params` described; raises ModelParamsError when malformed.
-
-        Prophet is rebuilt with `prophet.serialize.model_from_dict` (JSON fields, no pickle).
-        """
-        check_kind(params, cls.name, cls.PARAMS_FORMAT)
-        what = "prophet params"
-        bias_window = param(params, "bias_window", int, what)
-        if bias_window < 1:
-            raise ModelParamsError(f"{what}.bias_window: must be positive")
-        extra = param(params, "extra_period_days", (int, float), what, optional=True)
-        det = cls(
-            daily=param(params, "daily", bool, what),
-            weekly=param(params, "weekly", bool, what),
-            extra_period_days=None if extra is None else float(extra),
-            max_train=param(params, "max_train", int, what),
-            bias_window=bias_window,
-            interval_width=float(param(params, "interval_width", (int, float), what)),
-        )
-        if not param(params, "fitted", bool, what):
-            return det
-        level = param(params, "fallback_level", (int, float), what, optional=True)
-        half = param(params, "interval_halfwidth", (int, float), what, optional=True)
-        det.fallback_level_ = np.nan if level is None else float(level)
-        det.interval_halfwidth_ = np.nan if half is None else float(half)
-        restore_fitted_state(det, params, what, context_required=True)
-        state = param(params, "prophet", dict, what, optional=True)
-        det.model_ = None
-        if state is not None:
-            _quiet_prophet()
-            from prophet.serialize import model_from_dict
-
-            _quiet_prophet()
-            try:
-                det.model_ = model_from_dict(dict(state))
-            except Exception as exc:  # any malformed field: pandas, numpy or KeyError from Prophet
-                raise ModelParamsError(f"{what}.prophet: cannot rebuild the fitted model ({type(exc).__name__}: {exc})") from None
-        return det
 
     def _expected(self, s: pd.Series, first: int) -> np.ndarray:
         n = len(s)

@@ -23,40 +23,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
-from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.detect._robust import ffill_array
-from gpupool.detect.base import (
-    ModelParamsError,
-    StreamingContext,
-    check_kind,
-    fitted_state_params,
-    judged_from,
-    param,
-    past_median,
-    prepare,
-    restore_fitted_state,
-    to_frame,
-)
+from gpupool.detect.base import StreamingContext, judged_from, past_median, prepare, to_frame
 
 _EPS = 1e-8
 _CHUNK = 4096
 
 
-class SRConfig(BaseModel):
-    """Spectral Residual's settings: its window and the flagging thresholds of its score.
-
-    Chosen with bench/detect_nab.py (NAB's scoring); the router keeps one per config
-    (`RouterConfig.sr`).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    window: int = Field(123, ge=23, description="sliding window (points)")
-    threshold: float = Field(4.0, gt=0, description="flag when the normalised SR score exceeds this")
-    min_residual: float = Field(
-        2.0, ge=0, description="a flag also needs |x - x̂| above this many robust residual spreads"
-    )
 
 class SpectralResidualDetector:
     """Streaming Spectral Residual scores; expected value from a past-only rolling median."""
@@ -100,40 +74,6 @@ class SpectralResidualDetector:
         res = res.iloc[offset:]
         return to_frame(y, work.index, res["expected"].to_numpy(), res["score"].to_numpy())
 
-    PARAMS_FORMAT = 1
-
-    def to_params(self) -> dict:
-        """The settings and remembered context as a JSON-able dict (see `from_params`).
-
-        The history's scores and residuals serve the per-series threshold at fit time
-        only and are not kept.
-        """
-        return {
-            "detector": self.name,
-            "format": self.PARAMS_FORMAT,
-            "window": self.window,
-            "q": self.q,
-            "z": self.z,
-            "m": self.m,
-            "expected_window": self.expected_window,
-            **fitted_state_params(self),
-        }
-
-    @classmethod
-    def from_params(cls, params: dict) -> "SpectralResidualDetector":
-        """The detector `to_params` described; raises ModelParamsError when malformed."""
-        check_kind(params, cls.name, cls.PARAMS_FORMAT)
-        what = "sr params"
-        ints = {k: param(params, k, int, what) for k in ("window", "q", "z", "m", "expected_window")}
-        if min(ints.values()) < 1:
-            raise ModelParamsError(f"{what}: window, q, z, m and expected_window must be positive")
-        try:
-            det = cls(**ints)
-        except ValueError as exc:
-            raise ModelParamsError(f"{what}: {exc}") from None
-        restore_fitted_state(det, params, what)
-        return det
-
     def _score_prepared(self, s: pd.Series, offset: int, start: pd.Timestamp | None) -> pd.DataFrame:
         raw = s.to_numpy(dtype="float64")
         n = raw.size
@@ -155,7 +95,7 @@ class SpectralResidualDetector:
 
     def _saliency_scores(self, x: np.ndarray, first: int) -> np.ndarray:
         """O(x_e) for every e >= first, each from the `window` points ending at e."""
-        # imported here: the router's config (SRConfig) must not pull SciPy into every config load
+        # imported here: SciPy is slow to import, and most series are never judged by SR
         from scipy.ndimage import uniform_filter1d
 
         w, m, z = self.window, self.m, self.z

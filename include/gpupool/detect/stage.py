@@ -49,8 +49,11 @@ def model_for(engine, key: tuple, anchor, history: pd.Series, fit) -> tuple[Any,
     is rebuilt and reused; else ``fit(history)`` fits one, which is stored (replacing the row)
     for the windows after this one. Models are stored as JSON parameters
     (``FittedSeriesModel.to_params``) and rebuilt with ``from_params``, never unpickled: a
-    staging row is data, not code. A stored row that does not rebuild (malformed, from an
-    older format) is logged and replaced by a refit.
+    staging row is data, not code. A stored model holds the numbers its history gave, not the
+    router's settings: it is judged under the settings the run is given (one stored by the
+    layout before, with the settings inside, is read and its settings ignored). A stored row
+    that does not rebuild (malformed, or a layout this code does not read) is logged and
+    replaced by a refit.
     """
     at = pd.Timestamp(anchor).to_pydatetime()
     text = model_store.model_text(engine, key, at)
@@ -71,7 +74,7 @@ def model_for(engine, key: tuple, anchor, history: pd.Series, fit) -> tuple[Any,
 
 def _stored_model(text: Any, key: tuple, computed: pd.Timestamp):
     """The model stored as JSON text in the model store, or None (logged) when it does not rebuild."""
-    from gpupool.detect.base import ModelParamsError
+    from gpupool.detect.params import ModelParamsError
     from gpupool.detect.clean import FittedSeriesModel
 
     series = "/".join(str(v) for v in key)

@@ -18,32 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.detect._robust import ffill_array, robust_sigma, step_seconds
-from gpupool.detect.base import (
-    ModelParamsError,
-    StreamingContext,
-    check_kind,
-    fitted_state_params,
-    decode_floats,
-    encode_floats,
-    judged_from,
-    param,
-    prepare,
-    restore_fitted_state,
-    to_frame,
-)
+from gpupool.detect.base import StreamingContext, judged_from, prepare, to_frame
 
 
-class SVRConfig(BaseModel):
-    """SVR's settings as the router builds it (`RouterConfig.svr`); chosen with bench/detect_nab.py,
-    the training cap with bench/detect_scale.py (the daily refit of many series)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    lags: int = Field(12, ge=1, description="lagged values the SVR sees")
-    max_train: int = Field(1500, ge=20, description="newest history points the SVR trains on")
 
 class RBFSupportVectors:
     """The decision function of a fitted RBF-kernel SVR, from its stored arrays.
@@ -164,103 +143,8 @@ class SVRDetector:
         score = np.abs(raw - expected)
         return to_frame(y, work.index, expected[offset:], score[offset:])
 
-    PARAMS_FORMAT = 1
-
-    def to_params(self) -> dict:
-        """Settings, scale, support vectors and context as a JSON-able dict (see `from_params`).
-
-        The history's residuals serve the per-series threshold at fit time only and are
-        not kept.
-        """
-        fitted = getattr(self, "model_", None)
-        svm = None
-        if fitted is not None:
-            rbf = RBFSupportVectors.of(fitted)
-            svm = {
-                "n_features": int(rbf.support_vectors_.shape[1]),
-                "support_vectors": encode_floats(rbf.support_vectors_),  # row-major, n_features a row
-                "dual_coef": encode_floats(rbf.dual_coef_),
-                "intercept": rbf.intercept_,
-                "gamma": rbf.gamma_,
-            }
-        return {
-            "detector": self.name,
-            "format": self.PARAMS_FORMAT,
-            "n_lags": self.n_lags,
-            "period": self.period,
-            "calendar": self.calendar,
-            "C": self.C,
-            "epsilon": self.epsilon,
-            "gamma": self.gamma,
-            "max_train": self.max_train,
-            "scale": getattr(self, "scale_", None),
-            "use_calendar": getattr(self, "use_calendar_", None),
-            "constant": getattr(self, "constant_", None),
-            "offset": getattr(self, "offset_", None),
-            "svm": svm,
-            **fitted_state_params(self),
-        }
-
-    @classmethod
-    def from_params(cls, params: dict) -> "SVRDetector":
-        """The fitted detector `to_params` described; raises ModelParamsError when malformed.
-
-        The regression is rebuilt as `RBFSupportVectors` (numpy), never by unpickling.
-        """
-        check_kind(params, cls.name, cls.PARAMS_FORMAT)
-        what = "svr params"
-        n_lags = param(params, "n_lags", int, what)
-        period = param(params, "period", int, what, optional=True)
-        if n_lags < 1 or (period is not None and period < 2):
-            raise ModelParamsError(f"{what}: n_lags must be >= 1 and period >= 2")
-        gamma = param(params, "gamma", (str, int, float), what)
-        if isinstance(gamma, str) and gamma not in ("scale", "auto"):
-            raise ModelParamsError(f"{what}.gamma: expected 'scale', 'auto' or a number, got {gamma!r}")
-        det = cls(
-            n_lags=n_lags,
-            period=period,
-            calendar=param(params, "calendar", bool, what),
-            C=float(param(params, "C", (int, float), what)),
-            epsilon=float(param(params, "epsilon", (int, float), what)),
-            gamma=gamma,
-            max_train=param(params, "max_train", int, what),
-        )
-        scale = param(params, "scale", (int, float), what, optional=True)
-        if scale is None:  # never fitted
-            return det
-        if scale <= 0:
-            raise ModelParamsError(f"{what}.scale: must be positive")
-        det.scale_ = float(scale)
-        det.use_calendar_ = param(params, "use_calendar", bool, what)
-        det.constant_ = param(params, "constant", bool, what)
-        det.offset_ = float(param(params, "offset", (int, float), what))
-        restore_fitted_state(det, params, what, context_required=True)
-        svm = param(params, "svm", dict, what, optional=True)
-        det.model_ = None
-        if svm is not None:
-            width = n_lags + (2 if period else 0) + (4 if det.use_calendar_ else 0)
-            if param(svm, "n_features", int, f"{what}.svm") != width:
-                raise ModelParamsError(f"{what}.svm.n_features: expected {width} features")
-            flat = decode_floats(param(svm, "support_vectors", list, f"{what}.svm"), f"{what}.svm.support_vectors")
-            if flat.size == 0 or flat.size % width:
-                raise ModelParamsError(f"{what}.svm.support_vectors: expected rows of {width} features")
-            sv_arr = flat.reshape(-1, width)
-            coef = decode_floats(param(svm, "dual_coef", list, f"{what}.svm"), f"{what}.svm.dual_coef")
-            if coef.size != sv_arr.shape[0]:
-                raise ModelParamsError(f"{what}.svm.dual_coef: expected one coefficient per support vector")
-            if not (np.isfinite(sv_arr).all() and np.isfinite(coef).all()):
-                raise ModelParamsError(f"{what}.svm: support vectors and coefficients must be finite")
-            intercept = param(svm, "intercept", (int, float), f"{what}.svm")
-            g = param(svm, "gamma", (int, float), f"{what}.svm")
-            if g <= 0:
-                raise ModelParamsError(f"{what}.svm.gamma: must be positive")
-            det.model_ = RBFSupportVectors(sv_arr, coef, float(intercept), float(g))
-        elif not det.constant_:
-            raise ModelParamsError(f"{what}: a non-constant fit needs its support vectors")
-        return det
-
     def _fit_rows(self, X: np.ndarray, target: np.ndarray, rows: np.ndarray) -> None:
-        # imported here: the router's config (SVRConfig) must not pull scikit-learn into every config load
+        # imported here: scikit-learn is slow to import, and a stored model is rebuilt without it
         from sklearn.svm import SVR
 
         self.model_ = SVR(C=self.C, epsilon=self.epsilon, gamma=self.gamma, cache_size=200)

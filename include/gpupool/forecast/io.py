@@ -62,11 +62,12 @@ def forecast_csv(
     p-values and fallback reason; clipping), also written to ``summary_json`` when given.
     Refuses (:class:`gpupool.errors.UsageError`) a horizon outside 1..:data:`MAX_HORIZON`, a
     level outside :data:`MIN_LEVEL`..:data:`MAX_LEVEL` percent, and an output that is the input
-    or lies in a missing directory; :class:`gpupool.tsio.SeriesInputError` an input whose grid
+    or that :func:`gpupool.tsio.check_output` refuses (both before the input is read); :class:`gpupool.tsio.SeriesInputError` an input whose grid
     would exceed :data:`MAX_GRID_POINTS` (``dayfirst`` and ``duplicates`` are
     :func:`gpupool.tsio.read_series_csv`'s). ``missing_filled`` counts the grid points
     interpolated over the whole history;
-    outputs are replaced in one step, never left half-written.
+    outputs are replaced in one step, never left half-written, or written through when they
+    are special files (:func:`gpupool.tsio.atomic_output`).
     """
     check_horizon_level(horizon, level)
     out = check_output(out, {"input": input})

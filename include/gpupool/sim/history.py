@@ -27,7 +27,9 @@ the time-weighted mean of what ran and waited during it.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
+import math
 import zoneinfo
 from collections.abc import Iterable
 from pathlib import Path
@@ -37,8 +39,12 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from gpupool import inputfiles
 from gpupool.values import utc_field
-from gpupool.sim.traces import TraceError, check_span, read_helios
+from gpupool.sim.histparse import (HistoryError, ascii_float, bounded, check_times, counts, in_span, instant_text,
+                                   intervals, order, pod_times, refuse_repeats, sacct_times, settle_folds,
+                                   shown, span_text, unused, whole_count)
+from gpupool.sim.traces import MAX_GPU_COUNT, check_span, read_helios
 
 #: the formats a trace mapping may name besides ``helios`` (the plain-path format)
 HISTORY_FORMATS = ("sacct", "pods", "prometheus", "csv")
@@ -56,17 +62,10 @@ _KEYS = {
 SACCT_COLUMNS = ("JobID", "Submit", "Start", "End", "State", "AllocTRES", "ReqTRES", "Partition")
 #: the columns a pod list must carry
 POD_COLUMNS = ("name", "creation_time", "scheduled_time", "deletion_time", "num_gpu", "gpu_milli")
-#: the most GPUs one point of a Prometheus answer may count: far above any pool, and low enough
-#: that the sums and forecasts made of such points stay finite
-MAX_ANSWER_GPUS = 1e7
-#: a Prometheus answer's point times, in seconds since the epoch: 1970-01-01 .. 2200-01-01
-MAX_ANSWER_TIME_S = 7_258_118_400
-#: what sacct writes for a time that has not happened (a pending job's Start, a running job's End)
-_SACCT_UNKNOWN = {"", "unknown", "none"}
-
-
-class HistoryError(TraceError):
-    """A history file (or server) that cannot be read as demand; names the file and line."""
+#: columns that, where a log has them, tell apart records of the same JobID and Submit (several
+#: clusters' sacct) or pods of the same name and creation time (several namespaces)
+_SACCT_DISTINCT = ("Cluster",)
+_POD_DISTINCT = ("namespace", "uid")
 
 
 class HistorySpec(BaseModel):
@@ -151,23 +150,32 @@ def read_sacct(path: str | Path, timezone: str = "UTC", partition: Iterable[str]
     Job steps (a JobID with a dot: the file was written without ``--allocations``) are skipped,
     so a job is counted once; ``partition`` keeps jobs of those partitions only (a pending job
     submitted to several counts when one of them is kept). Refused, naming the file and line: a
-    missing column, a row with too few or too many fields, a time that does not parse, a GPU
-    count that is not a whole number, a job that ends before it started (or, never started,
+    missing column, a row with too few or too many fields, a time that does not parse or lies
+    outside :func:`~gpupool.sim.histparse.span_text`'s span, a GPU count that is not ASCII
+    digits or is beyond :data:`~gpupool.sim.traces.MAX_GPU_COUNT`, a job (JobID and Submit, and
+    Cluster where given) listed twice, a job that ends before it started (or, never started,
     before it was submitted). A job that started before its Submit time (a requeued job's
-    Submit is the requeue) did not wait.
+    Submit is the requeue) did not wait. A wall time the clock shows twice (the hour it goes
+    back) takes the reading that keeps Submit, Start and End in order, else the daylight-saving
+    one. The frame's ``attrs["unused"]`` says why a log gave no job.
     """
     path = Path(path)
     lines = _text(path).splitlines()
     if not lines:
         raise HistoryError(f"{path}: empty file, expected a sacct --parsable2 header ({'|'.join(SACCT_COLUMNS)})")
+    lines[0] = lines[0].removeprefix("\ufeff")  # a byte-order mark (some editors write one) is no part of the header
     header = lines[0].split("|")
     missing = [c for c in SACCT_COLUMNS if c not in header]
     if missing:
         raise HistoryError(f"{path}: line 1: not sacct --parsable2 output with columns {'|'.join(SACCT_COLUMNS)}; "
                            f"missing {', '.join(missing)}")
     col = {c: header.index(c) for c in SACCT_COLUMNS}
+    distinct = [header.index(c) for c in _SACCT_DISTINCT if c in header]
     keep = set(partition) if partition else None
     rows: list[tuple[int, str, str, str, str, str]] = []
+    keys: list[tuple] = []  # of every job's record, whichever partition: a repeat is a repeat
+    key_lines: list[int] = []
+    skipped = {"job steps": 0, "in other partitions": 0}
     for n, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
@@ -175,26 +183,37 @@ def read_sacct(path: str | Path, timezone: str = "UTC", partition: Iterable[str]
         if len(fields) != len(header):
             raise HistoryError(f"{path}: line {n}: {len(fields)} fields, the header names {len(header)}")
         if "." in fields[col["JobID"]]:
+            skipped["job steps"] += 1
             continue
+        keys.append((fields[col["JobID"]].strip(), fields[col["Submit"]].strip(), *(fields[k] for k in distinct)))
+        key_lines.append(n)
         if keep is not None and not keep & set(fields[col["Partition"]].split(",")):
+            skipped["in other partitions"] += 1
             continue
         # a pending job's Start is the scheduler's estimate, not a start
         begun = "" if fields[col["State"]].strip().upper() == "PENDING" else fields[col["Start"]]
         rows.append((n, fields[col["Submit"]], begun, fields[col["End"]],
                      fields[col["AllocTRES"]], fields[col["ReqTRES"]]))
     line_no = np.array([r[0] for r in rows], dtype=np.int64)
-    submit = _sacct_times(path, line_no, [r[1] for r in rows], "Submit", timezone, unknown_ok=False)
-    start = _sacct_times(path, line_no, [r[2] for r in rows], "Start", timezone, unknown_ok=True)
-    end = _sacct_times(path, line_no, [r[3] for r in rows], "End", timezone, unknown_ok=True)
+    refuse_repeats(path, key_lines, keys, lambda k: f"job {shown(k[0])} submitted {shown(k[1])}",
+                   "a job counts once: remove the repeated record (or add the Cluster column for several clusters)")
+    times = [sacct_times(path, line_no, [r[i] for r in rows], c, timezone, unknown_ok=i > 1)
+             for i, c in ((1, "Submit"), (2, "Start"), (3, "End"))]
+    # the hour a clock goes back: Start before End settles it, Submit first where it can
+    submit, start, end = settle_folds([t[0] for t in times], [t[1] for t in times], required=[(1, 2)],
+                                      preferred=[(0, 1), (0, 2)])
     alloc = np.array([_tres_gpus(path, r[0], "AllocTRES", r[4]) for r in rows], dtype=np.int64) * 1000
     req = np.array([_tres_gpus(path, r[0], "ReqTRES", r[5]) for r in rows], dtype=np.int64) * 1000
     started = ~start.isna()
     # a Start before Submit (a requeued job's Submit is its requeue) is no wait, not a bad row
-    _order(path, line_no, start, end, "Start", "End")
-    _order(path, line_no, submit, end.where(~started), "Submit", "End")
+    order(path, line_no, start, end, "Start", "End")
+    order(path, line_no, submit, end.where(~started), "Submit", "End")
     # pending from Submit until it started, or (never started) until it ended or the window does
     wait_end = start.where(started, end)
-    return _intervals(line_no, submit, wait_end, req, start, end, alloc, started)
+    jobs = intervals(line_no, submit, wait_end, req, start, end, alloc, started)
+    skipped["without GPUs"] = int(((alloc == 0) & (req == 0)).sum())
+    jobs.attrs["unused"] = unused(len(keys) + skipped["job steps"], skipped, "jobs")
+    return jobs
 
 
 def read_pods(path: str | Path, origin: dt.datetime | pd.Timestamp | None = None, timezone: str = "UTC") -> pd.DataFrame:
@@ -205,13 +224,17 @@ def read_pods(path: str | Path, origin: dt.datetime | pd.Timestamp | None = None
     an empty ``deletion_time`` one still there (until the window's end). A pod holds ``num_gpu``
     GPUs, or ``gpu_milli``/1000 of one where it asks for one GPU and ``gpu_milli`` is under 1000.
     Refused, naming the file and line: a missing column, a time that does not parse (or is in
-    seconds without ``origin``), a negative or non-numeric GPU count, a pod scheduled before it
-    was created or deleted before it was scheduled.
+    seconds without ``origin``) or lies outside :func:`~gpupool.sim.histparse.span_text`'s span,
+    a negative or non-numeric GPU count or one beyond :data:`~gpupool.sim.traces.MAX_GPU_COUNT`,
+    a pod (name and creation time, and namespace or uid where given) listed twice, a pod
+    scheduled before it was created or deleted before it was scheduled. A naive time the clock
+    shows twice takes the reading that keeps the pod's times in order, else the daylight-saving
+    one. The frame's ``attrs["unused"]`` says why a list gave no pod.
     """
     path = Path(path)
-    _text(path)  # not UTF-8 text: one line, before pandas' own message
+    text = _text(path)  # not a regular file, too large, not UTF-8 text: one line, before pandas reads
     try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
+        raw = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skip_blank_lines=False)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise HistoryError(f"{path}: cannot read pod list ({' '.join(str(exc).split())})") from None
     missing = [c for c in POD_COLUMNS if c not in raw.columns]
@@ -221,20 +244,27 @@ def read_pods(path: str | Path, origin: dt.datetime | pd.Timestamp | None = None
     line_no = np.arange(len(raw), dtype=np.int64) + 2
     blank = (raw[list(POD_COLUMNS)].apply(lambda c: c.str.strip()) == "").all(axis=1).to_numpy()
     raw, line_no = raw[~blank].reset_index(drop=True), line_no[~blank]
+    distinct = [c for c in _POD_DISTINCT if c in raw.columns]
+    keys = list(zip(*(raw[c].str.strip() for c in ("name", "creation_time", *distinct))))
+    refuse_repeats(path, line_no, keys, lambda k: f"pod {shown(k[0])} created {shown(k[1])}",
+                   "a pod counts once: remove the repeated row (or add a namespace column for several namespaces)")
     zero = None if origin is None else _utc(pd.Timestamp(origin), "UTC")
-    created = _pod_times(path, line_no, raw["creation_time"], "creation_time", zero, timezone, empty_ok=False)
-    scheduled = _pod_times(path, line_no, raw["scheduled_time"], "scheduled_time", zero, timezone, empty_ok=True)
-    deleted = _pod_times(path, line_no, raw["deletion_time"], "deletion_time", zero, timezone, empty_ok=True)
-    num_gpu = _counts(path, line_no, raw["num_gpu"], "num_gpu", whole=True)
-    milli = _counts(path, line_no, raw["gpu_milli"], "gpu_milli", whole=True, empty=np.nan)
+    times = [pod_times(path, line_no, raw[c], c, zero, timezone, empty_ok=c != "creation_time")
+             for c in ("creation_time", "scheduled_time", "deletion_time")]
+    created, scheduled, deleted = settle_folds([t[0] for t in times], [t[1] for t in times],
+                                               required=[(0, 1), (1, 2), (0, 2)])
+    num_gpu = counts(path, line_no, raw["num_gpu"], "num_gpu")
+    milli = counts(path, line_no, raw["gpu_milli"], "gpu_milli", scale=1000, empty=np.nan)
     share = (num_gpu == 1) & (milli < 1000)
     gpus_milli = np.where(share, milli, num_gpu * 1000).astype(np.int64)
     ran = ~scheduled.isna()
-    _order(path, line_no, created, scheduled, "creation_time", "scheduled_time")
-    _order(path, line_no, scheduled, deleted, "scheduled_time", "deletion_time")
-    _order(path, line_no, created, deleted, "creation_time", "deletion_time")
+    order(path, line_no, created, scheduled, "creation_time", "scheduled_time")
+    order(path, line_no, scheduled, deleted, "scheduled_time", "deletion_time")
+    order(path, line_no, created, deleted, "creation_time", "deletion_time")
     wait_end = scheduled.where(ran, deleted)
-    return _intervals(line_no, created, wait_end, gpus_milli, scheduled, deleted, gpus_milli, ran)
+    pods = intervals(line_no, created, wait_end, gpus_milli, scheduled, deleted, gpus_milli, ran)
+    pods.attrs["unused"] = unused(len(raw), {"without GPUs": int((gpus_milli == 0).sum())}, "pods")
+    return pods
 
 
 def jobs_demand(jobs: pd.DataFrame, index: pd.DatetimeIndex, step: pd.Timedelta) -> pd.DataFrame:
@@ -252,7 +282,7 @@ def jobs_demand(jobs: pd.DataFrame, index: pd.DatetimeIndex, step: pd.Timedelta)
 def read_prometheus_answer(path: str | Path) -> pd.Series:
     """A ``query_range`` answer file as one series: every result series summed per timestamp."""
     path = Path(path)
-    text = _text(path)
+    text = _text(path).removeprefix("\ufeff")  # a byte-order mark is no part of the JSON
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -302,7 +332,10 @@ def query_prometheus(url: str, query: str, start: pd.Timestamp, end: pd.Timestam
 def read_csv_columns(path: Path, time_col: str | None, value_col: str | None, pending_col: str | None,
                      timezone: str = "UTC", duplicates: str = "refuse") -> tuple[pd.Series, pd.Series | None]:
     """The allocated (and pending) series of a plain CSV, read as ``gpupool detect`` reads its
-    input (:func:`gpupool.tsio.read_series_csv`), in UTC; a negative GPU count names its line."""
+    input (:func:`gpupool.tsio.read_series_csv`), in UTC. Refused besides what that reader
+    refuses: a column without a number, a negative GPU count or one beyond
+    :data:`~gpupool.sim.traces.MAX_GPU_COUNT`, a time outside
+    :func:`~gpupool.sim.histparse.span_text`'s span (naive times are checked as written)."""
     from gpupool.tsio import SeriesInputError, read_series_csv
 
     out = []
@@ -315,12 +348,23 @@ def read_csv_columns(path: Path, time_col: str | None, value_col: str | None, pe
                 text = text.replace(option, key)
             raise HistoryError(text) from None
         values = series.to_numpy()
+        # a row's line is its place only where no repeated timestamp was merged away
+        line_no = np.arange(len(values)) + 2 if duplicates == "refuse" else None
+        if np.isnan(values).all():
+            key = "value_col" if col == value_col else "pending_col"
+            raise HistoryError(f"{path}: column {series.name!r}: no number in its {len(values)} rows (text or empty "
+                               f"cells); name the column of GPU counts with {key}")
         with np.errstate(invalid="ignore"):
-            neg = np.flatnonzero(values < 0)
-        if len(neg):
-            raise HistoryError(f"{path}: line {neg[0] + 2}, column {series.name!r}: value {float(values[neg[0]])!r} is a "
-                               "negative GPU count")
+            bad = np.flatnonzero((values < 0) | (values > MAX_GPU_COUNT))
+        if len(bad):
+            i = bad[0]
+            what = "a negative GPU count" if values[i] < 0 else f"beyond {MAX_GPU_COUNT:,} GPUs (MAX_GPU_COUNT)"
+            line = f"line {line_no[i]}, " if line_no is not None else ""
+            raise HistoryError(f"{path}: {line}column {series.name!r}: value {float(values[i])!r} is {what}")
         idx = series.index
+        # naive times are checked as written, before their zone: a far year need not survive tz_localize
+        check_times(str(path), line_no, idx if idx.tz is not None else idx.tz_localize("UTC"),
+                    repr(time_col) if time_col else "of times")
         idx = idx.tz_localize(zoneinfo.ZoneInfo(timezone), ambiguous=True, nonexistent="shift_forward") \
             if idx.tz is None else idx
         out.append(pd.Series(values, index=idx.tz_convert("UTC")))
@@ -406,11 +450,14 @@ def history_jobs(spec: HistorySpec) -> pd.DataFrame:
 
 
 def history_span(spec: HistorySpec) -> tuple[pd.Timestamp, pd.Timestamp] | None:
-    """The first and last instant a file entry names (None for a live Prometheus or no rows):
-    what a what-if over "the whole log" covers."""
+    """The first and last instant a file entry names (None for a live Prometheus): what a what-if
+    over "the whole log" covers. A file that names none is refused, saying why (a log of job
+    steps only, of other partitions, of jobs without GPUs; an answer without samples)."""
+    why = "no samples"
     if spec.format in ("sacct", "pods"):
         jobs = history_jobs(spec)
         times = pd.concat([jobs["begin"], jobs["end"]]).dropna()
+        why = jobs.attrs.get("unused", why)
     elif spec.format == "prometheus" and spec.url is None:
         times = pd.Series(read_prometheus_answer(spec.allocated).index)
     elif spec.format == "csv":
@@ -418,40 +465,20 @@ def history_span(spec: HistorySpec) -> tuple[pd.Timestamp, pd.Timestamp] | None:
                                            spec.duplicates)[0].index)
     else:
         return None
-    return (times.min(), times.max()) if len(times) else None
+    if not len(times):
+        raise HistoryError(f"{spec.label()}: {why}, so nothing to take the what-if's window from")
+    return times.min(), times.max()
 
 
 # ------------------------------------------------------------------------------ internals
 def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise HistoryError(f"{path}: not UTF-8 text (undecodable byte at offset {exc.start})") from None
-    except OSError as exc:
-        raise HistoryError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return inputfiles.read_text(path, "history file", inputfiles.MAX_TRACE_BYTES, HistoryError, decompress=True)
 
 
 def _utc(ts: pd.Timestamp, timezone: str) -> pd.Timestamp:
     if ts.tzinfo is None:
         return ts.tz_localize(zoneinfo.ZoneInfo(timezone), ambiguous=True, nonexistent="shift_forward").tz_convert("UTC")
     return ts.tz_convert("UTC")
-
-
-def _sacct_times(path: Path, line_no: np.ndarray, values: list[str], col: str, timezone: str,
-                 unknown_ok: bool) -> pd.Series:
-    """sacct's local times (``2023-04-26T10:00:00``) in UTC; NaT for Unknown where allowed. An
-    ambiguous wall time (the hour a clock goes back) is read as the daylight-saving one."""
-    text = pd.Series(values, dtype=object).str.strip()
-    unknown = text.str.lower().isin(_SACCT_UNKNOWN)
-    parsed = pd.to_datetime(text.where(~unknown), format="%Y-%m-%dT%H:%M:%S", errors="coerce")
-    bad = (parsed.isna() & ~unknown) | (unknown & (not unknown_ok))
-    if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise HistoryError(f"{path}: line {line_no[i]}, column {col}: {values[i]!r} is not a time "
-                           "(expected YYYY-MM-DDTHH:MM:SS" + (" or Unknown)" if unknown_ok else ")"))
-    zone = zoneinfo.ZoneInfo(timezone)
-    return pd.Series(pd.DatetimeIndex(parsed).tz_localize(zone, ambiguous=np.ones(len(parsed), bool),
-                                                          nonexistent="shift_forward").tz_convert("UTC"))
 
 
 def _tres_gpus(path: Path, line: int, col: str, tres: str) -> int:
@@ -461,89 +488,12 @@ def _tres_gpus(path: Path, line: int, col: str, tres: str) -> int:
     for item in filter(None, (t.strip() for t in tres.split(","))):
         key, _, value = item.partition("=")
         if key == "gres/gpu" or key.startswith("gres/gpu:"):
-            try:
-                count = int(value)
-            except ValueError:
-                count = -1
-            if count < 0:
-                raise HistoryError(f"{path}: line {line}, column {col}: {item!r} is not a whole GPU count")
+            count = whole_count(path, line, col, item, value)
             if key == "gres/gpu":
                 plain = count
             else:
                 typed += count
-    return plain if plain is not None else typed
-
-
-def _pod_times(path: Path, line_no: np.ndarray, col: pd.Series, name: str, origin: pd.Timestamp | None,
-               timezone: str, empty_ok: bool) -> pd.Series:
-    """A pod list's time column in UTC: seconds after ``origin``, or ISO 8601; NaT where empty."""
-    text = col.str.strip()
-    seconds = pd.to_numeric(text, errors="coerce").to_numpy(float)
-    if origin is not None and np.isfinite(seconds).all() and (np.abs(seconds) <= 1e11).all():
-        return pd.Series(origin + pd.to_timedelta(seconds, unit="s"))  # the usual list: all seconds, at once
-    out = []
-    for i, value in enumerate(text):
-        if not value:
-            if not empty_ok:
-                raise HistoryError(f"{path}: line {line_no[i]}, column {name}: empty, a pod has a creation time")
-            out.append(pd.NaT)
-            continue
-        try:
-            seconds = float(value)
-        except ValueError:
-            seconds = None
-        if seconds is not None:
-            if origin is None:
-                raise HistoryError(f"{path}: line {line_no[i]}, column {name}: {value!r} is seconds from the trace's "
-                                   "origin; give origin (the instant second 0 stands for)")
-            if not np.isfinite(seconds) or abs(seconds) > 1e11:
-                raise HistoryError(f"{path}: line {line_no[i]}, column {name}: {value!r} is not a time")
-            out.append(origin + pd.Timedelta(seconds=seconds))
-            continue
-        try:
-            out.append(_utc(pd.Timestamp(value), timezone))
-        except (ValueError, TypeError, OverflowError):
-            raise HistoryError(f"{path}: line {line_no[i]}, column {name}: {value!r} is neither seconds nor an "
-                               "ISO 8601 time") from None
-    return pd.Series(pd.DatetimeIndex(out, tz="UTC") if out else pd.DatetimeIndex([], tz="UTC"))
-
-
-def _counts(path: Path, line_no: np.ndarray, col: pd.Series, name: str, whole: bool,
-            empty: float | None = None) -> np.ndarray:
-    text = col.str.strip()
-    values = pd.to_numeric(text, errors="coerce").to_numpy(float)
-    blank = (text == "").to_numpy()
-    if empty is not None:
-        values = np.where(blank, empty, values)
-    with np.errstate(invalid="ignore"):
-        bad = (np.isnan(values) & ~(blank & (empty is not None))) | (values < 0) | np.isinf(values)
-        if whole:
-            bad |= ~np.isnan(values) & (values != np.round(values))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise HistoryError(f"{path}: line {line_no[i]}, column {name}: {col.iloc[i]!r} is not a GPU count "
-                           "(a whole number, 0 or more)")
-    return values
-
-
-def _order(path: Path, line_no: np.ndarray, first: pd.Series, then: pd.Series, a: str, b: str) -> None:
-    bad = (~first.isna() & ~then.isna() & (then < first)).to_numpy()
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise HistoryError(f"{path}: line {line_no[i]}: {b} {then.iloc[i]} is before {a} {first.iloc[i]}")
-
-
-def _intervals(line_no, wait_begin, wait_end, wait_milli, run_begin, run_end, run_milli, ran) -> pd.DataFrame:
-    ran = np.asarray(ran, bool)
-    pending = pd.DataFrame({"kind": "pending", "begin": wait_begin.to_numpy(), "end": wait_end.to_numpy(),
-                            "milli": np.asarray(wait_milli, np.int64), "line": line_no})
-    running = pd.DataFrame({"kind": "running", "begin": run_begin.to_numpy(), "end": run_end.to_numpy(),
-                            "milli": np.asarray(run_milli, np.int64), "line": line_no})[ran]
-    jobs = pd.concat([pending, running], ignore_index=True)
-    jobs = jobs[jobs["milli"] > 0]
-    for c in ("begin", "end"):
-        jobs[c] = pd.to_datetime(jobs[c], utc=True)
-    return jobs.reset_index(drop=True)
+    return plain if plain is not None else bounded(path, line, col, tres, typed)
 
 
 def _integrate(begin: pd.Series, end: pd.Series, milli: np.ndarray, index: pd.DatetimeIndex,
@@ -581,25 +531,23 @@ def _matrix_sum(result: Any, where: str) -> pd.Series:
         for j, pt in enumerate(pts):
             at = f"{where}: data.result[{k}].values[{j}]"
             try:
-                if not isinstance(pt, (list, tuple)) or len(pt) != 2:
-                    raise TypeError
-                t, v = float(pt[0]), float(pt[1])
-            except (TypeError, ValueError, OverflowError):
-                raise HistoryError(f"{at}: {_short(pt)} is not [time, \"value\"]") from None
-            if not 0 <= t <= MAX_ANSWER_TIME_S:  # also NaN and inf (JSON's 1e999)
-                raise HistoryError(f"{at}: time {_short(pt[0])} is not an instant of 1970..2200 in seconds")
-            if np.isinf(v) or v < 0 or v > MAX_ANSWER_GPUS:
-                raise HistoryError(f"{at}: {_short(pt[1])} is not a GPU count (0 to {MAX_ANSWER_GPUS:g})")
+                t, v = ascii_float(pt[0]), ascii_float(pt[1])
+            except (TypeError, ValueError, IndexError, KeyError, OverflowError):  # OverflowError: 10**400
+                raise HistoryError(f"{at}: {shown(pt)} is not [time, \"value\"]") from None
+            if not math.isfinite(t):
+                raise HistoryError(f"{at}: time {shown(pt[0])} is not a time")
+            if not in_span(np.array([t]))[0]:
+                raise HistoryError(f"{at}: time {shown(pt[0])} is {instant_text(t)}, outside the times a history may "
+                                   f"name ({span_text()})")
+            if np.isinf(v) or v < 0 or v > MAX_GPU_COUNT:  # NaN (a sum over nothing, 0/0) is a gap
+                beyond = f" (at most {MAX_GPU_COUNT:,}: MAX_GPU_COUNT)" if v > MAX_GPU_COUNT else ""
+                raise HistoryError(f"{at}: {shown(pt[1])} is not a GPU count{beyond}")
             times.append(t)
             values.append(v)
+    if values and np.isnan(values).all():
+        raise HistoryError(f"{where}: every value is NaN: no GPU count to read")
     series = pd.Series(values, index=pd.to_datetime(np.asarray(times, float), unit="s", utc=True), dtype=float)
     return series.groupby(level=0).sum(min_count=1).sort_index()
-
-
-def _short(value: Any) -> str:
-    """A value of a file as a message shows it: its repr, cut to a short prefix."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:60] + "…"
 
 
 def _frame(running: np.ndarray, pending: np.ndarray, index: pd.DatetimeIndex) -> pd.DataFrame:

@@ -40,14 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gpupool import mig
+from gpupool import inputfiles, mig
 from gpupool.values import utc_field
 from gpupool.allocate.cadence import FASTPATH_EVERY
 from gpupool.allocate.layouts import GPU_UNIT
-from gpupool.errors import UserError
+from gpupool.errors import UserError, one_line, shown
 from gpupool.sim.faults import FaultSpec
 from gpupool.sim.history import HistorySpec
 from gpupool.sim.synthetic import SyntheticSpec
@@ -61,11 +60,15 @@ def _timedelta(value: Any) -> dt.timedelta:
     if isinstance(value, dt.timedelta):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        raise ValueError(f"give a duration with a unit such as '5min' or '1h', not a bare number {value!r}")
+        raise ValueError(f"give a duration with a unit such as '5min' or '1h', not a bare number {shown(value)}")
+    if isinstance(value, (list, tuple, dict, set)):
+        raise ValueError(f"not a duration: {shown(value)}")
     try:
         out = pd.Timedelta(str(value))
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"not a duration: {value!r}") from exc
+    except (ValueError, TypeError, OverflowError):
+        out = pd.NaT
+    if out is pd.NaT:
+        raise ValueError(f"not a duration: {shown(value)}")
     return out.to_pytimedelta()
 
 
@@ -101,8 +104,8 @@ class PlatformSpec(BaseModel):
                     except ValidationError as exc:
                         first = exc.errors()[0]
                         key = ".".join(str(p) for p in first["loc"])
-                        msg = str(first["msg"]).removeprefix("Value error, ")
-                        raise ValueError(f"entry {i}: {key + ': ' if key else ''}{msg}") from None
+                        msg = one_line(str(first["msg"]).removeprefix("Value error, "))
+                        raise ValueError(f"entry {i}: {one_line(key, 100) + ': ' if key else ''}{msg}") from None
                     if entry.format == "helios":
                         entry = entry.path
                 out.append(entry)
@@ -234,14 +237,7 @@ def load_scenario(path: str | Path) -> Scenario:
         With the file and the offending key in the message (``scenario.yaml: platforms.slurm.trace: ...``).
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read scenario ({exc})") from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: not valid YAML ({exc})") from exc
+    raw = inputfiles.load_yaml(path, "scenario", inputfiles.MAX_SCENARIO_BYTES, ScenarioError)
     if not isinstance(raw, dict):
         raise ScenarioError(f"{path}: a scenario is a mapping with at least 'platforms', got {type(raw).__name__}")
     return scenario_from_dict(raw, base_dir=path.parent, where=str(path))
@@ -258,9 +254,9 @@ def scenario_from_dict(raw: dict, base_dir: str | Path = ".", where: str = "scen
         scenario = Scenario.model_validate({**raw})
     except ValidationError as exc:
         first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        key = one_line(".".join(str(p) for p in first["loc"]), 120) or "(top level)"
         more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
-        msg = str(first["msg"]).removeprefix("Value error, ")
+        msg = one_line(str(first["msg"]).removeprefix("Value error, "))
         raise ScenarioError(f"{where}: {key}: {msg}{more}") from exc
     platforms = {}
     for name, spec in scenario.platforms.items():
@@ -280,8 +276,12 @@ def scenario_from_dict(raw: dict, base_dir: str | Path = ".", where: str = "scen
 
 
 def _existing(path: Path, base_dir: Path, where: str) -> Path:
-    """``path`` against ``base_dir`` when relative, resolved; a ScenarioError when no such file."""
+    """``path`` against ``base_dir`` when relative, resolved; a ScenarioError when it is no
+    regular file or holds more than a trace may (:func:`gpupool.inputfiles.file_problem`)."""
     full = path if path.is_absolute() else (base_dir / path)
-    if not full.is_file():
+    problem = inputfiles.file_problem(full, inputfiles.MAX_TRACE_BYTES, "trace")
+    if problem == "no such file":
         raise ScenarioError(f"{where}: no such file {full}")
+    if problem is not None:
+        raise ScenarioError(f"{where}: {full} {problem}")
     return full.resolve()

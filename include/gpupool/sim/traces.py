@@ -8,12 +8,14 @@ to one platform are summed, and rows finer than the simulation step are averaged
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from gpupool import inputfiles
 from gpupool.errors import UserError
 
 #: columns every Helios trace file must carry
@@ -22,6 +24,16 @@ HELIOS_REQUIRED = ("time", "running_gpu_num", "pending_gpu_num", "total_gpu_num"
 #: the most simulation steps a world may hold: five years of five-minute steps. Every node keeps
 #: its owner per step, so a longer span (a mistyped year in a three-line trace) only exhausts memory
 MAX_WORLD_STEPS = 5 * 366 * 24 * 12
+
+#: the most GPUs one count of a trace or history file may name (a cluster's, a job's, a pod's, one
+#: sample of a series): more than any cluster holds, and few enough that a log's jobs summed in
+#: thousandths of a GPU stay exact in 64-bit integers and a world's nodes fit in memory
+MAX_GPU_COUNT = 1_000_000
+
+#: the instants a trace or history file may name, from EARLIEST_TIME up to (not including)
+#: LATEST_TIME: the simulator counts time in nanoseconds from 1970, a count that ends in 2262
+EARLIEST_TIME = pd.Timestamp("1970-01-01T00:00:00Z")
+LATEST_TIME = pd.Timestamp("2200-01-01T00:00:00Z")
 
 #: columns of the frame :func:`read_helios` returns
 TRACE_COLUMNS = ("running", "pending", "demand", "total", "util")
@@ -52,8 +64,9 @@ def read_helios(paths: str | Path | Iterable[str | Path], step: str | pd.Timedel
     ------
     TraceError
         Naming the file on a missing column, an unreadable file, no rows, or files that do
-        not cover the same time range; naming the file, line and column on an infinite value
-        or a negative GPU count.
+        not cover the same time range; naming the file, line and column on an infinite value,
+        a negative GPU count or one beyond :data:`MAX_GPU_COUNT`, or a time outside
+        :data:`EARLIEST_TIME` .. :data:`LATEST_TIME`.
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -92,10 +105,11 @@ def read_helios(paths: str | Path | Iterable[str | Path], step: str | pd.Timedel
 
 
 def _read_one(path: Path, step: pd.Timedelta) -> pd.DataFrame:
+    text = inputfiles.read_text(path, "trace", inputfiles.MAX_TRACE_BYTES, TraceError, decompress=True)
     try:
-        raw = pd.read_csv(path)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: cannot read trace ({exc})") from exc
+        raw = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise TraceError(f"{path}: cannot read trace ({' '.join(str(exc).split())[:200]})") from None
     missing = [c for c in HELIOS_REQUIRED if c not in raw.columns]
     if missing:
         raise TraceError(f"{path}: not a Helios trace, missing columns {missing}")
@@ -105,6 +119,11 @@ def _read_one(path: Path, step: pd.Timedelta) -> pd.DataFrame:
     if ts.isna().any():
         bad = raw.loc[ts.isna(), "time"].iloc[0]
         raise TraceError(f"{path}: column 'time' has {int(ts.isna().sum())} unparseable values, first {bad!r}")
+    outside = ((ts < EARLIEST_TIME) | (ts >= LATEST_TIME)).to_numpy()
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        raise TraceError(f"{path}: line {i + 2}, column 'time': {ts.iloc[i].isoformat()} is outside the times a trace "
+                         f"may name ({EARLIEST_TIME:%Y-%m-%d} .. {LATEST_TIME:%Y-%m-%d})")
     cols = {}
     for name, col in (("running", "running_gpu_num"), ("pending", "pending_gpu_num"), ("total", "total_gpu_num")):
         values = pd.to_numeric(raw[col], errors="coerce")
@@ -141,11 +160,13 @@ def check_span(start: pd.Timestamp, end: pd.Timestamp, step: pd.Timedelta, what:
 
 def _checked(path: Path, col: str, values: np.ndarray, counts: bool) -> np.ndarray:
     """``values`` unchanged, or a TraceError naming the file line (the header is line 1) of the
-    first infinite value or, for a GPU count, the first negative one. Blank values stay gaps."""
+    first infinite value or, for a GPU count, the first negative one or one beyond
+    :data:`MAX_GPU_COUNT`. Blank values stay gaps."""
     with np.errstate(invalid="ignore"):
-        bad = np.isinf(values) | ((values < 0) if counts else False)
+        bad = np.isinf(values) | (((values < 0) | (values > MAX_GPU_COUNT)) if counts else False)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        what = "is not finite" if np.isinf(values[i]) else "is a negative GPU count"
+        what = ("is not finite" if np.isinf(values[i]) else "is a negative GPU count" if values[i] < 0
+                else f"is beyond {MAX_GPU_COUNT:,} GPUs (MAX_GPU_COUNT)")
         raise TraceError(f"{path}: line {i + 2}, column {col!r}: value {float(values[i])!r} {what}")
     return values

@@ -15,7 +15,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from gpupool.errors import UsageError
+from gpupool import inputfiles
+from gpupool.errors import UsageError, one_line
 from gpupool.sim.history import HISTORY_FORMATS, HistorySpec, history_span
 from gpupool.sim.scenario import Scenario, scenario_from_dict
 
@@ -24,19 +25,27 @@ WHATIF_PLATFORMS = ("slurm", "kubernetes", "openstack")
 
 
 def parse_source(text: str, option: str) -> dict[str, Any] | str:
-    """One ``FORMAT:PATH[,key=value...]`` as a scenario trace entry (a bare path: Helios)."""
+    """One ``FORMAT:PATH[,key=value...]`` as a scenario trace entry (a bare path: Helios). A key
+    that says the format or the file again (``format=``, ``path=``; ``allocated=`` for
+    prometheus), or a key given twice, is refused."""
     fmt, sep, rest = text.partition(":")
     if not sep or fmt not in (*HISTORY_FORMATS, "helios"):
         return text
     path, *pairs = rest.split(",")
     if not path:
         raise UsageError(f"{option} {text}: give the file after '{fmt}:'")
-    entry: dict[str, Any] = {"format": fmt, "allocated" if fmt == "prometheus" else "path": path}
+    file_key = "allocated" if fmt == "prometheus" else "path"
+    entry: dict[str, Any] = {"format": fmt, file_key: path}
     for pair in pairs:
         key, eq, value = pair.partition("=")
-        if not eq or not key.strip():
+        key = key.strip()
+        if not eq or not key:
             raise UsageError(f"{option} {text}: {pair!r} is not key=value")
-        entry[key.strip()] = value.strip()
+        if key in ("format", file_key):  # FORMAT:PATH said it; a key must not quietly say otherwise
+            raise UsageError(f"{option} {text}: {key} is given by {fmt}:{path}; a key may not set it again")
+        if key in entry:
+            raise UsageError(f"{option} {text}: {key} is given twice")
+        entry[key] = value.strip()
     return entry
 
 
@@ -76,11 +85,15 @@ def scenario_text(raw: dict[str, Any]) -> str:
 
 
 def _absolute(entry: dict[str, Any] | str, base_dir: Path, option: str) -> dict[str, Any] | str:
-    """``entry`` with its files resolved; a UsageError naming the option when one is missing."""
+    """``entry`` with its files resolved; a UsageError naming the option when one is missing, is
+    no regular file or holds more than a trace may (:func:`gpupool.inputfiles.file_problem`)."""
     def resolved(value: str) -> str:
         full = (base_dir / value).resolve()
-        if not full.is_file():
+        problem = inputfiles.file_problem(full, inputfiles.MAX_TRACE_BYTES, "trace")
+        if problem == "no such file":
             raise UsageError(f"{option}: no such file {full}")
+        if problem is not None:
+            raise UsageError(f"{option}: {full} {problem}")
         return str(full)
 
     if isinstance(entry, str):
@@ -106,8 +119,8 @@ def _span(raw: dict[str, Any], sources: dict[str, list[str]]) -> tuple[pd.Timest
                 spec = HistorySpec.model_validate(entry)
             except ValidationError as exc:
                 first = exc.errors()[0]
-                key = ".".join(str(p) for p in first["loc"])
-                msg = str(first["msg"]).removeprefix("Value error, ")
+                key = one_line(".".join(str(p) for p in first["loc"]), 100)
+                msg = one_line(str(first["msg"]).removeprefix("Value error, "))
                 raise UsageError(f"--{name} {text}: {key + ': ' if key else ''}{msg}") from None
             span = history_span(spec)
             if span is not None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpupool.errors import UserError
+from gpupool.errors import UserError, shown
 from gpupool import mig
 from gpupool.canonical import CANONICAL_METRICS, SAMPLE_COLUMNS, empty_samples
 from gpupool.sim.scenario import Scenario, scenario_from_dict
@@ -41,6 +41,14 @@ MIG_MODELS = mig.MIG_MODELS
 
 #: how the platforms name their nodes (a pool node keeps its name when it changes owner)
 _NAME_PREFIX = {"openstack": "compute-gpu", "slurm": "gpu-n", "kubernetes": "k8s-gpu"}
+
+#: the most nodes a world may hold (each is an object with its name, layout and index entries)
+MAX_WORLD_NODES = 100_000
+#: the most node-steps (nodes x steps) a world may hold: every node keeps its owner and cordon
+#: flag per step (and its MIG layout where a platform asks for slices); 12,500 nodes over a
+#: 31-day month of 5-minute steps. Checked before a node is made: a node count mistyped or
+#: read from a trace (``total_gpu_num``) would otherwise take memory until the process dies
+MAX_WORLD_NODE_STEPS = 12_500 * 31 * 24 * 12
 
 
 class WorldError(UserError, ValueError):
@@ -167,11 +175,36 @@ class World:
                 "node would never arrive; shorten move_minutes or widen start/end"
             )
 
+    def _check_size(self, counts: dict[str, int]) -> None:
+        """Refuse (one line) more than :data:`MAX_WORLD_NODES` nodes or
+        :data:`MAX_WORLD_NODE_STEPS` node-steps, naming the platform with the most nodes and
+        where its count comes from."""
+        total, steps = sum(counts.values()), len(self.index)
+        if total <= MAX_WORLD_NODES and total * steps <= MAX_WORLD_NODE_STEPS:
+            return
+        sc = self.scenario
+        where = sc.source if sc.source is not None else "scenario"
+        big = max(counts, key=counts.get)
+        spec = sc.platforms[big]
+        if spec.nodes is not None:
+            origin = "its nodes"
+        else:
+            given = "synthetic total_gpus" if spec.synthetic is not None else "traces' total_gpu_num"
+            origin = f"its {given} of {self._traced_total[big]:,.0f} in {sc.node_gpus}-GPU nodes"
+        raise WorldError(
+            f"{where}: {total:,} nodes over {steps:,} steps of {self.step} ({total * steps:,} node-steps; "
+            f"platform {shown(big)}: {counts[big]:,} nodes, {origin}); a world holds at most {MAX_WORLD_NODES:,} nodes "
+            f"and {MAX_WORLD_NODE_STEPS:,} node-steps: give fewer nodes, a shorter window or a longer step"
+        )
+
     def _build_nodes(self) -> None:
         sc = self.scenario
+        counts = {p: spec.nodes if spec.nodes is not None else math.ceil(self._traced_total[p] / sc.node_gpus - 1e-9)
+                  for p, spec in sc.platforms.items()}
+        self._check_size(counts)
         nodes: list[Node] = []
         for p, spec in sc.platforms.items():
-            count = spec.nodes if spec.nodes is not None else math.ceil(self._traced_total[p] / sc.node_gpus - 1e-9)
+            count = counts[p]
             prefix = _NAME_PREFIX.get(p, f"{p}-gpu")
             capable = mig_capable(spec.gpu_model)
             for k in range(count):

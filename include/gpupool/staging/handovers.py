@@ -38,7 +38,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from gpupool.staging.schema import action_audit, handover
+from gpupool.staging.schema import action_audit, handover, node_power
 
 
 class Blocked(Exception):
@@ -191,21 +191,35 @@ def _insert(conn: sa.Connection, values: dict[str, Any]) -> int:
     return int(conn.execute(handover.insert().values(**values)).inserted_primary_key[0])
 
 
+def _powered_off(conn: sa.Connection, node: str) -> str | None:
+    """The node's power state when it is not on (parking, parked, waking), else None."""
+    state = conn.execute(sa.select(node_power.c.state).where(node_power.c.node == node)).scalar()
+    return None if state in (None, "on") else state
+
+
 def insert_handover(engine: Engine, values: dict[str, Any], blocking: tuple[str, ...]) -> int:
     """Insert a ``handover`` row (``values``: its columns) unless its node has a row in a
-    ``blocking`` state (:class:`Blocked`, nothing written); returns the new id."""
+    ``blocking`` state or is not powered on (:class:`Blocked`, nothing written; for a node
+    being parked, parked or woken its ``id`` is None and its ``state`` the power state);
+    returns the new id."""
     node = values["node"]
     with engine.begin() as conn:
         lock_node_in(conn, node)
         row = _blocking_row(conn, node, blocking)
         if row is not None:
             raise Blocked(node, int(row.id), row.state)
+        power = _powered_off(conn, node)
+        if power is not None:
+            raise Blocked(node, None, power)
         new_id = _insert(conn, values)
         # a concurrent writer that slipped past the check shows up here: undo ours
         n = conn.execute(sa.select(sa.func.count()).select_from(handover).where(
             handover.c.node == node, handover.c.state.in_(blocking))).scalar_one()
         if n > 1:
             raise Blocked(node, None, None)
+        power = _powered_off(conn, node)  # a park that began concurrently (SQLite checks after writing)
+        if power is not None:
+            raise Blocked(node, None, power)
     return new_id
 
 

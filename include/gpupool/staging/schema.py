@@ -215,6 +215,8 @@ action_audit = Table(
     Column("dry_run", Boolean, nullable=False),
     Column("created_at", TS, nullable=False),
     Column("finished_at", TS),
+    # the power transition (park or wake) a command belongs to; NULL for a handover's commands
+    Column("power_transition_id", Integer),
 )
 
 #: the fast path's instant pressure readings (`Source.pressure`), one row per platform, metric
@@ -247,4 +249,43 @@ fastpath_decision = Table(
     Column("dry_run", Boolean, nullable=False),
     Column("handover_id", Integer),
     Index("ix_fastpath_decision_decided", "decided_at"),
+)
+
+#: the power state of each pool node gpupool parked or woke: on | parking | parked | waking (a
+#: node without a row is on). `platform` is where the node wakes; `deadline`, while parking or
+#: waking, is when the change is late. Written only by `gpupool.staging.power`
+node_power = Table(
+    "node_power",
+    metadata,
+    Column("node", String(256), primary_key=True),
+    Column("platform", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reason", Text),
+    Column("error", Text),
+    Column("since", TS, nullable=False),  # when it entered `state`
+    Column("updated_at", TS, nullable=False),
+    Column("deadline", TS),
+    Column("transition_id", Integer),  # the power_transition that put it in `state`
+    # a wake asked while the node was powering off (which cannot be taken back): it is woken as
+    # soon as it is parked, due by this time
+    Column("wake_deadline", TS),
+)
+
+#: every power transition of a node, in order: the audit of `node_power` (a dry run's, which
+#: leaves `node_power` as it was, included). `by`: plan | fastpath | operator | observed (the
+#: platform changed it itself, e.g. Slurm woke a parked node for a job)
+power_transition = Table(
+    "power_transition",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(256), nullable=False),
+    Column("platform", String(64), nullable=False),
+    Column("from_state", String(16), nullable=False),
+    Column("to_state", String(16), nullable=False),
+    Column("at", TS, nullable=False),
+    Column("by", String(32), nullable=False),
+    Column("reason", Text),
+    Column("error", Text),
+    Column("dry_run", Boolean, nullable=False),
+    Index("ix_power_transition_node", "node", "id"),
 )

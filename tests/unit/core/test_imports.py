@@ -1,4 +1,4 @@
-"""The house's layering rules (ARCHITECTURE.md), checked on one import graph that follows
+"""The house's layering rules (the README's *Layout*), checked on one import graph that follows
 imports through modules.
 
 Data flows one way: platform APIs -> sources -> staging -> detect -> forecast -> allocate.
@@ -18,15 +18,17 @@ import pytest
 PKG = Path(__file__).resolve().parents[3] / "include" / "gpupool"
 STAGES = ["sources", "staging", "detect", "forecast", "allocate"]
 #: built on top of the stages: no stage may reach them
-ABOVE = {"pipeline", "cli", "collector", "poolview", "report", "airflow_glue", "platforms", "summary", "metrics", "notify"}
+ABOVE = {"pipeline", "cli", "collector", "poolview", "report", "airflow_glue", "platforms", "summary", "metrics", "notify",
+         "config_doc"}
 #: the what-if and the platform-API emulator: the stages never know a platform is simulated
 SIMULATOR = {"sim", "emulator"}
 #: modules every layer may use; they import nothing from gpupool
 LEAVES = {"errors", "values", "k8s_keys"}
 #: the one edge the rules allow against the flow, and why: loading platforms.yaml checks its
-#: ``detect.router`` section against the router's own settings model (inside a validator, so a
-#: stage that reads its config does not load a detector)
-ALLOWED_EDGES = {("config", "detect.router")}
+#: ``detect.router`` section against the detect stage's settings models (``detect.settings``, a
+#: leaf that imports nothing of the package, inside a validator: a stage that reads its config
+#: loads no detector)
+ALLOWED_EDGES = {("config", "detect.settings")}
 #: what a fitted model must never be read back through
 UNPICKLERS = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "joblib", "marshal", "shelve"}
 
@@ -175,6 +177,59 @@ def test_the_package_never_imports_an_unpickler():
     assert {m: sorted(ext & UNPICKLERS) for m, (_, ext) in g.items() if ext & UNPICKLERS} == {}
 
 
+def test_the_config_edge_into_detect_reaches_a_leaf_only():
+    """The edge ``config`` is allowed into ``detect`` loads the settings models and nothing else."""
+    g = graph()
+    assert reach("detect.settings", g) <= {"detect"}
+    assert g["detect"][0] == frozenset()
+
+
+def _cycles(g: dict, members: set[str]) -> list[list[str]]:
+    """The import cycles among ``members`` (strongly connected components of more than one module,
+    or a module importing itself), each sorted (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(g.get(v, (frozenset(),))[0] & members):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in g.get(v, (frozenset(),))[0]:
+                found.append(sorted(component))
+
+    for v in sorted(members):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_in_detect():
+    """The detect stage's modules import one another in one direction: settings, then the rules
+    and detectors, the fitted model, the stream (every import counts, also under TYPE_CHECKING
+    and inside functions)."""
+    g = graph()
+    detect = {m for m in g if _top(m) == "detect"}
+    assert len(detect) > 15
+    assert _cycles(g, detect) == []
+
+
 def test_the_planning_service_reads_staging_through_reads_and_stores_only():
     g = graph()
     deps = g["allocate.service"][0]
@@ -203,6 +258,22 @@ def fake_pkg(tmp_path):
     return root
 
 
+def test_the_cycle_finder_finds_a_circle_through_a_type_checking_import(tmp_path):
+    root = tmp_path / "gpupool"
+    for rel, text in {
+        "__init__.py": "",
+        "detect/__init__.py": "",
+        "detect/model.py": "from gpupool.detect.rules import stuck\n",
+        "detect/rules/__init__.py": "",
+        "detect/rules/stuck.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpupool.detect.model import M\n",
+        "detect/leaf.py": "",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    g = graph(root)
+    assert _cycles(g, set(g)) == [["detect.model", "detect.rules.stuck"]]
+
+
 def test_the_scanner_follows_relative_lazy_and_transitive_imports(fake_pkg):
     g = graph(fake_pkg)
     assert g["detect.router"][0] == {"detect", "detect.features", "config"}
@@ -212,3 +283,10 @@ def test_the_scanner_follows_relative_lazy_and_transitive_imports(fake_pkg):
     assert _path_to("detect.router", {"allocate"}, g) == ["detect.router", "config", "allocate"]
     assert g["allocate.policy"][1] == {"pickle"}
     assert g["detect.features"][1] == {"numpy"}
+
+
+def test_inputfiles_reaches_nothing_but_errors():
+    """Every layer opens its inputs through gpupool.inputfiles: it must stay a leaf but for the
+    error classes."""
+    g = graph()
+    assert reach("inputfiles", g) == {"errors"}

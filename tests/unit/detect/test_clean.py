@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -16,10 +15,8 @@ from gpupool.detect.clean import (
     fit_series_model,
     score_window,
 )
-from gpupool.detect.alarms import AlarmRules
-from gpupool.detect.router import RouterConfig
-from gpupool.detect.rules import CleaningRules
 from gpupool.detect.rules.stuck import stuck_runs
+from gpupool.detect.settings import AlarmRules, CleaningRules, RouterConfig
 
 
 @pytest.mark.parametrize("detector", ["auto", "sr", "svr"])
@@ -282,44 +279,47 @@ def test_flat_and_step_series_are_never_stuck():
         assert (out["clean_value"] == y).all()
 
 
+def _stuck(raw: np.ndarray, model, rules: CleaningRules | None = None):
+    """The stuck rule on `raw` with the numbers `model` read from its history."""
+    return stuck_runs(raw, np.full(raw.size, np.nan), model.repeats, rules or CleaningRules(), model.tau_,
+                      model.nonnegative_)
+
+
 def test_an_idle_run_at_zero_is_not_stuck(make_seasonal):
     y = make_seasonal(n=2016, seed=4).clip(lower=0.0)
     y.iloc[1500:1520] = 0.0
     model = fit_series_model(y.iloc[:1000], detector="svr")
     assert model.nonnegative_
-    nan = np.full(y.size, np.nan)
-    assert not stuck_runs(y.to_numpy(), nan, model)[0].any()
-    assert stuck_runs(_stuck_at(y, 1600, 20).to_numpy(), nan, model)[0][1601:1621].all()
+    assert not _stuck(y.to_numpy(), model)[0].any()
+    assert _stuck(_stuck_at(y, 1600, 20).to_numpy(), model)[0][1601:1621].all()
 
 
 def test_repeat_statistics_round_trip_and_old_params_read_as_off(make_seasonal):
     y = make_seasonal(n=1000, seed=4)
     model = fit_series_model(y, detector="svr")
-    assert 0.0 <= model.repeat_share_ < 0.05 and model.repeat_run_ == 1.0
+    assert 0.0 <= model.repeats.share < 0.05 and model.repeats.run == 1.0
     params = json.loads(json.dumps(model.to_params(), allow_nan=False))
     again = FittedSeriesModel.from_params(params)
-    assert again.repeat_share_ == model.repeat_share_ and again.repeat_run_ == model.repeat_run_
+    assert again.repeats.share == model.repeats.share and again.repeats.run == model.repeats.run
     # a model stored before the rule existed lacks the statistics: the rule is off for it
     del params["repeat_share"], params["repeat_run"]
     old = FittedSeriesModel.from_params(params)
-    assert np.isnan(old.repeat_share_) and np.isnan(old.repeat_run_)
-    nan = np.full(y.size, np.nan)
-    assert not stuck_runs(_stuck_at(y, 500, 30).to_numpy(), nan, old)[0].any()
-    assert stuck_runs(_stuck_at(y, 500, 30).to_numpy(), nan, again)[0][501:531].all()
+    assert np.isnan(old.repeats.share) and np.isnan(old.repeats.run)
+    assert not _stuck(_stuck_at(y, 500, 30).to_numpy(), old)[0].any()
+    assert _stuck(_stuck_at(y, 500, 30).to_numpy(), again)[0][501:531].all()
 
 
 def test_runs_too_long_or_entered_by_a_jump_are_kept(make_seasonal):
     y = make_seasonal(n=2016, seed=4)
     model = fit_series_model(y.iloc[:1000], detector="svr")
-    nan = np.full(y.size, np.nan)
-    assert stuck_runs(_stuck_at(y, 1500, 60).to_numpy(), nan, model)[0][1501:1561].all()
+    assert _stuck(_stuck_at(y, 1500, 60).to_numpy(), model)[0][1501:1561].all()
     # longer than max_stuck_run: the demand itself stood still
-    capped = dataclasses.replace(model, config=model.config.merged({"cleaning": {"max_stuck_run": 50}}))
-    assert not stuck_runs(_stuck_at(y, 1500, 60).to_numpy(), nan, capped)[0].any()
+    capped = CleaningRules(max_stuck_run=50)
+    assert not _stuck(_stuck_at(y, 1500, 60).to_numpy(), model, capped)[0].any()
     # a jump to a new level held exactly: a burst for the burst rule, not a stuck reading
     jumped = y.copy()
     jumped.iloc[1500:1520] = y.iloc[1499] + 20 * model.tau_
-    assert not stuck_runs(jumped.to_numpy(), nan, model)[0].any()
+    assert not _stuck(jumped.to_numpy(), model)[0].any()
 
 
 def test_excursion_scale_is_the_historys_peak_height_and_round_trips(make_seasonal):

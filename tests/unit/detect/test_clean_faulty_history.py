@@ -9,11 +9,10 @@ import numpy as np
 import pandas as pd
 
 from gpupool.detect.clean import FittedSeriesModel, fit_series_model, score_window
-from gpupool.detect.router import RouterConfig
-from gpupool.detect.rules import CleaningRules
 from gpupool.detect.rules.faults import fault_shaped
+from gpupool.detect.settings import CleaningRules, RouterConfig
 
-#: both rules are off by default (README, the fault regime); these tests turn them on
+#: both rules are off by default (docs/decisions/0006-fault-shape-knobs-off.md); these tests turn them on
 ROBUST = RouterConfig(cleaning=CleaningRules(scales_without_fault_shapes=True))
 OPEN = RouterConfig(cleaning=CleaningRules(open_move_factor=3.0))
 
@@ -56,8 +55,7 @@ def test_a_faulty_historys_scales_are_its_demands_not_its_faults():
     assert faulty.residual_scale_ <= 1.5 * clean.residual_scale_
     assert faulty.step_scale_ <= clean.step_scale_ + 1.6
     again = FittedSeriesModel.from_params(json.loads(json.dumps(faulty.to_params(), allow_nan=False)))
-    assert again.step_scale_ == faulty.step_scale_
-    assert again.config.cleaning.scales_without_fault_shapes
+    assert again.step_scale_ == faulty.step_scale_ and again.excursion_scale_ == faulty.excursion_scale_
     # off (the default), and on a fault-free history, the rule changes nothing
     assert fit_series_model(with_faults(truth), detector="zscore").excursion_scale_ > 10 * faulty.excursion_scale_
     assert fit_series_model(truth, detector="zscore").excursion_scale_ == clean.excursion_scale_
@@ -70,7 +68,7 @@ def test_a_spike_after_a_faulty_history_is_cleaned():
     model = fit_series_model(y.iloc[:2016], ROBUST, detector="zscore")
     y.iloc[2100] = 4.0 * y.iloc[2099] + 8.0
     y.iloc[2200:2202] = 0.0
-    out = score_window(model, y, start, None)
+    out = score_window(model, y, start, None, ROBUST)
     for i in (2100, 2200, 2201):
         assert out["cleaned"].loc[y.index[i]]
         assert abs(out["clean_value"].loc[y.index[i]] - y.iloc[i - 1 if i != 2201 else 2199]) < 10
@@ -80,22 +78,22 @@ def test_an_ordinary_step_at_the_end_of_the_data_is_kept_a_spike_is_not():
     y = gpu_count(n=2100, seed=3, step_p=0.15)
     model = fit_series_model(y.iloc[:2016], OPEN, detector="svr")
     start = y.index[2016]
-    bar = model.config.cleaning.open_move_factor * model.step_scale_
+    bar = OPEN.cleaning.open_move_factor * model.step_scale_
     assert model.tau_ < bar  # a step between the two is flagged, and is the demand's own size
     stepped = y.iloc[:2060].copy()
     stepped.iloc[-1] = stepped.iloc[-2] + 0.5 * (model.tau_ + bar)
-    out = score_window(model, stepped, start, None)
+    out = score_window(model, stepped, start, None, OPEN)
     assert not out["cleaned"].iloc[-1]
     assert out["clean_value"].iloc[-1] == stepped.iloc[-1]
     dropped = y.iloc[:2060].copy()
     dropped.iloc[-1] = dropped.iloc[-2] - 0.5 * (model.tau_ + bar)
-    assert not score_window(model, dropped, start, None)["cleaned"].iloc[-1]
+    assert not score_window(model, dropped, start, None, OPEN)["cleaned"].iloc[-1]
     spiked = y.iloc[:2060].copy()
     spiked.iloc[-1] = 4.0 * spiked.iloc[-2] + 8.0
-    assert score_window(model, spiked, start, None)["cleaned"].iloc[-1]
+    assert score_window(model, spiked, start, None, OPEN)["cleaned"].iloc[-1]
     zeroed = y.iloc[:2060].copy()
     zeroed.iloc[-1] = 0.0
-    assert score_window(model, zeroed, start, None)["cleaned"].iloc[-1]
+    assert score_window(model, zeroed, start, None, OPEN)["cleaned"].iloc[-1]
     # off (the default): the open step is cleaned as a point anomaly, as before
     off = fit_series_model(y.iloc[:2016], detector="svr")
     assert score_window(off, stepped, start, None)["cleaned"].iloc[-1]

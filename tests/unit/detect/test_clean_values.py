@@ -7,8 +7,7 @@ import pandas as pd
 import pytest
 
 from gpupool.detect.clean import FittedSeriesModel, detect_and_clean, fit_series_model, stream_detect
-from gpupool.detect.router import RouterConfig
-from gpupool.detect.rules import CleaningRules
+from gpupool.detect.settings import CleaningRules, RouterConfig
 
 
 def level_series(n: int = 1200, seed: int = 5, level: float = 10.0) -> pd.Series:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpupool.detect.params import decode, encode
 from gpupool.detect.prophet import ProphetDetector
 from gpupool.detect.sr import SpectralResidualDetector
 from gpupool.detect.svr import SVRDetector
@@ -93,7 +94,7 @@ def test_fitted_detector_round_trips_as_json_and_input_is_not_mutated(name, spik
     y, _ = spiky
     before = y.copy()
     det = _make(name).fit(y.iloc[:600])
-    again = type(det).from_params(json.loads(json.dumps(det.to_params(), allow_nan=False)))
+    again = decode(json.loads(json.dumps(encode(det), allow_nan=False)), det.name)
     pd.testing.assert_frame_equal(det.score(y.iloc[600:900]), again.score(y.iloc[600:900]))
     pd.testing.assert_series_equal(y, before)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from gpupool.detect.router import RouterConfig, RoutingRules, route
+from gpupool.detect.router import route
+from gpupool.detect.settings import RouterConfig, RoutingRules
 
 SEASONAL = {
     "n_valid": 2016, "constant": False, "period": 288, "period_source": "daily", "acf_period": 0.9,

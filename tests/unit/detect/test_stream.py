@@ -9,11 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpupool.detect.alarms import AlarmRules
 from gpupool.detect.clean import OUTPUT_COLUMNS, refit_anchors, stream_detect
 from gpupool.detect.io import detect_csv
-from gpupool.detect.router import RouterConfig, RoutingRules
-from gpupool.detect.rules import CleaningRules
+from gpupool.detect.settings import AlarmRules, CleaningRules, RouterConfig, RoutingRules
 from gpupool.tsio import SeriesInputError
 
 
@@ -366,7 +364,7 @@ def test_a_week_of_minute_points_leaves_three_excursions_out_of_the_budget_five_
     whole = fit_series_model(minutes, cfg.merged({"alarms": {"history_skip_per_1000_points": 0.0}}),
                              detector="zscore")
     assert whole.alarm_threshold_ > 4 * least
-    assert fast.extra["excursions"]["points"] == minutes.size
+    assert fast.budget.excursions["points"] == minutes.size
 
 
 def test_on_a_minute_series_an_earlier_anomaly_does_not_hide_a_smaller_later_one_by_default():

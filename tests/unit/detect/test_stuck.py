@@ -1,5 +1,5 @@
 """The stuck rule judged from values alone: a run is measured against the history's own runs at
-its level, and, where a co-moving series is given, against whether that series moves."""
+its level."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import pandas as pd
 import pytest
 
 from gpupool.detect.clean import FittedSeriesModel, fit_series_model
-from gpupool.detect.router import RouterConfig
-from gpupool.detect.rules import CleaningRules
-from gpupool.detect.rules.stuck import repeat_levels, stuck_runs, typical_run
+from gpupool.detect.rules.stuck import RepeatStats, repeat_levels, stuck_runs, typical_run
+from gpupool.detect.settings import CleaningRules, RouterConfig
 
 FULL = 64.0
 BUSY, HELD = 150, 50  # points of each busy spell, and of each spell held full at capacity
@@ -41,9 +40,16 @@ def _platform(cycles: int = 25, seed: int = 3) -> pd.Series:
 @pytest.fixture(scope="module")
 def fitted() -> tuple[pd.Series, FittedSeriesModel]:
     y = _platform()
-    # a count that repeats at most steps is judged only with the repeat-share gate opened
-    config = RouterConfig(cleaning=CleaningRules(stuck_max_repeat_share=1.0))
-    return y, fit_series_model(y.iloc[: 20 * (BUSY + HELD)], config, detector="zscore")
+    return y, fit_series_model(y.iloc[: 20 * (BUSY + HELD)], RouterConfig(cleaning=OPEN_GATE), detector="zscore")
+
+
+#: a count that repeats at most steps is judged only with the repeat-share gate opened
+OPEN_GATE = CleaningRules(stuck_max_repeat_share=1.0)
+
+
+def _judged(raw: np.ndarray, model: FittedSeriesModel, rules: CleaningRules = OPEN_GATE):
+    """The stuck rule on `raw` with the numbers `model` read from its history."""
+    return stuck_runs(raw, np.full(raw.size, np.nan), model.repeats, rules, model.tau_, model.nonnegative_)
 
 
 def _stuck(y: pd.Series, at: int, points: int) -> np.ndarray:
@@ -54,18 +60,17 @@ def _stuck(y: pd.Series, at: int, points: int) -> np.ndarray:
 
 def test_the_history_holds_long_runs_at_capacity_only(fitted):
     _, model = fitted
-    assert model.repeat_share_ > 0.3  # the series stands still at many of its steps
-    assert typical_run(model, FULL) >= HELD
-    assert typical_run(model, 20.0) < HELD / 3
+    assert model.repeats.share > 0.3  # the series stands still at many of its steps
+    assert typical_run(model.repeats, FULL) >= HELD
+    assert typical_run(model.repeats, 20.0) < HELD / 3
 
 
 def test_a_run_far_longer_than_the_runs_at_its_level_is_cleaned(fitted):
     y, model = fitted
     at = 20 * (BUSY + HELD) + 60  # inside a busy spell after the history
     raw = _stuck(y, at, 30)
-    nan = np.full(raw.size, np.nan)
     end = at + 1 + int(np.argmax(raw[at + 1 :] != raw[at]))  # the walk may hold the value a step or two more
-    mask, values = stuck_runs(raw, nan, model)
+    mask, values = _judged(raw, model)
     assert end - at - 1 >= 30 and mask[at + 1 : end].all() and mask.sum() == end - at - 1
     # a line from the last value read to the first one after the run
     k = end - at
@@ -80,37 +85,24 @@ def test_a_series_sitting_at_capacity_as_its_history_does_is_kept(fitted):
     # the band's runs x the factor)
     start = 22 * (BUSY + HELD) + BUSY
     raw[start : start + HELD + 20] = FULL
-    nan = np.full(raw.size, np.nan)
-    assert not stuck_runs(raw, nan, model)[0].any()
+    assert not _judged(raw, model)[0].any()
     # an idle platform at zero holding it for hours is idle, not stuck
     idle = raw.copy()
     idle[start - 60 : start] = 0.0
-    assert not stuck_runs(idle, nan, model)[0][start - 60 : start].any()
-
-
-def test_a_co_moving_series_that_stands_still_keeps_the_run(fitted):
-    y, model = fitted
-    at = 20 * (BUSY + HELD) + 60
-    raw = _stuck(y, at, 30)
-    nan = np.full(raw.size, np.nan)
-    still = np.full(raw.size, 4.0)
-    assert not stuck_runs(raw, nan, model, moving=still)[0].any()
-    moving = np.arange(raw.size, dtype="float64") % 7
-    assert stuck_runs(raw, nan, model, moving=moving)[0][at + 1 : at + 31].all()
-    with pytest.raises(ValueError, match="co-moving series has 3 points"):
-        stuck_runs(raw, nan, model, moving=np.ones(3))
+    assert not _judged(idle, model)[0][start - 60 : start].any()
 
 
 def test_level_bands_round_trip_and_an_older_model_uses_the_whole_history(fitted):
     y, model = fitted
     params = json.loads(json.dumps(model.to_params(), allow_nan=False))
     again = FittedSeriesModel.from_params(params)
-    assert again.extra["repeat_levels"] == model.extra["repeat_levels"]
+    assert again.repeats == model.repeats and model.repeats.runs
     # a model stored before the bands existed is judged on the whole history's runs
-    del params["extra"]["repeat_levels"]
+    del params["repeat_levels"]
     old = FittedSeriesModel.from_params(params)
-    assert typical_run(old, 20.0) == old.repeat_run_ == model.repeat_run_
+    assert typical_run(old.repeats, 20.0) == old.repeats.run == model.repeats.run
     assert repeat_levels(np.arange(10.0)) == {}
+    assert np.isnan(typical_run(RepeatStats(), 20.0))
 
 
 def test_by_default_a_series_that_repeats_at_most_steps_is_never_stuck(fitted):
@@ -118,4 +110,4 @@ def test_by_default_a_series_that_repeats_at_most_steps_is_never_stuck(fitted):
     model = fit_series_model(y.iloc[: 20 * (BUSY + HELD)], detector="zscore")
     at = 20 * (BUSY + HELD) + 60
     raw = _stuck(y, at, 30)
-    assert not stuck_runs(raw, np.full(raw.size, np.nan), model)[0].any()
+    assert not _judged(raw, model, CleaningRules())[0].any()

@@ -420,3 +420,203 @@ def test_simulate_runs_a_scenario_of_a_sacct_and_a_pod_platform(tmp_path):
                              timeout=300)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "refusing to overwrite" in refused.stderr and "platforms.kubernetes.trace.0" in refused.stderr
+
+
+# ------------------------------------------------------------------ hostile but fair input
+def _sacct_row(jobid="1", gpus="4", submit="2023-04-26T00:00:00", start="2023-04-26T00:10:00",
+               end="2023-04-26T02:00:00", partition="gpu") -> str:
+    return f"{jobid}|{submit}|{start}|{end}|COMPLETED|cpu=4,gres/gpu={gpus}|cpu=4,gres/gpu={gpus}|{partition}\n"
+
+
+def _refused(path: Path, spec: dict, match: str) -> str:
+    """The one-line HistoryError reading ``path`` as ``spec`` gives; it names the file first."""
+    key = "allocated" if spec["format"] == "prometheus" else "path"
+    with pytest.raises(HistoryError) as info:
+        read_history(HistorySpec(**spec, **{key: path}), pd.Timedelta("5min"), START, END)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{path}:"), message
+    assert __import__("re").search(match, message), message
+    return message
+
+
+def _prom(points) -> str:
+    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [{"values": points}]}})
+
+
+def test_gpu_counts_beyond_the_bound_are_refused_naming_file_line_and_field(tmp_path):
+    """Counts that wrapped around in 64 bits (read as 0.384 GPU), dropped a job or raised a traceback
+    are refused; the bound itself still reads."""
+    from gpupool.sim.traces import MAX_GPU_COUNT
+
+    path = tmp_path / "jobs.txt"
+    for gpus in ("18446744073709552", str(2**63 - 1), str(10**16), str(2**63), str(MAX_GPU_COUNT + 1)):
+        path.write_text(SACCT_HEAD + _sacct_row() + _sacct_row("2", gpus))
+        _refused(path, {"format": "sacct"},
+                 rf"line 3, column AllocTRES: 'gres/gpu={gpus}' is beyond 1,000,000 GPUs \(MAX_GPU_COUNT\)$")
+    # typed forms summed past the bound
+    path.write_text(SACCT_HEAD + "1|2023-04-26T00:00:00|2023-04-26T00:10:00|2023-04-26T02:00:00|COMPLETED|"
+                    f"gres/gpu:a100={MAX_GPU_COUNT},gres/gpu:h100=1||gpu\n")
+    _refused(path, {"format": "sacct"}, r"line 2, column AllocTRES: .* is beyond 1,000,000 GPUs")
+    path.write_text(SACCT_HEAD + _sacct_row(gpus=str(MAX_GPU_COUNT)))
+    got = read_history(HistorySpec(format="sacct", path=path), pd.Timedelta("1h"), START, END)
+    assert got["running"].iloc[1] == MAX_GPU_COUNT
+    pods = tmp_path / "pods.csv"
+    pods.write_text(POD_HEAD + "a,0,10,7200,1,1000\nb,0,10,7200,1e17,1000\n")
+    _refused(pods, {"format": "pods", "origin": "2023-04-26T00:00:00Z"},
+             r"line 3, column num_gpu: '1e17' is beyond 1,000,000 GPUs \(MAX_GPU_COUNT\)")
+    pods.write_text(POD_HEAD + "a,0,10,7200,1,1e17\n")
+    _refused(pods, {"format": "pods", "origin": "2023-04-26T00:00:00Z"}, r"line 2, column gpu_milli: '1e17' is beyond")
+    answer = tmp_path / "a.json"
+    answer.write_text(_prom([[1682467200, "3"], [1682467260, "2e6"]]))
+    _refused(answer, {"format": "prometheus"}, r"data\.result\[0\]\.values\[1\]: '2e6' is not a GPU count \(at most")
+    csv = tmp_path / "demand.csv"
+    csv.write_text("ts,gpus\n2023-04-26T00:00:00Z,3\n2023-04-26T00:10:00Z,1e90\n")
+    _refused(csv, {"format": "csv", "value_col": "gpus"}, r"line 3, column 'gpus': value 1e\+90 is beyond 1,000,000 GPUs")
+
+
+@pytest.mark.parametrize("gpus", ["1_0", "\u0663", "\uff14", "+4", "4.0"])
+def test_a_tres_gpu_count_is_ascii_digits_only(tmp_path, gpus):
+    """Python's int() takes '1_0' (10), an Arabic-Indic or a full-width digit, a sign: sacct writes none."""
+    path = tmp_path / "jobs.txt"
+    path.write_text(SACCT_HEAD + _sacct_row(gpus=gpus))
+    _refused(path, {"format": "sacct"}, r"line 2, column AllocTRES: 'gres/gpu=.*' is not a whole GPU count$")
+
+
+@pytest.mark.parametrize("value", ["1_0", "\u0663"])
+def test_a_prometheus_value_is_ascii_only(tmp_path, value):
+    answer = tmp_path / "a.json"
+    answer.write_text(_prom([[1682467200, value]]))
+    _refused(answer, {"format": "prometheus"}, r"data\.result\[0\]\.values\[0\]: .* is not \[time, \"value\"\]")
+
+
+def test_a_repeated_job_or_pod_is_refused_and_job_steps_ids_reused_and_namespaces_are_not_repeats(tmp_path):
+    path = tmp_path / "jobs.txt"
+    path.write_text(SACCT_HEAD + _sacct_row() + _sacct_row("2", "1") + _sacct_row())  # 8 GPU-h listed twice
+    _refused(path, {"format": "sacct"}, r"line 4: job '1' submitted '2023-04-26T00:00:00' repeats line 2; a job counts "
+                                        "once")
+    # a repeat in a partition left out is still a repeat
+    path.write_text(SACCT_HEAD + _sacct_row(partition="cpu") + _sacct_row(partition="cpu"))
+    _refused(path, {"format": "sacct", "partition": "gpu"}, r"line 3: job '1' .* repeats line 2")
+    # what sacct writes: steps (without --allocations) beside their job, an id reused with another Submit (a
+    # requeue or a reset counter), the same id on two clusters: each job once
+    path.write_text("JobID|Submit|Start|End|State|AllocTRES|ReqTRES|Partition|Cluster\n"
+                    "1|2023-04-26T00:00:00|2023-04-26T01:00:00|2023-04-26T02:00:00|COMPLETED|gres/gpu=4|gres/gpu=4|gpu|a\n"
+                    "1.batch|2023-04-26T01:00:00|2023-04-26T01:00:00|2023-04-26T02:00:00|COMPLETED|gres/gpu=4||gpu|a\n"
+                    "1.0|2023-04-26T01:00:00|2023-04-26T01:00:00|2023-04-26T02:00:00|COMPLETED|gres/gpu=4||gpu|a\n"
+                    "1|2023-04-26T03:00:00|2023-04-26T03:00:00|2023-04-26T04:00:00|COMPLETED|gres/gpu=2|gres/gpu=2|gpu|a\n"
+                    "1|2023-04-26T00:00:00|2023-04-26T01:00:00|2023-04-26T02:00:00|COMPLETED|gres/gpu=1|gres/gpu=1|gpu|b\n")
+    got = read_history(HistorySpec(format="sacct", path=path), pd.Timedelta("1h"), START, END)
+    assert list(got["pending"]) == [5, 0, 0, 0, 0, 0, 0, 0] and list(got["running"]) == [0, 5, 0, 2, 0, 0, 0, 0]
+    pods = tmp_path / "pods.csv"
+    pods.write_text(POD_HEAD + "a,0,10,7200,1,1000\nb,0,10,7200,1,1000\na,0,10,7200,1,1000\n")
+    _refused(pods, {"format": "pods", "origin": "2023-04-26T00:00:00Z"},
+             r"line 4: pod 'a' created '0' repeats line 2; a pod counts once")
+    # a name used again later, and one name in two namespaces, are different pods
+    pods.write_text("namespace," + POD_HEAD + "x,a,0,0,3600,2,1000\nx,a,3600,3600,7200,2,1000\ny,a,0,0,3600,2,1000\n")
+    got = read_history(HistorySpec(format="pods", path=pods, origin=START), pd.Timedelta("1h"), START, END)
+    assert list(got["running"][:3]) == [4, 2, 0]
+
+
+def test_a_job_across_the_fall_back_is_read_in_the_order_of_its_times(tmp_path):
+    """Berlin's clocks went from 03:00 back to 02:00 on 2023-10-29: 02:00-03:00 happened twice."""
+    path = tmp_path / "jobs.txt"
+    path.write_text(SACCT_HEAD
+                    # submitted and started in the first 02:xx (CEST), ended in the second (CET): 20 minutes
+                    + _sacct_row("1", "4", "2023-10-29T02:40:00", "2023-10-29T02:50:00", "2023-10-29T02:10:00")
+                    # wholly inside the repeated hour: either reading orders it, the daylight-saving one is taken
+                    + _sacct_row("2", "2", "2023-10-29T02:05:00", "2023-10-29T02:10:00", "2023-10-29T02:40:00")
+                    # submitted before the hour (CEST), started in it: the order cannot tell, daylight-saving
+                    + _sacct_row("3", "1", "2023-10-29T01:55:00", "2023-10-29T02:30:00", "2023-10-29T04:00:00"))
+    start, end = pd.Timestamp("2023-10-28T23:00:00Z"), pd.Timestamp("2023-10-29T04:00:00Z")
+    got = read_history(HistorySpec(format="sacct", path=path, timezone="Europe/Berlin"), pd.Timedelta("5min"),
+                       start, end)
+    minute = dt.timedelta(minutes=1)
+
+    def z(text):
+        return pd.Timestamp(text)
+
+    running = [(z("2023-10-29T00:50Z"), z("2023-10-29T01:10Z"), 4), (z("2023-10-29T00:10Z"), z("2023-10-29T00:40Z"), 2),
+               (z("2023-10-29T00:30Z"), z("2023-10-29T03:00Z"), 1)]
+    pending = [(z("2023-10-29T00:40Z"), z("2023-10-29T00:50Z"), 4), (z("2023-10-29T00:05Z"), z("2023-10-29T00:10Z"), 2),
+               (z("2023-10-28T23:55Z"), z("2023-10-29T00:30Z"), 1)]
+    grid = pd.date_range(start, end, freq="5min", inclusive="left")
+
+    def per_step(boxes):
+        return np.array([np.mean([_level(boxes, t) for t in pd.date_range(t0, t0 + pd.Timedelta("5min"), freq=minute,
+                                                                          inclusive="left")]) for t0 in grid])
+
+    np.testing.assert_allclose(got["running"], per_step(running), atol=1e-9)
+    np.testing.assert_allclose(got["pending"], per_step(pending), atol=1e-9)
+    # a job no reading orders is still refused
+    path.write_text(SACCT_HEAD + _sacct_row("4", "1", "2023-10-29T01:00:00", "2023-10-29T03:30:00",
+                                            "2023-10-29T02:10:00"))
+    with pytest.raises(HistoryError, match=r"line 2: End 2023-10-29 00:10:00\+00:00 is before Start 2023-10-29 02:30"):
+        read_history(HistorySpec(format="sacct", path=path, timezone="Europe/Berlin"), pd.Timedelta("5min"), start, end)
+    # a pod list's naive times are settled alike
+    pods = tmp_path / "pods.csv"
+    pods.write_text(POD_HEAD + "a,2023-10-29T02:40:00,2023-10-29T02:50:00,2023-10-29T02:10:00,4,1000\n")
+    got = read_history(HistorySpec(format="pods", path=pods, timezone="Europe/Berlin"), pd.Timedelta("5min"),
+                       start, end)
+    np.testing.assert_allclose(got["running"], per_step(running[:1]), atol=1e-9)
+
+
+@pytest.mark.parametrize("name, text, spec, match", [
+    ("pods.csv", POD_HEAD + "a,0,10,7200,1,1000\n", {"format": "pods", "origin": "9999-12-31T00:00:00Z"},
+     r"line 2, column creation_time: '0' seconds from origin is 9999-12-31T00:00:00\+00:00, outside the times a "
+     r"history may name \(1970-01-01 \.\. 2200-01-01\)"),
+    ("pods.csv", POD_HEAD + "a,0,10,1e11,1,1000\n", {"format": "pods", "origin": "2023-04-26T00:00:00Z"},
+     r"line 2, column deletion_time: '1e11' seconds from origin is 5192-.*, outside the times"),
+    ("pods.csv", POD_HEAD + "a,2023-04-26T00:00:00Z,2023-04-26T00:01:00Z,9999-12-01T00:00:00,1,1000\n",
+     {"format": "pods"}, r"line 2, column deletion_time: 9999-12-01T00:00:00\+00:00 is outside the times"),
+    ("jobs.txt", SACCT_HEAD + _sacct_row(end="2300-01-01T00:00:00"), {"format": "sacct"},
+     r"line 2, column End: 2300-01-01T00:00:00\+00:00 is outside the times a history may name"),
+    ("jobs.txt", SACCT_HEAD + _sacct_row(submit="1969-12-31T23:00:00"), {"format": "sacct"},
+     r"line 2, column Submit: 1969-12-31T23:00:00\+00:00 is outside"),
+    ("a.json", _prom([[1e15, "1"]]), {"format": "prometheus"},
+     r"values\[0\]: time 1000000000000000\.0 is after the year 9999, outside the times"),
+    ("a.json", _prom([["NaN", "1"], [1682467200, "2"]]), {"format": "prometheus"},
+     r"values\[0\]: time 'NaN' is not a time"),
+    ("demand.csv", "ts,gpus\n2023-04-26T00:00:00,3\n-0001-01-01T00:00:00,3\n", {"format": "csv", "time_col": "ts"},
+     r"line 3, column 'ts': -001-01-01T00:00:00\+00:00 is outside the times"),
+    ("demand.csv", "ts,gpus\n2023-04-26T00:00:00Z,a\n2023-04-26T00:10:00Z,b\n", {"format": "csv", "value_col": "gpus"},
+     r"column 'gpus': no number in its 2 rows"),
+    ("a.json", _prom([[1682467200, "NaN"], [1682467260, "NaN"]]), {"format": "prometheus"},
+     r"every value is NaN"),
+])
+def test_times_and_values_that_are_no_history_are_refused_saying_what(tmp_path, name, text, spec, match):
+    path = tmp_path / name
+    path.write_text(text)
+    _refused(path, spec, match)
+
+
+def test_a_byte_order_mark_is_no_part_of_the_header(tmp_path):
+    plain = read_history(HistorySpec(format="sacct", path=FIX / "jobs.txt"), pd.Timedelta("5min"), START, END)
+    path = tmp_path / "jobs.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + (FIX / "jobs.txt").read_bytes())
+    pd.testing.assert_frame_equal(read_history(HistorySpec(format="sacct", path=path), pd.Timedelta("5min"),
+                                               START, END), plain)
+    answer = tmp_path / "a.json"
+    answer.write_bytes(b"\xef\xbb\xbf" + (FIX / "prom_allocated.json").read_bytes())
+    pd.testing.assert_frame_equal(
+        read_history(HistorySpec(format="prometheus", allocated=answer), pd.Timedelta("5min"), START, END),
+        read_history(HistorySpec(format="prometheus", allocated=FIX / "prom_allocated.json"), pd.Timedelta("5min"),
+                     START, END))
+
+
+@pytest.mark.parametrize("text, spec, match", [
+    (SACCT_HEAD, {"format": "sacct"}, r"no jobs: no rows below the header"),
+    (SACCT_HEAD + "1.batch|2023-04-26T00:00:00|2023-04-26T00:00:00|2023-04-26T01:00:00|COMPLETED|gres/gpu=1||\n"
+     + _sacct_row("2", "0") + _sacct_row("3", "2", partition="debug"), {"format": "sacct", "partition": "gpu"},
+     r"no usable jobs in 3 rows \(job steps: 1, in other partitions: 1, without GPUs: 1\)"),
+    (POD_HEAD + "a,0,10,7200,0,0\n", {"format": "pods", "origin": "2023-04-26T00:00:00Z"},
+     r"no usable pods in 1 row \(without GPUs: 1\)"),
+    (_prom([]), {"format": "prometheus"}, r"no samples"),
+])
+def test_a_log_without_usable_jobs_says_why_when_its_span_is_asked(tmp_path, text, spec, match):
+    from gpupool.sim.history import history_span
+
+    path = tmp_path / "log"
+    path.write_text(text)
+    key = "allocated" if spec["format"] == "prometheus" else "path"
+    with pytest.raises(HistoryError, match=rf"^{path}: {match}, so nothing to take the what-if's window from$"):
+        history_span(HistorySpec(**spec, **{key: path}))

@@ -109,7 +109,7 @@ def test_the_shipped_helios_traces_are_the_month_the_readme_reports():
         assert frame.index[0] == pd.Timestamp("2020-05-01", tz="UTC")
         assert frame.index[-1] == pd.Timestamp("2020-05-31 23:55", tz="UTC")
         assert (frame["demand"] >= 0).all() and frame["util"].between(0, 1).all()
-    # GPU-hours of demand in the README's what-if table (310,327), and 61 8-GPU nodes
+    # GPU-hours of demand in the month's what-if table (docs/benchmarks/simulate.md: 310,327), and 61 8-GPU nodes
     gpu_hours = sum(f["demand"].sum() for f in frames.values()) * 5 / 60
     assert round(gpu_hours) == 310327
     from gpupool.sim.world import World

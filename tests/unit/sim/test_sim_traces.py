@@ -53,3 +53,26 @@ def test_files_over_different_ranges_are_refused(helios):
 def test_unreadable_file(tmp_path):
     with pytest.raises(TraceError, match="cannot read"):
         read_helios(tmp_path / "nope.csv", "5min")
+
+
+@pytest.mark.parametrize("column, value, match", [
+    ("total_gpu_num", "1e308", r"line 3, column 'total_gpu_num': value 1e\+308 is beyond 1,000,000 GPUs \(MAX_GPU_COUNT\)"),
+    ("total_gpu_num", "8e10", r"line 3, column 'total_gpu_num': value 80000000000\.0 is beyond 1,000,000 GPUs"),
+    ("pending_gpu_num", "1e7", r"line 3, column 'pending_gpu_num': value 10000000\.0 is beyond"),
+    ("time", "2300-05-01 00:01:00", r"line 3, column 'time': 2300-05-01T00:01:00\+00:00 is outside the times a trace "
+     r"may name \(1970-01-01 \.\. 2200-01-01\)"),
+])
+def test_a_count_beyond_the_bound_or_a_time_outside_the_span_is_refused(helios, column, value, match):
+    """A cluster of 8e10 GPUs would build a world of 1e10 nodes; 1e308 was a traceback."""
+    from gpupool.sim.traces import MAX_GPU_COUNT
+
+    path = helios("a", [4] * 3, total=8)
+    frame = pd.read_csv(path, dtype=str)
+    frame.loc[1, column] = value
+    frame.to_csv(path, index=False)
+    with pytest.raises(TraceError, match=match):
+        read_helios(path, "1min")
+    frame.loc[1, column] = frame.loc[0, column] if column == "time" else str(MAX_GPU_COUNT)
+    frame.loc[1, "time"] = "2020-05-01 00:01:00"
+    frame.to_csv(path, index=False)
+    assert len(read_helios(path, "1min")) == 3  # the bound itself reads

@@ -91,3 +91,44 @@ def test_whatif_errors_are_one_line(logs, capsys, argv, match):
     assert err.count("\n") == 1 and err.startswith("gpupool whatif: error: ")
     assert re.search(match, err), err
     assert not (logs / "report.json").exists()
+
+
+@pytest.mark.parametrize("text, match", [
+    ("sacct:jobs.txt,path=/etc/shadow", r"path is given by sacct:jobs\.txt; a key may not set it again"),
+    ("sacct:jobs.txt,format=csv", r"format is given by sacct:jobs\.txt; a key may not set it again"),
+    ("prometheus:a.json,allocated=b.json", r"allocated is given by prometheus:a\.json"),
+    ("pods:p.csv,origin=2023-01-01,origin=2024-01-01", r"origin is given twice"),
+])
+def test_a_key_may_not_say_again_what_the_source_fixes(text, match):
+    with pytest.raises(UsageError, match=rf"^--slurm {re.escape(text)}: {match}"):
+        parse_source(text, "--slurm")
+
+
+def test_whatif_of_a_log_without_usable_jobs_says_so_and_why(logs, capsys):
+    (logs / "steps.txt").write_text(
+        "JobID|Submit|Start|End|State|AllocTRES|ReqTRES|Partition\n"
+        "7.batch|2023-04-26T00:00:00|2023-04-26T00:00:00|2023-04-26T01:00:00|COMPLETED|gres/gpu=1||gpu\n"
+        "8|2023-04-26T00:00:00|2023-04-26T00:00:00|2023-04-26T01:00:00|COMPLETED|cpu=4|cpu=4|gpu\n")
+    assert main(["whatif", "--slurm", "sacct:steps.txt", "--slurm-nodes", "2", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "start and end are required" not in err
+    assert re.search(r"steps\.txt: no usable jobs in 2 rows \(job steps: 1, without GPUs: 1\), so nothing to take the "
+                     r"what-if's window from", err), err
+
+
+@pytest.mark.parametrize("name, text, source, match", [
+    ("text.csv", "ts,gpus\n2023-04-26T00:00:00Z,a\n2023-04-26T00:10:00Z,b\n", "csv:text.csv,value_col=gpus",
+     r"text\.csv: column 'gpus': no number in its 2 rows"),
+    ("nan.json", '{"status": "success", "data": {"resultType": "matrix", "result": [{"values": '
+     '[["NaN", "1"], [1682467200, "2"]]}]}}', "prometheus:nan.json", r"nan\.json: data\.result\[0\]\.values\[0\]: "
+     r"time 'NaN' is not a time"),
+    ("far.csv", "name,creation_time,scheduled_time,deletion_time,num_gpu,gpu_milli\na,0,10,7200,1,1000\n",
+     "pods:far.csv,origin=9999-12-31T00:00:00Z", r"far\.csv: line 2, column creation_time: '0' seconds from origin is "
+     r"9999-12-31T00:00:00\+00:00, outside the times a history may name \(1970-01-01 \.\. 2200-01-01\)"),
+])
+def test_whatif_names_what_is_wrong_with_times_and_values(logs, capsys, name, text, source, match):
+    """Not a move_minutes that outlasts a window of NaN times, nor a year wrapped around to 1972."""
+    (logs / name).write_text(text)
+    assert main(["whatif", "--slurm", source, "--slurm-nodes", "2", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "move_minutes" not in err and re.search(match, err), err

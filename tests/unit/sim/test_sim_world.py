@@ -149,3 +149,58 @@ def test_public_accessors_for_the_facades(helios, tmp_path):
     assert np.allclose(busy.sum(axis=0), w.served().sum(axis=0))
     factor, gap = w.exporter_distortion("a")
     assert (factor == 1).all() and not gap.any()
+
+
+# --- how large a world may be -------------------------------------------------------------------
+
+
+def _synthetic(nodes=None, total_gpus=16, **extra):
+    platform = {"synthetic": {"base": 4, "total_gpus": total_gpus}}
+    if nodes is not None:
+        platform["nodes"] = nodes
+    raw = {"step": "5min", "start": "2026-01-01", "end": "2026-01-02", "node_gpus": 8, "platforms": {"s": platform},
+           **extra}
+    return scenario_from_dict(raw, where="test")
+
+
+def test_nodes_times_steps_beyond_the_limit_are_refused_before_any_node_is_made(monkeypatch):
+    import gpupool.sim.world as world_mod
+
+    monkeypatch.setattr(world_mod, "MAX_WORLD_NODE_STEPS", 288 * 10)  # a day of 5-minute steps: 10 nodes
+    assert len(World(_synthetic(nodes=10)).nodes) == 10
+    made = []
+    monkeypatch.setattr(world_mod, "Node", lambda *a: made.append(a))
+    with pytest.raises(WorldError, match=r"^test: 11 nodes over 288 steps .*3,168 node-steps; platform 's': 11 nodes, "
+                                         r"its nodes\); a world holds at most .*2,880 node-steps"):
+        World(_synthetic(nodes=11))
+    assert made == []
+
+
+def test_a_node_count_taken_from_the_demand_source_names_it():
+    # a traced or generated GPU total of 8e10 GPUs: 1e10 nodes, refused at once
+    with pytest.raises(WorldError, match=r"10,000,000,000 nodes over 288 steps.*its synthetic total_gpus of "
+                                         r"80,000,000,000 in 8-GPU nodes"):
+        World(_synthetic(total_gpus=8 * 10**10))
+
+
+def test_ten_million_nodes_for_a_few_steps_are_refused_by_the_node_limit():
+    from gpupool.sim.world import MAX_WORLD_NODE_STEPS, MAX_WORLD_NODES
+
+    raw = {"step": "1h", "start": "2026-01-01T00:00", "end": "2026-01-01T01:00", "node_gpus": 8, "move_minutes": 30,
+           "platforms": {"s": {"synthetic": {"base": 4, "total_gpus": 16}, "nodes": 10_000_000}}}
+    assert 10_000_000 <= MAX_WORLD_NODE_STEPS  # one step: only the node limit stands between it and memory
+    with pytest.raises(WorldError, match=f"at most {MAX_WORLD_NODES:,} nodes"):
+        World(scenario_from_dict(raw, where="test"))
+
+
+def test_the_benchmarks_worlds_fit_the_limits():
+    """bench/fleet.py: 12,500 nodes for two hours of 1-minute steps; bench/allocate_helios.py: a
+    31-day month of 5-minute steps with the Helios pool (well under 12,500 nodes)."""
+    from gpupool.sim.world import MAX_WORLD_NODE_STEPS, MAX_WORLD_NODES
+
+    assert 12_500 <= MAX_WORLD_NODES and 12_500 * 31 * 24 * 12 <= MAX_WORLD_NODE_STEPS
+    raw = {"step": "1min", "start": "2026-01-05T00:00", "end": "2026-01-05T02:00", "node_gpus": 8, "move_minutes": 30,
+           "platforms": {p: {"synthetic": {"base": 4, "total_gpus": 16}, "nodes": n}
+                         for p, n in (("openstack", 4166), ("slurm", 4167), ("kubernetes", 4167))}}
+    world = World(scenario_from_dict(raw, where="fleet"))
+    assert len(world.nodes) == 12_500 and world.owner_.shape == (12_500, 120)

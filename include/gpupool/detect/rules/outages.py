@@ -3,14 +3,10 @@ reset is an outage of the exporter, not idle demand."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from gpupool.detect.rules.stuck import MIN_REPEAT_STEPS
-
-if TYPE_CHECKING:
-    from gpupool.detect.model import FittedSeriesModel
+from gpupool.detect.settings import CleaningRules
 
 
 def idle_share(values: np.ndarray, drop_share: float, max_run: int) -> float:
@@ -28,16 +24,14 @@ def idle_share(values: np.ndarray, drop_share: float, max_run: int) -> float:
     return float(lengths[lengths > max_run].sum() / v.size)
 
 
-def longest_drop(model: FittedSeriesModel) -> int:
+def longest_drop(idle: float, rules: CleaningRules) -> int:
     """The longest flat fall to zero (points) that `collapses` cleans, as its `max_drop_run`.
 
-    As short as a spike (`cleaning.max_anomaly_run`): demand that went away for a while is idle. On a
-    series whose history hardly idles (`idle_share_` at most `cleaning.outage_max_idle_share`) a fall as
-    long as a counter reset's (`cleaning.max_fault_run`, returned as 0) is an outage of the exporter: the
-    demand does not vanish for an hour to come back where it was.
+    As short as a spike (`rules.max_anomaly_run`): demand that went away for a while is idle. On a
+    series whose history hardly idles (`idle`, its `idle_share`, at most `rules.outage_max_idle_share`)
+    a fall as long as a counter reset's (`rules.max_fault_run`, returned as 0) is an outage of the
+    exporter: the demand does not vanish for an hour to come back where it was.
     """
-    cfg = model.config
-    share = model.idle_share_
-    if cfg.cleaning.outage_max_idle_share is not None and np.isfinite(share) and share <= cfg.cleaning.outage_max_idle_share:
+    if rules.outage_max_idle_share is not None and np.isfinite(idle) and idle <= rules.outage_max_idle_share:
         return 0
-    return cfg.cleaning.max_anomaly_run
+    return rules.max_anomaly_run

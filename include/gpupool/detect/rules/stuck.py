@@ -3,13 +3,11 @@ makes plausible at that level."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from gpupool.detect.model import FittedSeriesModel
-
+from gpupool.detect.settings import CleaningRules
 
 #: fewest history steps a repeat statistic is read from
 MIN_REPEAT_STEPS = 48
@@ -23,29 +21,6 @@ STUCK_RUN_FACTOR = 2.0
 REPEAT_LEVEL_BANDS = 4
 #: fewest runs a band's own quantile is read from; a band with fewer uses the whole history's
 MIN_BAND_RUNS = 20
-# With a co-moving series given (docs/decisions/0020-stuck-co-moving.md, chosen on Helios traces
-# with their GPU-job counts as the co-moving series):
-#: the run bar's factor in place of `STUCK_RUN_FACTOR` (0: only `cleaning.min_stuck_run`; the
-#: co-moving series, not the run's length against the history's, tells a stuck exporter)
-MOVING_RUN_FACTOR = 0.0
-#: the co-moving series counts as moved at a point of the run when it stands at least this far (its
-#: own units: a whole job) from its value at the run's start, so a blip that comes back is no
-#: move; 0: at each step where it changes at all
-MOVING_MIN_SHIFT = 1.0
-#: a run is stuck only when the co-moving series moved at this many of its points or more
-MOVING_MIN_MOVES = 3
-#: ... and at no less than this share of them
-MIN_MOVING_SHARE = 0.0
-#: with a co-moving series given, a run entered by a step of more than τ is judged too (the
-#: co-moving series, not the entry, tells a stuck exporter from a new level)
-MOVING_JUDGES_ENTRY = False
-#: with a co-moving series given, only the repeats from the co-moving series' first move in the
-#: run on are replaced: until then it stood still too, and so, most likely, did the demand
-MOVING_FROM_FIRST_MOVE = True
-#: with a co-moving series given, the line across the repeats is shaped by that series: it moves
-#: as the co-moving series does, scaled by this series' value per unit of it at the run's start
-#: (GPUs per job), the line closing what is left to the value after the run
-MOVING_SHAPED = True
 
 
 def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,6 +28,29 @@ def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     change = np.flatnonzero(np.diff(values) != 0)
     lengths = np.diff(np.concatenate([[-1], change, [values.size - 1]]))
     return lengths, values[np.concatenate([[0], change + 1])]
+
+
+@dataclass(frozen=True)
+class RepeatStats:
+    """What the stuck rule reads of a series' history (`repeat_stats`); NaN and empty: the history
+    was too short to tell, or the model was stored before the statistic existed (the rule is off,
+    or judges every level against the whole history's runs)."""
+
+    #: share of the history's steps that repeat the value before exactly
+    share: float = float("nan")
+    #: the `STUCK_RUN_QUANTILE` of the lengths of the history's runs of one exact value (points)
+    run: float = float("nan")
+    #: the inner bounds of `REPEAT_LEVEL_BANDS` bands of level (quantiles of the runs' values)
+    edges: tuple[float, ...] = ()
+    #: each band's `STUCK_RUN_QUANTILE` of run lengths (a band of under `MIN_BAND_RUNS` runs: the whole history's)
+    runs: tuple[float, ...] = ()
+
+
+def repeat_stats(values: np.ndarray) -> RepeatStats:
+    """The history's `RepeatStats`: `repeats` and `repeat_levels` of `values`."""
+    share, run = repeats(values)
+    levels = repeat_levels(values)
+    return RepeatStats(share, run, tuple(levels.get("edges", ())), tuple(levels.get("runs", ())))
 
 
 def repeats(values: np.ndarray) -> tuple[float, float]:
@@ -94,105 +92,68 @@ def repeat_levels(values: np.ndarray) -> dict:
     return {"edges": [float(e) for e in edges], "runs": runs}
 
 
-def typical_run(model: FittedSeriesModel, level: float) -> float:
-    """The history's `STUCK_RUN_QUANTILE` of run lengths at `level` (a model stored before the
-    bands existed: the whole history's)."""
-    table = model.extra.get("repeat_levels") or {}
-    if not table.get("runs"):
-        return model.repeat_run_
-    return float(table["runs"][int(np.searchsorted(np.asarray(table["edges"], dtype="float64"), level, side="right"))])
+def typical_run(stats: RepeatStats, level: float) -> float:
+    """The history's `STUCK_RUN_QUANTILE` of run lengths at `level` (without bands: the whole
+    history's)."""
+    if not stats.runs:
+        return stats.run
+    return float(stats.runs[int(np.searchsorted(np.asarray(stats.edges, dtype="float64"), level, side="right"))])
 
 
 def stuck_runs(
     raw: np.ndarray,
     expected: np.ndarray,
-    model: FittedSeriesModel,
+    stats: RepeatStats,
+    rules: CleaningRules,
+    tau: float,
+    nonnegative: bool,
     known: np.ndarray | None = None,
-    moving: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Points of an exporter stuck on one value: the repeats in a run of one exact value that
-    is longer than the series' history makes plausible at that level.
+    is longer than the series' history (`stats`) makes plausible at that level.
 
-    A run of `n` points at level `x` is stuck when `n` > both `cleaning.min_stuck_run` and
+    A run of `n` points at level `x` is stuck when `n` > both `rules.min_stuck_run` and
     `STUCK_RUN_FACTOR` x the history's `STUCK_RUN_QUANTILE` of run lengths at `x`
     (`repeat_levels`: an idle or full platform whose history holds long runs at that level
-    keeps them), and, with `cleaning.max_stuck_run` > 0, `n` <= it (a longer run is the demand
+    keeps them), and, with `rules.max_stuck_run` > 0, `n` <= it (a longer run is the demand
     itself standing still). A series whose history repeats the value before at more than
-    `cleaning.stuck_max_repeat_share` of its steps is never stuck from its values alone. A run
-    at zero of a non-negative series is idle, not stuck (a collapse is the drop rule's); so is a
-    run entered by a step of more than τ: a jump to a new level (the burst rule judges it), not
-    an exporter repeating an ordinary reading. All of this reads raw values only, so a window
-    judges a run that began before it as one go does. The run's first point is the last value
-    the exporter really read and is kept; missing points end a run. The repeats are replaced by
-    a straight line from that value to the first value after the run (as `known` gives it: that
-    value cleaned, when it is itself a fault; default the raw one); a run still open at the end
-    of the data is judged on its length so far and replaced by x̂ (so is a run with a missing
-    point after it).
-
-    `moving` (optional: a series of another exporter on the same timestamps that moves when
-    this one really does, a platform's job count beside its GPU count) is stronger evidence
-    than the repeat share, so with it the gate is open and the factor is `MOVING_RUN_FACTOR`;
-    a run is then stuck only when `moving` moved (stood `MOVING_MIN_SHIFT` or more from its
-    value at the run's start) at `MOVING_MIN_MOVES` of the run's points or more (and at
-    `MIN_MOVING_SHARE` of them): when it stands still too, so does the demand. Only the
-    repeats from its first move on are replaced (`MOVING_FROM_FIRST_MOVE`), and the line
-    across them follows `moving` (`MOVING_SHAPED`). Returns the mask of replaced points and
-    their values.
+    `rules.stuck_max_repeat_share` of its steps is never stuck from its values alone. A run
+    at zero of a `nonnegative` series is idle, not stuck (a collapse is the drop rule's); so is
+    a run entered by a step of more than `tau`: a jump to a new level (the burst rule judges
+    it), not an exporter repeating an ordinary reading. All of this reads raw values only, so a
+    window judges a run that began before it as one go does. The run's first point is the last
+    value the exporter really read and is kept; missing points end a run. The repeats are
+    replaced by a straight line from that value to the first value after the run (as `known`
+    gives it: that value cleaned, when it is itself a fault; default the raw one); a run still
+    open at the end of the data is judged on its length so far and replaced by x̂ (so is a run
+    with a missing point after it). Returns the mask of replaced points and their values.
     """
-    cfg = model.config
     out = np.zeros(raw.size, dtype=bool)
     values = np.full(raw.size, np.nan)
-    share = model.repeat_share_
-    if cfg.cleaning.min_stuck_run <= 0 or not (np.isfinite(share) and np.isfinite(model.repeat_run_)):
+    share = stats.share
+    if rules.min_stuck_run <= 0 or not (np.isfinite(share) and np.isfinite(stats.run)):
         return out, values
-    # a co-moving series that moves is stronger evidence than the history's repeat share
-    if (moving is None and share > cfg.cleaning.stuck_max_repeat_share) or raw.size < 2:
+    if share > rules.stuck_max_repeat_share or raw.size < 2:
         return out, values
-    factor = STUCK_RUN_FACTOR if moving is None else MOVING_RUN_FACTOR
-    if moving is not None and np.shape(moving) != raw.shape:
-        raise ValueError(f"stuck_runs: the co-moving series has {np.size(moving)} points, the series {raw.size}")
-    co_all = None if moving is None else np.asarray(moving, dtype="float64")
     with np.errstate(invalid="ignore"):
         same = np.isfinite(raw[1:]) & (raw[1:] == raw[:-1])
     edges = np.diff(np.concatenate([[0], same.astype(np.int8), [0]]))
     for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
         # same[a:b] true: raw[a] .. raw[b] hold one value, b - a + 1 points
         n_points = b - a + 1
-        if n_points <= max(cfg.cleaning.min_stuck_run, factor * typical_run(model, raw[a])):
+        if n_points <= max(rules.min_stuck_run, STUCK_RUN_FACTOR * typical_run(stats, raw[a])):
             continue
-        if cfg.cleaning.max_stuck_run > 0 and n_points > cfg.cleaning.max_stuck_run:
+        if rules.max_stuck_run > 0 and n_points > rules.max_stuck_run:
             continue
-        if model.nonnegative_ and raw[a] == 0.0:
+        if nonnegative and raw[a] == 0.0:
             continue
-        entered = a > 0 and np.isfinite(raw[a - 1]) and abs(raw[a] - raw[a - 1]) > model.tau_
-        if entered and not (moving is not None and MOVING_JUDGES_ENTRY):
+        if a > 0 and np.isfinite(raw[a - 1]) and abs(raw[a] - raw[a - 1]) > tau:
             continue
-        read = a  # the last reading: its value and the co-series' then agree
-        if moving is not None:
-            co = co_all[a : b + 1]
-            with np.errstate(invalid="ignore"):
-                if MOVING_MIN_SHIFT > 0:
-                    moved = np.isfinite(co[1:]) & (np.abs(co[1:] - co[0]) >= MOVING_MIN_SHIFT)
-                else:
-                    moved = np.isfinite(co[1:]) & np.isfinite(co[:-1]) & (co[1:] != co[:-1])
-            m = int(moved.sum())
-            if moved.mean() < MIN_MOVING_SHARE or m < MOVING_MIN_MOVES:
-                continue
-            if MOVING_FROM_FIRST_MOVE:
-                a += int(np.argmax(moved))  # raw[a + 1] is the first repeat the co-series moved at
         out[a + 1 : b + 1] = True
         after = (raw if known is None else known)[b + 1] if b + 1 < raw.size else np.nan
-        shape = np.zeros(b - a + 2)  # at raw[a] .. raw[b + 1]
-        if moving is not None and MOVING_SHAPED and b + 1 < raw.size and np.isfinite(co_all[read]) and co_all[read] != 0:
-            co = co_all[a : b + 2]
-            if np.isfinite(co).all():
-                shape = (co - co_all[read]) * (raw[read] / co_all[read])
         if np.isfinite(after):
             k = b - a  # repeats
-            # the run's value moved as the co-series did since the last reading, and what that
-            # leaves short of `after` closed along a line
-            line = (after - raw[a] - shape[-1]) * np.arange(1, k + 1) / (k + 1)
-            values[a + 1 : b + 1] = raw[a] + shape[1:-1] + line
+            values[a + 1 : b + 1] = raw[a] + (after - raw[a]) * np.arange(1, k + 1) / (k + 1)
         else:
             values[a + 1 : b + 1] = expected[a + 1 : b + 1]
     return out, values
