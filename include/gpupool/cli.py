@@ -6,10 +6,13 @@ import argparse
 import json
 import math
 import numbers
+import os
 import sys
 from typing import Sequence
 
 from gpupool import __version__
+from gpupool.cli_args import check_options
+from gpupool.cli_args import instant as _at
 
 
 class _Parser(argparse.ArgumentParser):
@@ -192,20 +195,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: the largest id staging's integer id columns hold
 MAX_ROW_ID = 2**31 - 1
-#: the issue and decision times `--at` may name: the hour before and a year of horizon after
-#: stay inside what datetimes and staging's timestamps hold
-EARLIEST_AT, LATEST_AT = "1970-01-01T00:00Z", "2200-01-01T00:00Z"
-
-
-def _at(value: str, option: str = "--at"):
-    """``value`` as an aware UTC datetime; a time outside EARLIEST_AT..LATEST_AT is a UsageError."""
-    from gpupool.errors import UsageError
-    from gpupool.window import parse_time
-
-    at = parse_time(value)
-    if not parse_time(EARLIEST_AT) <= at <= parse_time(LATEST_AT):
-        raise UsageError(f"{option} {value}: give a time from {EARLIEST_AT[:10]} to {LATEST_AT[:10]}")
-    return at
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -217,7 +206,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return _dispatch(args)
+        check_options(args)  # every option before staging, a file or a platform is touched
+        code = _dispatch(args)
+        sys.stdout.flush()  # a reader that went away (`| head -1`) is found here, not at exit
+        return code
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return 1
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # one clear line for a user's error; a bug keeps its traceback
@@ -231,6 +226,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
         print(f"gpupool {args.command}: error: {' '.join(message.split())}", file=sys.stderr)
         return 2
+
+
+def _stdout_to_devnull() -> None:
+    """After a broken pipe, what is still buffered for stdout goes nowhere: Python flushes it
+    at exit and would report a second BrokenPipeError (the recipe of Python's signal docs)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _staging_failure(exc: BaseException, args: argparse.Namespace) -> str | None:
@@ -319,7 +326,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from gpupool.allocate.fastpath import format_decisions, run_fastpath
 
         db.upgrade(ctx.engine)
-        at = _at(args.at) if args.at else pipeline.parse_time(datetime.now(timezone.utc))
+        at = _at(args.at) if args.at is not None else pipeline.parse_time(datetime.now(timezone.utc))
         out = run_fastpath(ctx, at.replace(microsecond=0), dry_run=args.dry_run, allow_evict=ctx.config.limits.allow_evict)
         print(_json(out, indent=2) if args.json
               else format_decisions(out["decisions"], title=f"fast path at {out['at']}"))
@@ -486,7 +493,7 @@ def _metrics_serve(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: must be 0 to 65535")
-    at = pipeline.parse_time(args.at) if args.at else None
+    at = _at(args.at) if args.at is not None else None
     ctx = pipeline.Context.load(args.config, args.staging_url)
 
     def ready(host: str, port: int) -> None:
@@ -525,7 +532,7 @@ def _nvml(args: argparse.Namespace) -> int:
     ctx = pipeline.Context.load(args.config, args.staging_url)
     ctx.config.platform(args.platform)
     collector.check_node(args.node)  # the input first, before staging is asked anything
-    at = _at(args.at) if args.at else collector.step_instant(datetime.now(timezone.utc), ctx.config.step)
+    at = _at(args.at) if args.at is not None else collector.step_instant(datetime.now(timezone.utc), ctx.config.step)
     print(_json(collector.push(ctx.engine, args.platform, args.node, at)))
     return 0
 

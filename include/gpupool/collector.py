@@ -41,10 +41,11 @@ class CollectorError(UserError, ValueError):
 
 
 def check_node(node: str) -> str:
-    """The node's name as staged; a name that is empty or holds whitespace is refused."""
-    if not node or any(ch.isspace() for ch in node) or len(node) > MAX_NODE_NAME:
-        raise CollectorError(f"--node {node[:60]!r}: give the node's name as its platform knows it (no spaces, "
-                             f"at most {MAX_NODE_NAME} characters)")
+    """The node's name as staged; a name that is empty, holds whitespace or a character that is
+    not printable (a terminal escape would reach every listing that shows it) is refused."""
+    if not node or not node.isprintable() or any(ch.isspace() for ch in node) or len(node) > MAX_NODE_NAME:
+        raise CollectorError(f"--node {node[:60]!r}{'…' if len(node) > 60 else ''}: give the node's name as its "
+                             f"platform knows it (printable, no spaces, at most {MAX_NODE_NAME} characters)")
     return node
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timedelta
+import functools
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -23,7 +24,7 @@ import pandas as pd
 
 from gpupool.allocate.actuators.base import with_pool_names
 from gpupool.config import GpupoolConfig, PlatformConfig
-from gpupool.sources.base import Pressure, pressure_from_records
+from gpupool.sources.base import Pressure, SourceError, pressure_from_records
 from gpupool.values import utc_datetime
 
 #: the embedded world is generated per calendar quarter (plus this much history before it),
@@ -140,7 +141,31 @@ def build_source(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: Map
         return EmbeddedWorldSource(pcfg.name, seed=cfg.simulator.seed)
     from gpupool.sources.factory import source_for
 
-    return source_for(pcfg, platform_connection(pcfg, lookup, env))
+    return _naming_connection(source_for(pcfg, platform_connection(pcfg, lookup, env)), pcfg.conn_id)
+
+
+#: the reads the stages make of a source: a SourceError out of them names the connection's id
+_SOURCE_READS = ("usage", "inventory", "pressure", "node_names")
+
+
+def _naming_connection(source, conn_id: str):
+    """``source`` whose reads raise their SourceError naming the platform's connection by its
+    id, never its address (the sources name the endpoint they asked; the user configured an id)."""
+    def named(read):
+        @functools.wraps(read)
+        def call(*args, **kwargs):
+            try:
+                return read(*args, **kwargs)
+            except SourceError as exc:
+                raise exc.naming(conn_id) from exc
+
+        return call
+
+    for name in _SOURCE_READS:
+        read = getattr(source, name, None)
+        if callable(read):
+            setattr(source, name, named(read))
+    return source
 
 
 def build_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: Mapping[str, str] | None = None,

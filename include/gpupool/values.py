@@ -50,3 +50,13 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (pd.Timestamp, datetime)):
         return value.isoformat()
     return value
+
+
+def printable(value: Any) -> str:
+    """``value`` as text a terminal shows as it is: control and other unprintable characters
+    (terminal escapes, newlines, bidirectional overrides) written as Python escapes (``\\x1b``).
+    For listings of what a platform or staging holds: a name is not a command to the terminal."""
+    text = "" if value is None else str(value)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)

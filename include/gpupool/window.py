@@ -48,13 +48,14 @@ def parse_time(value: Any) -> datetime:
     """Parse an ISO time (or datetime); naive times are UTC. Anything else is a WindowError."""
     try:
         ts = pd.Timestamp(value)
+        if ts is pd.NaT:
+            raise ValueError
+        if ts.tzinfo is None:
+            ts = ts.tz_localize("UTC")
+        # a year pandas holds but datetime does not (e.g. "-1", year -1) fails here
+        return ts.tz_convert("UTC").to_pydatetime()
     except (ValueError, TypeError, OverflowError):
         raise WindowError(f"not a time: {str(value)[:80]!r} (give ISO 8601, e.g. 2026-11-01T00:00Z)") from None
-    if ts is pd.NaT:
-        raise WindowError(f"not a time: {str(value)[:80]!r} (give ISO 8601, e.g. 2026-11-01T00:00Z)")
-    if ts.tzinfo is None:
-        ts = ts.tz_localize("UTC")
-    return ts.tz_convert("UTC").to_pydatetime()
 
 
 def resolve_window(params: dict | None, data_interval_start: Any = None, data_interval_end: Any = None) -> Window:

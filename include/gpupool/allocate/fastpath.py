@@ -43,7 +43,7 @@ import pandas as pd
 from gpupool.allocate.cadence import FASTPATH_EVERY  # the cadence, defined once (the DAG reads it too)
 from gpupool.errors import UserError
 from gpupool.sources.base import Pressure, SourceError
-from gpupool.values import utc, utc_datetime
+from gpupool.values import printable, utc, utc_datetime
 
 #: the window of the move budget (issue 30: "at most N moves in any hour", both paths)
 BUDGET_WINDOW = timedelta(hours=1)
@@ -524,11 +524,13 @@ def format_decisions(rows: Sequence[Mapping[str, Any]], title: str = "fast path"
     if not rows:
         return f"{title}: no decisions recorded"
     lines = [f"{title}:"]
-    for r in rows:
-        when = utc(r["decided_at"]).strftime("%Y-%m-%d %H:%M")
-        mode = "dry-run" if r["dry_run"] else "live"
-        if r.get("node"):
-            ho_ = f" handover #{r['handover_id']}" if r.get("handover_id") else ""
+    for row in rows:
+        when = utc(row["decided_at"]).strftime("%Y-%m-%d %H:%M")
+        mode = "dry-run" if row["dry_run"] else "live"
+        # names come from the platforms' APIs: their control characters are shown, not sent
+        r = {k: printable(row.get(k)) for k in ("node", "source", "target", "reason", "platform")}
+        if row.get("node"):
+            ho_ = f" handover #{row['handover_id']}" if row.get("handover_id") else ""
             lines.append(f"  {when}  MOVE {r['node']} {r['source']} -> {r['target']} ({mode}{ho_}): {r['reason']}")
         else:
             lines.append(f"  {when}  {r['platform']:<12} no move: {r['reason']}")

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import pandas as pd
 from sqlalchemy.engine import Engine
 
-from gpupool.values import utc
+from gpupool.values import printable, utc
 from gpupool.allocate import handover as ho
 from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason, with_pool_names
 from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SKILL_HOURS, SPREAD_HISTORY_HOURS, plan_demand
@@ -415,8 +415,11 @@ def format_handovers(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         age = r["age_minutes"]
         age_s = f"{age / 60:.1f}h" if age >= 90 else f"{age:.0f}m"
-        lines.append(f"{r['id']:>5}  {r['node']:<20} {r['from_platform']:<12} {r['to_platform']:<12} "
-                     f"{r['state']:<12} {age_s:>8}  {'dry-run' if r['dry_run'] else 'live':<7} {r['error'] or ''}")
+        # a node's name comes from a platform's API: its control characters are shown, not sent
+        node, source, target, state, note = (printable(r[k]) for k in ("node", "from_platform", "to_platform",
+                                                                        "state", "error"))
+        lines.append(f"{r['id']:>5}  {node:<20} {source:<12} {target:<12} "
+                     f"{state:<12} {age_s:>8}  {'dry-run' if r['dry_run'] else 'live':<7} {note}")
     return "\n".join(lines)
 
 

@@ -372,6 +372,7 @@ def _prophet_out(fitted):
         return fitted
     import copy
 
+    quiet_prophet()
     from prophet.serialize import model_to_dict
 
     # predict() on given dates never reads the training frame (only its presence, as "fitted"):

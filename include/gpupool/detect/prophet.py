@@ -24,10 +24,22 @@ from gpupool.detect.base import StreamingContext, judged_from, past_median, prep
 _DAY = 86400.0
 
 
+#: what Prophet and its Stan backend may still log: their per-fit INFO lines, and the ERROR
+#: prophet.plot logs at import when plotly (a plotting extra gpupool never uses) is missing,
+#: are not the user's business
+_QUIET_LEVELS = {"prophet": logging.ERROR, "prophet.plot": logging.CRITICAL, "cmdstanpy": logging.ERROR}
+
+
 def quiet_prophet() -> None:
-    # Prophet and cmdstanpy log every fit at INFO and warn about plotting extras
-    for name in ("prophet", "prophet.plot", "cmdstanpy"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    """Quiet Prophet's and cmdstanpy's loggers, before they are imported and again after (prophet
+    sets its logger to INFO on import). cmdstanpy installs a stderr handler of its own on first
+    use unless its logger has one: a NullHandler keeps that from happening, and what it logs at
+    ERROR still reaches the handlers the application configured (its logger propagates)."""
+    for name, level in _QUIET_LEVELS.items():
+        logging.getLogger(name).setLevel(level)
+    cmdstanpy = logging.getLogger("cmdstanpy")
+    if not any(isinstance(h, logging.NullHandler) for h in cmdstanpy.handlers):
+        cmdstanpy.addHandler(logging.NullHandler())
 
 
 

@@ -282,10 +282,15 @@ def jobs_demand(jobs: pd.DataFrame, index: pd.DatetimeIndex, step: pd.Timedelta)
 def read_prometheus_answer(path: str | Path) -> pd.Series:
     """A ``query_range`` answer file as one series: every result series summed per timestamp."""
     path = Path(path)
+    text = _text(path).removeprefix("\ufeff")  # a byte-order mark is no part of the JSON
     try:
-        doc = json.loads(_text(path).removeprefix("\ufeff"))  # a byte-order mark is no part of the JSON
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise HistoryError(f"{path}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise HistoryError(f"{path}: not a query_range answer (JSON nested too deeply)") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise HistoryError(f"{path}: not a query_range answer (a number too long to read)") from None
     data = doc.get("data") if isinstance(doc, dict) and doc.get("status") == "success" else None
     matrix = isinstance(data, dict) and data.get("resultType") == "matrix"
     return _matrix_sum(data.get("result") if matrix else None, str(path))
@@ -527,7 +532,7 @@ def _matrix_sum(result: Any, where: str) -> pd.Series:
             at = f"{where}: data.result[{k}].values[{j}]"
             try:
                 t, v = ascii_float(pt[0]), ascii_float(pt[1])
-            except (TypeError, ValueError, IndexError, KeyError):
+            except (TypeError, ValueError, IndexError, KeyError, OverflowError):  # OverflowError: 10**400
                 raise HistoryError(f"{at}: {shown(pt)} is not [time, \"value\"]") from None
             if not math.isfinite(t):
                 raise HistoryError(f"{at}: time {shown(pt[0])} is not a time")

@@ -138,7 +138,7 @@ class Scenario(BaseModel):
     step: dt.timedelta = dt.timedelta(minutes=5)
     decision_every: dt.timedelta = dt.timedelta(hours=1)
     node_gpus: int = Field(8, gt=0)
-    move_minutes: float = Field(30.0, ge=0)
+    move_minutes: float = Field(30.0, ge=0, le=366 * 24 * 60, allow_inf_nan=False)  # at most a year
     max_moves_per_decision: int = Field(4, ge=0)
     platforms: dict[str, PlatformSpec]
     start: dt.datetime | None = None

@@ -52,14 +52,25 @@ class SourceError(UserError, RuntimeError):
     """
 
     def __init__(self, platform: str, endpoint: str, window: str, reason: str, *, retryable: bool = False,
-                 unrecoverable: bool = False):
+                 unrecoverable: bool = False, connection: str | None = None):
         self.platform = platform
         self.endpoint = redact_url(endpoint)
         self.window = window
         self.reason = reason
         self.retryable = retryable
         self.unrecoverable = unrecoverable
-        super().__init__(f"{platform}: {self.endpoint} [{window}]: {reason}")
+        self.connection = connection
+        where = self.endpoint
+        if connection is not None:  # the connection by its id; of the endpoint only what follows its address
+            where = " ".join(f"connection {connection!r} {_ADDRESS.sub('', self.endpoint)}".split())
+            reason = _ADDRESS.sub("<address>", reason)
+        super().__init__(f"{platform}: {where} [{window}]: {reason}")
+
+    def naming(self, connection: str) -> "SourceError":
+        """This error with its message naming the platform's connection by its id in place of the
+        endpoint's address (scheme, host, port): never any part of the connection's URI."""
+        return SourceError(self.platform, self.endpoint, self.window, self.reason, retryable=self.retryable,
+                           unrecoverable=self.unrecoverable, connection=connection)
 
 
 @dataclass(frozen=True)
@@ -239,6 +250,8 @@ def call_with_retry(
 
 
 _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+#: the scheme and authority of a URL (``https://user@host:port``), what a connection's id replaces
+_ADDRESS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s]*|unix:\S*?\.sock")
 _SECRET_QUERY = re.compile(r"(?i)([?&](?:token|password|passwd|secret|api_key|apikey|access_token)=)[^&\s]*")
 
 

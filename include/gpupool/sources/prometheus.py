@@ -53,6 +53,11 @@ DEFAULT_CHUNK_POINTS = 10_000
 #: listing a platform's nodes reads a grid this coarse (Prometheus' default lookback: an
 #: instant sees the newest sample of the 5 minutes before it, so none is stepped over)
 LISTING_STEP_S = 300
+#: the largest magnitude a reading may have: no canonical metric comes near it (a GPU's memory in
+#: bytes is far below), so a larger one is a broken exporter, and sums of it overflow downstream
+MAX_ABS_VALUE = 1e15
+#: a point's time, in seconds since the epoch, lies in 1970-01-01 .. 2200-01-01
+MAX_POINT_TIME_S = 7_258_118_400
 
 _LABEL_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -275,9 +280,11 @@ class PrometheusReader:
         for series in result:
             try:
                 values.append(float(series["value"][1]))
-            except (KeyError, IndexError, TypeError, ValueError) as exc:
+            except (KeyError, IndexError, TypeError, ValueError, OverflowError) as exc:
                 raise describe(PermanentError("malformed payload: a sample is not [ts, value]")) from exc
         values = [v for v in values if np.isfinite(v)]
+        if any(abs(v) > MAX_ABS_VALUE for v in values):
+            raise describe(PermanentError(f"malformed payload: a value beyond ±{MAX_ABS_VALUE:g}"))
         return float(sum(values)) if values else None
 
     def _fetch(self, expr: str, lo: datetime, hi: datetime, step_s: int) -> list[dict[str, Any]]:
@@ -288,8 +295,10 @@ class PrometheusReader:
         """Run one client call, classifying its failures as transient or permanent."""
         try:
             return call()
-        except (requests.Timeout, requests.ConnectionError) as exc:
+        except requests.Timeout as exc:  # ConnectTimeout is a ConnectionError too: this first
             raise TransientError(f"{type(exc).__name__}: no answer within {self.timeout}s") from exc
+        except requests.ConnectionError as exc:
+            raise TransientError(f"connection refused or unreachable ({type(exc).__name__})") from exc
         except PrometheusApiClientException as exc:
             status, detail = _status_of(str(exc))
             if status in (408, 429) or status >= 500:
@@ -297,8 +306,10 @@ class PrometheusReader:
             if status in (401, 403):
                 raise PermanentError(f"authentication refused (HTTP {status})") from exc
             raise PermanentError(f"HTTP {status}{detail}") from exc
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
             raise PermanentError(f"malformed payload ({type(exc).__name__})") from exc
+        except RecursionError as exc:  # JSON nested deeper than the parser recurses
+            raise PermanentError("malformed payload (nested too deeply)") from exc
 
     def _read_health(
         self, metric: str, health: TargetHealth, lo: datetime, hi: datetime, step_s: int, cluster: str, window: str
@@ -451,9 +462,10 @@ def _result_to_frame(
 ) -> pd.DataFrame:
     """Canonical rows (not yet normalized) from a query_range `result` list.
 
-    Raises PermanentError on a payload that is not a matrix of [ts, "value"] pairs or
-    whose series lack a label the entity template needs. NaN/Inf points (PromQL's
-    "no value", e.g. 0/0) are dropped: a missing point is an absent row.
+    Raises PermanentError on a payload that is not a matrix of [ts, "value"] pairs, whose
+    times are not instants of 1970..2200, whose values exceed ±MAX_ABS_VALUE, or whose series
+    lack a label the entity template needs. NaN/Inf values (PromQL's "no value", e.g. 0/0)
+    are dropped: a missing point is an absent row.
     """
     if not isinstance(result, list):
         raise PermanentError(f"malformed payload: result is {type(result).__name__}, not a matrix")
@@ -480,7 +492,7 @@ def _result_to_frame(
         try:
             ts_all.extend(v[0] for v in values)
             val_all.extend(v[1] for v in values)
-        except (IndexError, TypeError) as exc:
+        except (IndexError, KeyError, TypeError) as exc:  # KeyError: a point given as an object
             raise PermanentError("malformed payload: a point is not [ts, value]") from exc
         ent_all.extend([entity] * n)
         clu_all.extend([clu] * n)
@@ -489,9 +501,18 @@ def _result_to_frame(
     try:
         ts = np.asarray(ts_all, dtype="float64")
         vals = np.asarray(val_all).astype("float64")
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise PermanentError("malformed payload: non-numeric timestamp or value") from exc
-    keep = np.isfinite(vals) & np.isfinite(ts)
+    if vals.ndim != 1 or ts.ndim != 1:
+        raise PermanentError("malformed payload: a point is not [ts, value]")
+    with np.errstate(invalid="ignore"):
+        bad_ts = ~((ts >= 0) & (ts <= MAX_POINT_TIME_S))
+        big = np.isfinite(vals) & (np.abs(vals) > MAX_ABS_VALUE)
+    if bad_ts.any():
+        raise PermanentError(f"malformed payload: a point's time {ts[bad_ts][0]:g} is not an instant of 1970..2200")
+    if big.any():
+        raise PermanentError(f"malformed payload: value {vals[big][0]:g} is beyond ±{MAX_ABS_VALUE:g}")
+    keep = np.isfinite(vals)
     dropped = int((~keep).sum())
     if dropped:
         log.info("%s %s: dropped %d non-finite points", platform, metric, dropped)

@@ -100,8 +100,10 @@ class SlurmRestd:
             try:
                 resp = requests.request(method, self.url + path, headers=self.headers(), timeout=self.timeout,
                                         verify=self.verify)
-            except (requests.Timeout, requests.ConnectionError) as exc:
+            except requests.Timeout as exc:  # ConnectTimeout is a ConnectionError too: this first
                 raise TransientError(f"{type(exc).__name__}: no answer within {self.timeout}s") from exc
+            except requests.ConnectionError as exc:
+                raise TransientError(f"connection refused or unreachable ({type(exc).__name__})") from exc
             return resp.status_code, resp.text
         conn = _UnixHTTPConnection(self.socket_path, self.timeout)
         try:

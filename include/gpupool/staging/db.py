@@ -124,6 +124,13 @@ def make_engine(url: str | None = None, schema: str | None = None) -> Engine:
         engine = sa.create_engine(url, **kwargs)
     except (sa.exc.ArgumentError, ImportError) as exc:
         raise StagingError(f"staging URL from {where} is not usable: {type(exc).__name__}") from exc
+    except (ValueError, TypeError) as exc:  # e.g. a port that is not a number
+        raise StagingError(f"staging URL from {where} is not usable: it does not parse as a URL "
+                           f"({type(exc).__name__}; is the port a number?)") from exc
+    if engine.dialect.is_async:  # every stage talks to staging synchronously
+        engine.dispose()
+        raise StagingError(f"staging URL from {where} names an asyncio driver; give a synchronous one "
+                           "(postgresql+psycopg://, or postgresql:// which means it)")
     _LABELS[engine] = where
     if engine.dialect.name == "sqlite":
         sa.event.listen(engine, "connect", _sqlite_pragmas)
