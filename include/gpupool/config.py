@@ -14,6 +14,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError,
                       model_validator)
 
 from gpupool import inputfiles, mig
+from gpupool.energy import IDLE_WATTS, PARKED_WATTS
 from gpupool.errors import UserError, one_line, shown
 
 PlatformKind = Literal["openstack", "slurm", "kubernetes", "simulator"]
@@ -106,6 +107,11 @@ class PowerConfig(_Strict):
         "off); `force`: power is cut (ForceOff, power off)"))
     timeout_minutes: float = Field(default=15.0, gt=0, le=MAX_DURATION_HOURS * 60, description=(
         "minutes a park or a wake may take before it is reported failed"))
+    idle_watts: float = Field(default=IDLE_WATTS, ge=0, le=1e6, description=(
+        "a powered, idle node's draw at the wall, in watts: the energy a parked hour saves is "
+        "idle_watts - parked_watts (metrics and `gpupool report`; default an idle 8-GPU A100 server)"))
+    parked_watts: float = Field(default=PARKED_WATTS, ge=0, le=1e6, description=(
+        "a parked (powered-off) node's draw, in watts: its BMC and power supplies in standby"))
 
     @model_validator(mode="after")
     def _means_keys(self) -> "PowerConfig":
