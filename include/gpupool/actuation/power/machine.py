@@ -77,6 +77,11 @@ MAX_ROUNDS = 3
 #: a moment to show what it accepted (Slurm's power-saving thread, a BMC's shutdown), and a
 #: second POWER_UP would run Slurm's ResumeProgram twice
 RESEND_AFTER = timedelta(minutes=5)
+#: how a waking node's ``error`` begins when the wake was refused (someone else's hold or
+#: power-off: left as it is) and when its last command failed (retried by the next pass); the
+#: metrics count failing wakes by them
+REFUSED_PREFIX = "left alone"
+RETRY_PREFIX = "will retry"
 
 
 class PowerError(UserError, ValueError):
@@ -312,10 +317,10 @@ def _advance_locked(engine: Engine, row: dict[str, Any], actuator: PowerActuator
         if parking:  # given up: the node stays in its platform's service, as someone else holds it
             store.transition(engine, node, platform, PARKING, ON, at, by="platform", error=f"park given up: {exc}")
         else:
-            store.set_error(engine, node, WAKING, f"left alone: {exc}", at)
+            store.set_error(engine, node, WAKING, f"{REFUSED_PREFIX}: {exc}", at)
         return _entry(store.get_power(engine, node))
     except ActuationError as exc:
-        store.set_error(engine, node, state, f"will retry: {exc}", at)
+        store.set_error(engine, node, state, f"{RETRY_PREFIX}: {exc}", at)
         return _entry(store.get_power(engine, node))
     if done(r):
         store.transition(engine, node, platform, state, final, at, by="platform", reason=row["reason"])
@@ -393,7 +398,7 @@ def advance_all(engine: Engine, actuators: Mapping[str, PowerActuator], at: date
         report["nodes"].append(entry)
         late = after["state"] in MOVING_STATES and row["deadline"] is not None and at >= utc_datetime(row["deadline"])
         given_up = row["state"] == PARKING and after["state"] == ON
-        refused = after["state"] == WAKING and str(after["error"] or "").startswith("left alone")
+        refused = after["state"] == WAKING and str(after["error"] or "").startswith(REFUSED_PREFIX)
         if late or given_up or refused:
             report["failed"].append({**entry, "error": entry["error"] or f"late: still {after['state']} past its deadline"})
     return report
