@@ -350,7 +350,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from gpupool.report import write_report  # refuses a bad --out before it reads staging
 
         path = write_report(ctx.engine, window.start, window.end, args.out, step=ctx.config.step,
-                            whatif=not args.no_whatif, progress=_progress_printer())
+                            whatif=not args.no_whatif, progress=_progress_printer(), config=ctx.config)
         print(f"report: {path}")
         return 0
     if args.command == "summary":
