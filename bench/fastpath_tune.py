@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import allocate_helios as ah  # noqa: E402
 from _tables import record_run  # noqa: E402
 
-from gpupool.allocate import fastpath as afp  # noqa: E402
+from gpupool.decisions import fastpath as afp  # noqa: E402
 from gpupool.sim.study import simulate  # noqa: E402
 
 

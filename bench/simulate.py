@@ -31,7 +31,7 @@ from pathlib import Path
 
 from gpupool.forecast import stage as forecast_stage
 
-from gpupool.allocate.policy import POLICY_KINDS
+from gpupool.decisions.policy import POLICY_KINDS
 from gpupool.sim.scenario import Scenario, load_scenario
 from gpupool.sim.study import simulate
 from gpupool.sim.world import World

@@ -39,7 +39,7 @@ def _add_reader(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gpupool.allocate.policy import PLANNED_KINDS, POLICY_KINDS  # pydantic only: cheap to import
+    from gpupool.decisions.policy import PLANNED_KINDS, POLICY_KINDS  # pydantic only: cheap to import
 
     parser = _Parser(prog="gpupool", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -306,7 +306,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(_recent_fastpath(ctx, until=at, moves_only=False))
         return 0
     if args.command == "handovers":
-        from gpupool.allocate.service import format_handovers, list_handovers
+        from gpupool.jobs.allocation import format_handovers, list_handovers
 
         rows = list_handovers(ctx.engine, open_only=args.open)
         print(_json(rows, indent=2) if args.json else format_handovers(rows))
@@ -316,7 +316,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "fastpath":
         from datetime import datetime, timezone
 
-        from gpupool.allocate.fastpath import format_decisions, run_fastpath
+        from gpupool.decisions.fastpath import format_decisions, run_fastpath
 
         db.upgrade(ctx.engine)
         at = _at(args.at) if args.at else pipeline.parse_time(datetime.now(timezone.utc))
@@ -325,7 +325,7 @@ def _dispatch(args: argparse.Namespace) -> int:
               else format_decisions(out["decisions"], title=f"fast path at {out['at']}"))
         return 0
     if args.command == "rollback":
-        from gpupool.allocate.service import rollback_handover
+        from gpupool.jobs.allocation import rollback_handover
         from gpupool.errors import UserError
 
         if not 1 <= args.handover_id <= MAX_ROW_ID:  # beyond the id column: no such row can exist
@@ -431,7 +431,7 @@ def _whatif(args: argparse.Namespace) -> int:
 
 def _recent_fastpath(ctx, until=None, moves_only: bool = False) -> str:
     """The newest fast-path decisions (moves only, for `gpupool handovers`) as lines."""
-    from gpupool.allocate.fastpath import format_decisions
+    from gpupool.decisions.fastpath import format_decisions
     from gpupool.staging import fastpath as store
 
     rows = store.recent_decisions(ctx.engine, limit=10, moves_only=moves_only, until=until)

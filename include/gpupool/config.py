@@ -167,7 +167,7 @@ class PoolConfig(_Strict):
 
 class LimitsConfig(_Strict):
     """The operator's planning and actuation limits. The planner's knobs have the names of
-    :class:`gpupool.allocate.policy.Policy`'s fields (``allocate.service.policy_from_config``),
+    :class:`gpupool.decisions.policy.Policy`'s fields (``jobs.allocation.policy_from_config``),
     where the bench that chose each default is named."""
 
     max_moves_per_decision: int = Field(default=4, ge=0)

@@ -29,8 +29,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from gpupool.allocate import handover as ho
-from gpupool.allocate.service import pool_nodes
+from gpupool.actuation import handover as ho
+from gpupool.jobs.allocation import pool_nodes
 from gpupool.canonical import DEMAND_METRICS
 from gpupool.config import GpupoolConfig
 from gpupool.staging import metrics_reads, reads

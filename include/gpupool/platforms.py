@@ -2,7 +2,7 @@
 moves its nodes — the one place that does so, with one connection lookup for both.
 
 The real platforms are reached through their APIs (`gpupool.sources`, the actuators in
-`gpupool.allocate.actuators`). A platform's `conn_id` names an Airflow connection: inside a task
+`gpupool.actuation.actuators`). A platform's `conn_id` names an Airflow connection: inside a task
 the DAG passes Airflow's own lookup in (`lookup(conn_id)`, so this package never imports
 Airflow); outside Airflow it is `AIRFLOW_CONN_<CONN_ID>` in the environment, as a URI or JSON.
 Errors name the platform and the connection id, never any part of the connection.
@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from gpupool.allocate.actuators.base import with_pool_names
+from gpupool.actuation.actuators.base import with_pool_names
 from gpupool.config import GpupoolConfig, PlatformConfig
 from gpupool.sources.base import Pressure, pressure_from_records
 from gpupool.values import utc_datetime
@@ -165,7 +165,7 @@ def build_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: M
     The actuator speaks pool node ids: :func:`with_pool_names` maps them to this platform's own
     names (``pool.nodes[].names``).
     """
-    from gpupool.allocate.actuators.base import ActuationConfigError
+    from gpupool.actuation.actuators.base import ActuationConfigError
 
     if pcfg.kind == "simulator":
         if world is None:
@@ -179,7 +179,7 @@ def build_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: M
     env = os.environ if env is None else env
     x = conn.extra
     if pcfg.kind == "slurm":
-        from gpupool.allocate.actuators.slurm import SlurmActuator
+        from gpupool.actuation.actuators.slurm import SlurmActuator
 
         conf = x.get("slurm_conf") or env.get("SLURM_CONF")
         if not conf:
@@ -200,13 +200,13 @@ def build_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: M
                 project_domain_name=x.get("project_domain_name", "Default"),
                 region_name=x.get("region_name"), load_envvars=False, load_yaml_config=False,
             )
-        from gpupool.allocate.actuators.openstack import OpenStackActuator
+        from gpupool.actuation.actuators.openstack import OpenStackActuator
 
         act = OpenStackActuator(os_conn, pcfg.name, manage_compute_service=_flag(x.get("manage_compute_service", True)))
     elif pcfg.kind == "kubernetes":
         from kubernetes import client, config as kconfig
 
-        from gpupool.allocate.actuators.kubernetes import KubernetesActuator
+        from gpupool.actuation.actuators.kubernetes import KubernetesActuator
 
         if _flag(x.get("in_cluster", False)):
             kconfig.load_incluster_config()

@@ -20,7 +20,7 @@ import pandas as pd
 import yaml
 from sqlalchemy.engine import Engine
 
-from gpupool.allocate.policy import POLICY_KINDS
+from gpupool.decisions.policy import POLICY_KINDS
 from gpupool.canonical import DEMAND_METRICS
 from gpupool.errors import UsageError, UserError
 from gpupool.poolview import decision_label

@@ -20,10 +20,10 @@ import sqlalchemy as sa
 import yaml
 
 from gpupool import pipeline
-from gpupool.allocate import handover as ho
-from gpupool.allocate import service
-from gpupool.allocate.actuators.kubernetes import KubernetesActuator
-from gpupool.allocate.actuators.slurm import SlurmActuator
+from gpupool.actuation import handover as ho
+from gpupool.jobs import allocation as service
+from gpupool.actuation.actuators.kubernetes import KubernetesActuator
+from gpupool.actuation.actuators.slurm import SlurmActuator
 from gpupool.config import parse_config
 from gpupool.sources.kubernetes import KubernetesSource
 from gpupool.sources.slurm import SlurmSource

@@ -1,6 +1,6 @@
 """The fast path in the what-if: production's tick between the hourly plans, against the world.
 
-Every ``scenario.fastpath`` (absent: :data:`gpupool.allocate.cadence.FASTPATH_EVERY`, the
+Every ``scenario.fastpath`` (absent: :data:`gpupool.decisions.cadence.FASTPATH_EVERY`, the
 ``gpupool_fastpath`` DAG's cadence) the study runs what one tick of that DAG runs, on what it
 would see:
 
@@ -19,8 +19,8 @@ would see:
    judged, and the tick decided again if one is flagged (the decision is the one judging every
    reading gives, at a fraction of the cost). ``clean=False`` (``--no-clean``) acts on raw
    readings: what the judge is worth.
-3. **decide** — :func:`gpupool.allocate.fastpath.decide`, the production function, on
-   :func:`~gpupool.allocate.fastpath.decide_inputs`: the latest hourly plan as staging stores it
+3. **decide** — :func:`gpupool.decisions.fastpath.decide`, the production function, on
+   :func:`~gpupool.decisions.fastpath.decide_inputs`: the latest hourly plan as staging stores it
    (who may lend, what each keeps), every move either path started within the budget window and
    the cool-down, and the nodes still in transit (open handovers).
 4. a move starts at the tick (the handover opens and releases in that run) and the node serves
@@ -38,9 +38,9 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from gpupool.allocate import fastpath as production
-from gpupool.allocate.fastpath import JUDGED, FastMove, Judged, Settings, decide, decide_inputs, recent_since
-from gpupool.allocate.policy import Policy
+from gpupool.decisions import fastpath as production
+from gpupool.decisions.fastpath import JUDGED, FastMove, Judged, Settings, decide, decide_inputs, recent_since
+from gpupool.decisions.policy import Policy
 from gpupool.config import default_config
 from gpupool.detect import stage as detect_stage
 from gpupool.sources.base import pressure_from_records
@@ -61,8 +61,8 @@ def fastpath_settings(policy: Policy, max_moves: int) -> Settings:
 
 
 def plan_row(plan_id: int, at: pd.Timestamp, result, demand) -> dict:
-    """An hourly :class:`~gpupool.allocate.planner.Plan` as ``allocation_plan`` stores it, the
-    fields the fast path reads (``allocate.service.plan_from_staging``'s rounding)."""
+    """An hourly :class:`~gpupool.decisions.planner.Plan` as ``allocation_plan`` stores it, the
+    fields the fast path reads (``jobs.allocation.plan_from_staging``'s rounding)."""
     per = {p: {"demand_upper": [round(float(v), 1) for v in d.upper]} for p, d in demand.items()}
     return {"id": plan_id, "decided_at": at.to_pydatetime(), "summary": {"platforms": per},
             "moves": [{"node": m.node, "from": m.source, "to": m.target} for m in result.moves]}

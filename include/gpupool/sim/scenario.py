@@ -20,10 +20,10 @@ and the scenario ``start`` and ``end`` (a job log defines demand at every instan
 Relative trace paths are relative to the scenario file. Optional keys beyond that format:
 ``start``/``end`` (the simulated window; required when no platform has a trace, otherwise it
 clips the traces), ``seed`` (synthetic platforms), ``policy`` (overrides of
-:class:`gpupool.allocate.policy.Policy` fields), ``faults`` (telemetry faults the pipeline sees,
+:class:`gpupool.decisions.policy.Policy` fields), ``faults`` (telemetry faults the pipeline sees,
 :mod:`gpupool.sim.faults`; absent: clean telemetry), ``fastpath`` (the fast path's cadence between
 the hourly plans, e.g. ``5min``, or ``off`` for hourly decisions only; absent: what the shipped
-``gpupool_fastpath`` DAG does, :data:`gpupool.allocate.cadence.FASTPATH_EVERY`) and, per
+``gpupool_fastpath`` DAG does, :data:`gpupool.decisions.cadence.FASTPATH_EVERY`) and, per
 platform, ``gpu_model`` and ``slice_profile``.
 
 ``slice_profile`` (a MIG profile such as ``1g.10gb``; absent: whole GPUs) is the platform
@@ -45,8 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpupool import mig
 from gpupool.values import utc_field
-from gpupool.allocate.cadence import FASTPATH_EVERY
-from gpupool.allocate.layouts import GPU_UNIT
+from gpupool.decisions.cadence import FASTPATH_EVERY
+from gpupool.decisions.layouts import GPU_UNIT
 from gpupool.errors import UserError
 from gpupool.sim.faults import FaultSpec
 from gpupool.sim.history import HistorySpec
@@ -167,7 +167,7 @@ class Scenario(BaseModel):
     @field_validator("policy")
     @classmethod
     def _policy(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from gpupool.allocate.policy import Policy
+        from gpupool.decisions.policy import Policy
 
         from gpupool.config import check_section
 
@@ -207,7 +207,7 @@ class Scenario(BaseModel):
 
     def demand_units(self) -> dict[str, tuple[str, int]]:
         """Each platform's demand unit and the factor from its demand to it, as
-        :func:`gpupool.allocate.service.demand_units` gives them (``slice_demand: requests``:
+        :func:`gpupool.jobs.allocation.demand_units` gives them (``slice_demand: requests``:
         one unit of demand is one request, so the factor is 1)."""
         return {name: (spec.slice_profile or GPU_UNIT, 1) for name, spec in self.platforms.items()}
 

@@ -12,19 +12,19 @@ Every ``decision_every`` the study runs what ``gpupool_pipeline`` runs, on what 
 3. **forecast** — :func:`gpupool.canonical.demand_of_steps` (what `staging.reads.hourly_demand` runs) and :func:`gpupool.forecast.stage.demand_forecast`
    on the last :data:`~gpupool.forecast.stage.FORECAST_HISTORY` of cleaned telemetry, warm-started from
    the previous hour's model (:func:`gpupool.forecast.stage.warm_start`), as the forecast stage does;
-4. **plan** — :func:`gpupool.allocate.demand.plan_demand`, the plan stage's own function, on
+4. **plan** — :func:`gpupool.decisions.demand.plan_demand`, the plan stage's own function, on
    the hourly demand, the spread inside the hour and demand as it stands (``demand_of_steps``),
-   the forecast and its track record (``predictive``), then :func:`gpupool.allocate.planner.plan`;
+   the forecast and its track record (``predictive``), then :func:`gpupool.decisions.planner.plan`;
 5. the plan's moves are carried out in the world, each node arriving in the plan's
    ``mig_layout``, and its ``layout_changes`` in place (the node out of service for
-   :data:`~gpupool.allocate.planner.LAYOUT_CHANGE_MINUTES`, what the planner charges a re-layout).
+   :data:`~gpupool.decisions.planner.LAYOUT_CHANGE_MINUTES`, what the planner charges a re-layout).
 
 A platform with a ``slice_profile`` is planned in slices as the plan stage plans it: its demand
 in the unit :meth:`Scenario.demand_units` gives (:meth:`PlatformDemand.in_unit`, what
-``allocate.service.platform_demand`` applies), the world's telemetry of it counting slice requests.
+``jobs.allocation.platform_demand`` applies), the world's telemetry of it counting slice requests.
 
 Between the hourly plans, the fast path ticks at the scenario's ``fastpath`` cadence (absent:
-the shipped DAG's), production's :func:`gpupool.allocate.fastpath.decide` on the world's
+the shipped DAG's), production's :func:`gpupool.decisions.fastpath.decide` on the world's
 pressure readings, bound by the last plan (before the first, on its own rules, as production
 with no plan yet; :mod:`gpupool.sim.fastpath`); both paths share the
 move budget of any rolling hour. ``fastpath: off`` is the hourly study alone.
@@ -46,9 +46,9 @@ from tqdm.auto import tqdm
 
 from gpupool.detect import stage as detect_stage
 from gpupool.forecast import stage as forecast_stage
-from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SPREAD_HISTORY_HOURS, PlatformDemand, plan_demand
-from gpupool.allocate.planner import LAYOUT_CHANGE_MINUTES, NodeRecord, plan
-from gpupool.allocate.policy import POLICY_KINDS, Policy
+from gpupool.decisions.demand import DAILY_HISTORY_HOURS, SPREAD_HISTORY_HOURS, PlatformDemand, plan_demand
+from gpupool.decisions.planner import LAYOUT_CHANGE_MINUTES, NodeRecord, plan
+from gpupool.decisions.policy import POLICY_KINDS, Policy
 from gpupool.canonical import DEMAND_METRICS, demand_of_steps, hourly_levels
 from gpupool.config import default_config
 from gpupool.sim.fastpath import FastPath
@@ -329,7 +329,7 @@ class PredictiveDemand(ChainDemand):
     weighed on its own track record (the one-hour-ahead forecasts it issued) against what the
     reactive plan would have planned on (demand as it stood at each hour's start); where the
     platform's daily shape has the better record (``demand.daily_record``), demand as it stands
-    moved along that shape: :func:`~gpupool.allocate.demand.plan_demand` decides, as in the plan stage."""
+    moved along that shape: :func:`~gpupool.decisions.demand.plan_demand` decides, as in the plan stage."""
 
     def __init__(self, policy: Policy, world: World, clean: bool = True):
         super().__init__(policy, world, clean=clean)

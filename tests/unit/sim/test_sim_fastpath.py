@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from gpupool.allocate import fastpath as production
-from gpupool.allocate.cadence import FASTPATH_CRON, FASTPATH_EVERY
+from gpupool.decisions import fastpath as production
+from gpupool.decisions.cadence import FASTPATH_CRON, FASTPATH_EVERY
 from gpupool.sim import fastpath as sim_fastpath
 from gpupool.sim.scenario import ScenarioError, scenario_from_dict
 from gpupool.sim.study import simulate

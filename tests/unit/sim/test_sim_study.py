@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpupool.allocate.policy import Policy
+from gpupool.decisions.policy import Policy
 from gpupool.config import default_config
 from gpupool.sim.scenario import scenario_from_dict
 from gpupool.sim.study import resolve_policy, simulate

@@ -72,7 +72,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from gpupool.errors import UserError
-from gpupool.allocate.actuators.base import (
+from gpupool.actuation.actuators.base import (
     ActuationError,
     Actuator,
     Command,

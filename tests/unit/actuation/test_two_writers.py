@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpupool.allocate import handover as ho
+from gpupool.actuation import handover as ho
 from gpupool.staging.schema import handover
 from memplatform import make
 

@@ -1,7 +1,7 @@
 """The allocation policy: the knobs of the planner, sorted by who sets them.
 
 One :class:`Policy` object serves all four policy kinds; ``kind`` only says where the demand
-numbers handed to the planner come from (:func:`gpupool.allocate.demand.plan_demand`):
+numbers handed to the planner come from (:func:`gpupool.decisions.demand.plan_demand`):
 
 * ``static`` — never move a node (the baseline: every platform keeps what it has);
 * ``reactive`` — demand as it stands (the last 15 minutes' mean), with the spread of the
@@ -13,7 +13,7 @@ numbers handed to the planner come from (:func:`gpupool.allocate.demand.plan_dem
 
 An operator sets the fields of the first group in ``platforms.yaml`` under the same names
 (``platforms[]``: ``min_nodes``, ``max_nodes``, ``priority``; ``limits``: the rest;
-``gpupool.allocate.service.policy_from_config``); a what-if scenario may override any field in
+``gpupool.jobs.allocation.policy_from_config``); a what-if scenario may override any field in
 its ``policy:`` section. The second group are costs and rules chosen on benchmarks: not in
 ``platforms.yaml``, fields only because ``bench/allocate_tune.py`` and the what-if vary them.
 The comment beside each names the bench that chose its default.
@@ -63,7 +63,7 @@ class Policy(BaseModel):
     plan_horizon_hours: int = Field(PLAN_HORIZON_HOURS, ge=1, description="hours of demand the planner looks ahead")
 
     # ---- chosen on benchmarks (not in platforms.yaml; the what-if and bench/allocate_tune.py vary them)
-    # "chosen" from the empirical rule: see allocate.demand.SPREAD_BASE
+    # "chosen" from the empirical rule: see decisions.demand.SPREAD_BASE
     demand_spread: Literal["chosen", "empirical", "random_walk", "wider"] = Field(
         "chosen", description="how the last hour's error grows ahead: the series' own hour-ahead changes "
         "near its current level (empirical), a random walk on the last week's changes, the wider of the two, "
@@ -79,7 +79,7 @@ class Policy(BaseModel):
     # bench/allocate_helios.py held apart in time from its tables. Without it a platform that sat
     # flat for a week (empirical spread near 0) gave all its idle nodes and was short the next day.
     # On only where the pool could give every platform that much above its mean at once
-    # (allocate.planner.plan): in a short pool a floor under one spread only reorders who goes short
+    # (decisions.planner.plan): in a short pool a floor under one spread only reorders who goes short
     min_headroom: float = Field(
         0.1, ge=0, description="the least headroom reactive and predictive plan above demand's mean, as a share "
         "of it: demand that sat flat for a week can still rise, and a spread read from that week says it cannot")

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from gpupool import pipeline
-from gpupool.allocate import service
-from gpupool.allocate.demand import PlatformDemand, plan_demand
-from gpupool.allocate.policy import Policy
+from gpupool.jobs import allocation as service
+from gpupool.decisions.demand import PlatformDemand, plan_demand
+from gpupool.decisions.policy import Policy
 from gpupool.canonical import DEMAND_METRICS
 from gpupool.config import parse_config
 from gpupool.forecast import stage as forecast_stage
@@ -168,7 +168,7 @@ def test_the_operators_limits_reach_the_planner_under_their_own_names():
 
 
 def test_with_allow_evict_the_plan_may_release_a_busy_node():
-    from gpupool.allocate.planner import NodeRecord, plan
+    from gpupool.decisions.planner import NodeRecord, plan
 
     nodes = [NodeRecord("s0", "slurm", 8, busy_gpus=2.0), NodeRecord("k0", "kubernetes", 8, busy_gpus=8.0)]
     demand = {"slurm": [0.0, 0.0], "kubernetes": [30.0, 30.0]}

@@ -27,7 +27,7 @@ import subprocess
 from typing import Any, Mapping, Sequence
 
 from gpupool import mig
-from gpupool.allocate.actuators.base import ActuationConfigError, ActuationError, Actuator, Command, OwnerState
+from gpupool.actuation.actuators.base import ActuationConfigError, ActuationError, Actuator, Command, OwnerState
 from gpupool.sources.base import PermanentError, TransientError
 from gpupool.sources.slurm import parse_gres
 from gpupool.sources.slurmrestd import SlurmRestd, expand_hostlist

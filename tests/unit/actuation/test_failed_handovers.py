@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpupool import pipeline
-from gpupool.allocate import handover as ho
-from gpupool.allocate import service
+from gpupool.actuation import handover as ho
+from gpupool.jobs import allocation as service
 from gpupool.config import parse_config
 from gpupool.staging.schema import allocation_plan, inventory_node
 from memplatform import Datacenter, MemActuator, Slot, make

@@ -14,7 +14,7 @@ roll back handovers.
 
 Embedded simulator platforms (config kind ``simulator``) are dry-run only: their world is
 rebuilt from the configuration on every run, so an action on it would not survive to the next
-run. :class:`~gpupool.allocate.actuators.simulator.WorldActuator` acts on a World that a caller
+run. :class:`~gpupool.actuation.actuators.simulator.WorldActuator` acts on a World that a caller
 holds (closed-loop studies, tests).
 """
 
@@ -28,13 +28,13 @@ import pandas as pd
 from sqlalchemy.engine import Engine
 
 from gpupool.values import utc
-from gpupool.allocate import handover as ho
-from gpupool.allocate.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason, with_pool_names
-from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SKILL_HOURS, SPREAD_HISTORY_HOURS, plan_demand
-from gpupool.allocate.layouts import WHOLE_LAYOUTS, layout_from_inventory, units_per_gpu
-from gpupool.allocate.planner import GPU_UNIT, NodeRecord, plan
-from gpupool.allocate.policy import Policy
-from gpupool.allocate.relayout import LayoutChangeFailed, apply_layout_changes
+from gpupool.actuation import handover as ho
+from gpupool.actuation.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason, with_pool_names
+from gpupool.decisions.demand import DAILY_HISTORY_HOURS, SKILL_HOURS, SPREAD_HISTORY_HOURS, plan_demand
+from gpupool.decisions.layouts import WHOLE_LAYOUTS, layout_from_inventory, units_per_gpu
+from gpupool.decisions.planner import GPU_UNIT, NodeRecord, plan
+from gpupool.decisions.policy import Policy
+from gpupool.actuation.relayout import LayoutChangeFailed, apply_layout_changes
 from gpupool.forecast.stage import FORECAST_LEVEL
 from gpupool.staging import fastpath as fastpath_store
 from gpupool.staging import handovers as handover_store
@@ -143,7 +143,7 @@ def platform_demand(engine: Engine, window, platforms: list[str], policy: Policy
     plugin's pods and DCGM's instances count slices), so by default one is one slice; with
     ``slice_demand: gpu_equivalent`` one is a GPU's worth of slices. The source string says which.
 
-    Reads what :func:`~gpupool.allocate.demand.plan_demand` takes, from staging, and calls it:
+    Reads what :func:`~gpupool.decisions.demand.plan_demand` takes, from staging, and calls it:
     each platform's hourly demand before the window's end with the spread inside the hour and
     demand as it stands (:func:`~gpupool.staging.reads.hourly_demand`, the one source of both);
     for ``predictive`` also the forecast issued at the window's end, the one-hour-ahead
@@ -245,7 +245,7 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
 
 
 def _named(config, actuators: Mapping[str, Actuator]) -> dict[str, Actuator]:
-    """The actuators, taking pool node ids (see :func:`~gpupool.allocate.actuators.base.with_pool_names`)."""
+    """The actuators, taking pool node ids (see :func:`~gpupool.actuation.actuators.base.with_pool_names`)."""
     return with_pool_names(config, actuators)
 
 
@@ -265,12 +265,12 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     than ``limits.max_actuation_age_hours`` at ``at`` opens nothing (its inventory is stale);
     open handovers are still advanced. Moves whose node already has a handover are skipped and
     reported. The plan's in-place MIG re-layouts (``summary.layout_changes``) are applied before the
-    handovers advance (:mod:`gpupool.allocate.relayout`; audited, dry run alike). Returns
+    handovers advance (:mod:`gpupool.actuation.relayout`; audited, dry run alike). Returns
     ``{"plan_id", "live", "opened": [...], "skipped": [...], "layouts": {...}, "advance": {...}}``.
 
-    Raises :class:`~gpupool.allocate.handover.HandoverFailed` after everything was processed
+    Raises :class:`~gpupool.actuation.handover.HandoverFailed` after everything was processed
     when a handover failed or timed out (its node's hold lifted or the node sent back where
-    gpupool could), so the Airflow task fails and alerts; :class:`~gpupool.allocate.relayout.LayoutChangeFailed`
+    gpupool could), so the Airflow task fails and alerts; :class:`~gpupool.actuation.relayout.LayoutChangeFailed`
     likewise when a re-layout failed (its node back in service). ``lookup`` is Airflow's connection
     lookup (inside a task).
     """
@@ -343,7 +343,7 @@ def _budget_left(ctx, at: datetime) -> int:
 
 def _layout_step(ctx, row, decided: datetime, actuators: Mapping[str, Actuator], live: set[str],
                  stale_why: str | None) -> dict[str, list]:
-    """The plan's in-place MIG re-layouts (:mod:`gpupool.allocate.relayout`), with what the
+    """The plan's in-place MIG re-layouts (:mod:`gpupool.actuation.relayout`), with what the
     inventory the plan was made from says of each node's MIG."""
     changes = list(((row.summary or {}).get("layout_changes")) or [])
     if not changes:
@@ -358,8 +358,8 @@ def advance_handovers(ctx, at: datetime, dry_run: bool = True, actuators: Mappin
     """Advance every open handover (the short-interval handover DAG's one task).
 
     In a dry run live handovers are not moved, but their deadlines are checked and gpupool's
-    own holds lifted (see :mod:`gpupool.allocate.handover`). Raises
-    :class:`~gpupool.allocate.handover.HandoverFailed` after processing all of them when one
+    own holds lifted (see :mod:`gpupool.actuation.handover`). Raises
+    :class:`~gpupool.actuation.handover.HandoverFailed` after processing all of them when one
     failed or timed out, so the task fails and Airflow alerts.
     """
     at = utc(at).to_pydatetime()
@@ -422,7 +422,7 @@ def format_handovers(rows: list[dict[str, Any]]) -> str:
 
 def rollback_handover(ctx, handover_id: int, actuators: Mapping[str, Actuator] | None = None,
                       at: datetime | None = None, dry_run: bool = False, lookup=None) -> dict[str, Any]:
-    """``gpupool rollback ID``: undo a handover (see :func:`gpupool.allocate.handover.rollback`).
+    """``gpupool rollback ID``: undo a handover (see :func:`gpupool.actuation.handover.rollback`).
 
     ``dry_run: true`` in the configuration makes it a dry run too: what would be sent is
     returned and audited as ``dry_run``, nothing is sent. A dry run whose platforms' actuators

@@ -5,7 +5,7 @@
 Platform modules import their client libraries lazily, so importing this package is cheap.
 """
 
-from gpupool.allocate.actuators.base import (
+from gpupool.actuation.actuators.base import (
     REASON_PREFIX,
     ActuationError,
     Actuator,

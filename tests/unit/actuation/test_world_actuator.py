@@ -6,8 +6,8 @@ import pandas as pd
 
 import pytest
 
-from gpupool.allocate import handover as ho
-from gpupool.allocate.actuators.base import ActuationConfigError
+from gpupool.actuation import handover as ho
+from gpupool.actuation.actuators.base import ActuationConfigError
 from gpupool.config import default_config
 from gpupool.platforms import build_actuator, build_actuators
 from gpupool.sim.actuator import WorldActuator

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from scipy.special import ndtri
 
-from gpupool.allocate.demand import demand_from_forecast, demand_from_last_hour
-from gpupool.allocate.planner import expected_unmet
+from gpupool.decisions.demand import demand_from_forecast, demand_from_last_hour
+from gpupool.decisions.planner import expected_unmet
 from gpupool.canonical import demand_of_steps as hourly_demand
 
 
@@ -59,7 +59,7 @@ def test_last_hour_empirical_spread_is_the_series_own_upward_tail_near_its_level
 
 
 def test_hour_ahead_changes_do_not_bridge_missing_hours_and_need_enough_of_them():
-    from gpupool.allocate.demand import hour_ahead_changes
+    from gpupool.decisions.demand import hour_ahead_changes
 
     few = _hours([1.0, 5.0, 9.0])
     assert list(hour_ahead_changes(few, 2, 9.0, 0.9)) == [0.0, 0.0]  # fewer than MIN_CHANGES
@@ -113,7 +113,7 @@ def _hours(values, start="2024-01-01"):
 
 
 def test_a_forecast_the_last_hour_beat_on_the_platforms_own_hours_is_not_planned_on():
-    from gpupool.allocate.demand import forecast_skill
+    from gpupool.decisions.demand import forecast_skill
 
     hourly = _hours([10, 12, 14, 16, 18, 20, 22, 24, 26, 28])  # a ramp: the last hour is 2 off
     bad = _hours([5.0] * 9, start="2024-01-01 01:00")  # a model stuck at 5
@@ -129,7 +129,7 @@ def test_a_forecast_the_last_hour_beat_on_the_platforms_own_hours_is_not_planned
 
 
 def test_a_forecast_only_level_with_the_last_hour_is_not_planned_on():
-    from gpupool.allocate.demand import SKILL_MARGIN, forecast_skill
+    from gpupool.decisions.demand import SKILL_MARGIN, forecast_skill
 
     hourly = _hours([10, 12, 14, 16, 18, 20, 22, 24, 26, 28])  # a ramp: the last hour is 2 off
     target = hourly.iloc[1:]
@@ -147,7 +147,7 @@ def test_a_forecast_only_level_with_the_last_hour_is_not_planned_on():
 
 
 def test_without_a_track_record_the_plan_is_reactives():
-    from gpupool.allocate.demand import MIN_SKILL_HOURS, forecast_skill
+    from gpupool.decisions.demand import MIN_SKILL_HOURS, forecast_skill
 
     hourly = _hours([10, 12, 14])
     # two hours of a perfect record are not yet a record
@@ -190,7 +190,7 @@ def test_hourly_levels_are_the_level_the_plan_saw_at_each_hour():
 
 
 def test_a_forecast_is_scored_against_the_level_the_reactive_plan_uses():
-    from gpupool.allocate.demand import forecast_skill
+    from gpupool.decisions.demand import forecast_skill
 
     hourly = _hours(np.arange(10.0, 40.0, 2.0))  # a ramp: each hour's mean 2 above the last
     levels = hourly.shift(1, freq="1h") + 2.0  # inside each hour demand already stood at the next one's
@@ -219,7 +219,7 @@ def _bursty(n_cycles=10):
 
 
 def test_each_series_own_record_chooses_its_spread_rule():
-    from gpupool.allocate.demand import SPREAD_BASE, spread_record
+    from gpupool.decisions.demand import SPREAD_BASE, spread_record
 
     bursty = _hours(_bursty())
     rec = spread_record(bursty, 0.95)
@@ -237,7 +237,7 @@ def test_each_series_own_record_chooses_its_spread_rule():
 
 @pytest.mark.parametrize("base", ["random_walk", "empirical"])
 def test_the_base_rule_is_kept_unless_another_is_clearly_better(monkeypatch, base):
-    from gpupool.allocate import demand
+    from gpupool.decisions import demand
 
     monkeypatch.setattr(demand, "SPREAD_BASE", base)
     other = "empirical" if base == "random_walk" else "random_walk"
@@ -252,7 +252,7 @@ def test_the_base_rule_is_kept_unless_another_is_clearly_better(monkeypatch, bas
 
 
 def test_a_short_record_keeps_the_base_rule():
-    from gpupool.allocate.demand import MIN_SPREAD_HOURS, SPREAD_BASE, spread_record
+    from gpupool.decisions.demand import MIN_SPREAD_HOURS, SPREAD_BASE, spread_record
 
     short = _hours(_bursty(3)[: 12 + MIN_SPREAD_HOURS - 1])
     rec = spread_record(short, 0.95)
@@ -262,7 +262,7 @@ def test_a_short_record_keeps_the_base_rule():
 
 
 def test_the_spread_record_judges_each_hour_by_a_bound_from_the_hours_before_it():
-    from gpupool.allocate.demand import spread_record
+    from gpupool.decisions.demand import spread_record
 
     # flat for 40 hours, then a jump of 20: no rule saw it coming, so each pays for it in full
     hourly = _hours([10.0] * 40 + [30.0])
@@ -298,7 +298,7 @@ def _daily_world(days=10, amplitude=20.0, noise=2.5, seed=0):
 
 
 def test_a_platform_with_a_daily_rhythm_is_planned_along_its_usual_change_at_this_hour():
-    from gpupool.allocate.demand import daily_record, with_daily_change
+    from gpupool.decisions.demand import daily_record, with_daily_change
 
     hourly, levels = _daily_world()
     at = pd.Timestamp("2024-01-10 09:00", tz="UTC")  # a rising morning: the peak is at 15:00
@@ -319,7 +319,7 @@ def test_a_platform_with_a_daily_rhythm_is_planned_along_its_usual_change_at_thi
 
 
 def test_a_platform_without_a_daily_rhythm_is_planned_on_its_level():
-    from gpupool.allocate.demand import daily_record, with_daily_change
+    from gpupool.decisions.demand import daily_record, with_daily_change
 
     hourly, levels = _daily_world(amplitude=0.0)
     at = pd.Timestamp("2024-01-10 09:00", tz="UTC")
@@ -331,7 +331,7 @@ def test_a_platform_without_a_daily_rhythm_is_planned_on_its_level():
 
 
 def test_the_daily_change_needs_days_of_history_and_a_days_record():
-    from gpupool.allocate.demand import MIN_DAILY_DAYS, daily_record
+    from gpupool.decisions.demand import MIN_DAILY_DAYS, daily_record
 
     hourly, levels = _daily_world(days=MIN_DAILY_DAYS)
     at = hourly.index[-1] + pd.Timedelta("1h")
@@ -346,7 +346,7 @@ def test_the_daily_change_needs_days_of_history_and_a_days_record():
 
 
 def test_a_winning_daily_change_is_planned_on_before_the_model_and_a_losing_one_is_not():
-    from gpupool.allocate.demand import ForecastSkill, daily_record
+    from gpupool.decisions.demand import ForecastSkill, daily_record
 
     hourly, levels = _daily_world()
     at = pd.Timestamp("2024-01-10 09:00", tz="UTC")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gpupool import mig
-from gpupool.allocate.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, OwnerState
+from gpupool.actuation.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, OwnerState
 from gpupool.k8s_keys import HOLD_ANNOTATION, OWNER_LABEL
 
 MIG_CONFIG_LABEL = mig.CONFIG_LABEL

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from gpupool import pipeline
-from gpupool.allocate import handover as ho
-from gpupool.allocate import service
+from gpupool.actuation import handover as ho
+from gpupool.jobs import allocation as service
 from gpupool.config import parse_config
 from gpupool.staging.schema import clean_sample, forecast, forecast_run, inventory_node, sample
 
@@ -209,7 +209,7 @@ def test_plan_from_staging_scores_the_forecast_against_demand_as_it_stood(ctx):
     # kubernetes ramps 2 GPUs an hour, and inside each hour its last sample already stands at the
     # next hour's level; its model forecast each hour 1 GPU high. Against the hour before (2 off
     # each hour) the model wins; against demand as it stood (what reactive plans on) it loses
-    from gpupool.allocate.demand import forecast_skill
+    from gpupool.decisions.demand import forecast_skill
     from gpupool.staging import reads
 
     rows, fc = [], []
@@ -241,7 +241,7 @@ def test_plan_from_staging_scores_the_forecast_against_demand_as_it_stood(ctx):
 
 
 def test_the_plan_looks_its_own_horizon_ahead_within_the_forecasts():
-    from gpupool.allocate.policy import PLAN_HORIZON_HOURS, Policy
+    from gpupool.decisions.policy import PLAN_HORIZON_HOURS, Policy
 
     cfg = parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc"}]})
     assert cfg.limits.horizon_hours == 6  # the forecast stage's horizon is unchanged

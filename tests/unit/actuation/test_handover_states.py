@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import sqlalchemy as sa
 
-from gpupool.allocate import handover as ho
+from gpupool.actuation import handover as ho
 from gpupool.staging.schema import action_audit, allocation_plan, handover
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)

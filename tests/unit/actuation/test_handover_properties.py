@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupool.allocate import handover as ho
-from gpupool.allocate.actuators.base import ActuationError
+from gpupool.actuation import handover as ho
+from gpupool.actuation.actuators.base import ActuationError
 from gpupool.staging.schema import action_audit, handover
 from memplatform import make
 

@@ -12,7 +12,7 @@ it is in service, empty and not already in the layout. How a platform changes a 
   that fails resumes the node as it was found: the node is never left held;
 * **OpenStack**: not built (mdev types are nova-compute configuration on the node).
 
-Every command is audited in ``action_audit`` before it is sent (:func:`~gpupool.allocate.handover.send_audited`,
+Every command is audited in ``action_audit`` before it is sent (:func:`~gpupool.actuation.handover.send_audited`,
 no handover id); a dry run audits what it would send and sends nothing.
 """
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpupool.allocate.actuators.base import ActuationError, Actuator, Command, REASON_PREFIX
-from gpupool.allocate import handover as ho
+from gpupool.actuation.actuators.base import ActuationError, Actuator, Command, REASON_PREFIX
+from gpupool.actuation import handover as ho
 from gpupool.staging import handovers as store
 
 

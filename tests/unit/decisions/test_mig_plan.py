@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpupool import pipeline
-from gpupool.allocate import service
-from gpupool.allocate.layouts import NodeRecord, layout_from_inventory, node_capacity
+from gpupool.jobs import allocation as service
+from gpupool.decisions.layouts import NodeRecord, layout_from_inventory, node_capacity
 from gpupool.config import ConfigError, parse_config
 from gpupool.staging.schema import clean_sample, inventory_node
 
@@ -181,8 +181,8 @@ def test_a_stale_plan_changes_no_layout(sqlite_engine):
 def test_planning_in_slices_leaves_fewer_slice_hours_unmet_than_whole_gpus():
     """The same slice demand planned in whole GPUs (MIG stays off) and in 1g.10gb slices, scored
     on the layouts each plan leaves: slice requests unmet over the horizon."""
-    from gpupool.allocate.planner import plan
-    from gpupool.allocate.policy import Policy
+    from gpupool.decisions.planner import plan
+    from gpupool.decisions.policy import Policy
 
     nodes = [NodeRecord(f"ai-{i}", "ai", 8, mig_capable=True, mig_layout="all-disabled") for i in range(2)]
     nodes += [NodeRecord(f"hpc-{i}", "hpc", 8, mig_capable=True, mig_layout="all-disabled") for i in range(2)]

@@ -4,9 +4,9 @@ Inputs
 ------
 * the pool inventory — one :class:`NodeRecord` per node (owner, GPUs, busy GPUs, whether it is in
   a handover, when it last moved, its MIG capability and layout);
-* each platform's demand for the next hours — :class:`PlatformDemand` (``allocate.demand``,
-  whose :func:`~gpupool.allocate.demand.plan_demand` makes it) in the platform's unit;
-* the :class:`~gpupool.allocate.policy.Policy`. Nodes and their MIG layouts: ``allocate.layouts``.
+* each platform's demand for the next hours — :class:`PlatformDemand` (``decisions.demand``,
+  whose :func:`~gpupool.decisions.demand.plan_demand` makes it) in the platform's unit;
+* the :class:`~gpupool.decisions.policy.Policy`. Nodes and their MIG layouts: ``decisions.layouts``.
 
 Model
 -----
@@ -66,8 +66,8 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.special import ndtr, ndtri
 
 from gpupool.values import utc
-from gpupool.allocate.demand import PlatformDemand
-from gpupool.allocate.layouts import (  # noqa: F401 - re-exported: the planner's inputs
+from gpupool.decisions.demand import PlatformDemand
+from gpupool.decisions.layouts import (  # noqa: F401 - re-exported: the planner's inputs
     GPU_UNIT,
     SLICES_PER_GPU,
     WHOLE_LAYOUTS,
@@ -78,7 +78,7 @@ from gpupool.allocate.layouts import (  # noqa: F401 - re-exported: the planner'
     node_records,
     units_per_gpu,
 )
-from gpupool.allocate.policy import Policy
+from gpupool.decisions.policy import Policy
 
 _BOUND_PENALTY = 1e4  # per node outside a platform's min/max: above any realistic demand gain
 _TANGENT_Z = np.linspace(-3.0, 3.0, 13)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gpupool.allocate.planner as planner_mod
-from gpupool.allocate.planner import (
+import gpupool.decisions.planner as planner_mod
+from gpupool.decisions.planner import (
     PlatformDemand,
     NodeRecord,
     PlanningError,
@@ -19,7 +19,7 @@ from gpupool.allocate.planner import (
     node_capacity,
     plan,
 )
-from gpupool.allocate.policy import Policy
+from gpupool.decisions.policy import Policy
 
 PLATFORMS = ("kubernetes", "slurm", "openstack")
 AT = pd.Timestamp("2024-03-01 12:00", tz="UTC")

@@ -6,7 +6,7 @@ this is the tactic. Each tick reads every platform's pressure through its own so
 with the detect stage's streaming rules before trusting it, and where pending demand exceeds
 free capacity moves one idle whole node from the platform with the largest surplus to the one
 with the largest shortage (the greedy rule of issue 30), through the same audited handover as
-the plan (:func:`gpupool.allocate.handover.open_handover` + ``advance_all``).
+the plan (:func:`gpupool.actuation.handover.open_handover` + ``advance_all``).
 
 * :func:`decide` is pure: readings, the plan's bounds, recent moves, open handovers, the time
   and :class:`Settings` in; a list of :class:`FastMove` and :class:`Skip` out, each with its reason.
@@ -40,7 +40,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from gpupool.allocate.cadence import FASTPATH_EVERY  # the cadence, defined once (the DAG reads it too)
+from gpupool.decisions.cadence import FASTPATH_EVERY  # the cadence, defined once (the DAG reads it too)
 from gpupool.errors import UserError
 from gpupool.sources.base import Pressure, SourceError
 from gpupool.values import utc, utc_datetime
@@ -427,10 +427,10 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
     (``dry_run: false``) and both platforms (``actuation: true``, not ``simulator``) say so;
     otherwise its handover is a dry run: audited, never sent. A backfill records why it did
     nothing. A tick is decided once: a re-run at the same ``at`` returns what was recorded.
-    Raises :class:`~gpupool.allocate.handover.HandoverFailed` when a handover failed and
+    Raises :class:`~gpupool.actuation.handover.HandoverFailed` when a handover failed and
     :class:`FastPathReadError` when a platform could not be read, after the rest was done.
     """
-    from gpupool.allocate import service
+    from gpupool.jobs import allocation as service
     from gpupool.staging import handovers as handover_store
 
     at = utc_datetime(at)
@@ -449,7 +449,7 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
 
 def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators, sources, lookup) -> dict[str, Any]:
     """The part of a tick that spends the move budget: read, judge, decide, record, open."""
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
     from gpupool.staging import fastpath as store
     from gpupool.staging import reads
 

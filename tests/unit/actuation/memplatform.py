@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpupool.allocate.actuators.base import ActuationError, Actuator, Command, OwnerState
+from gpupool.actuation.actuators.base import ActuationError, Actuator, Command, OwnerState
 
 
 @dataclass

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gpupool.allocate.actuators.base import (
+from gpupool.actuation.actuators.base import (
     ActuationError,
     Actuator,
     Command,

@@ -1,7 +1,7 @@
 """What the planner plans on: each platform's demand for the next hours, from the same inputs in
 production and in the what-if.
 
-:func:`plan_demand` is the one decision of the plan stage's input. ``allocate.service``
+:func:`plan_demand` is the one decision of the plan stage's input. ``jobs.allocation``
 (the pipeline's plan task, ``gpupool plan``) calls it on what ``staging.reads`` returns, and
 ``gpupool.sim.study`` (``gpupool simulate``) on the same functions run over the world's telemetry:
 
@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtri
 
-from gpupool.allocate.layouts import GPU_UNIT, SLICES_PER_GPU, PlanningError
-from gpupool.allocate.policy import Policy
+from gpupool.decisions.layouts import GPU_UNIT, SLICES_PER_GPU, PlanningError
+from gpupool.decisions.policy import Policy
 from gpupool.values import utc
 
 
