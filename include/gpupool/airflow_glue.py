@@ -130,7 +130,7 @@ def fastpath_from_context(context: Any, lookup=None) -> dict:
     """One fast-path tick at the run's data interval end: read each platform's pressure, decide,
     record, start moves. ``dry_run`` (Param, default on) or the configuration's keeps every
     handover a dry run; a backfill records why it did nothing. XCom gets counts only."""
-    from gpupool.decisions.fastpath import run_fastpath
+    from gpupool.jobs.fastpath import run_fastpath
 
     window = pipeline.resolve_window({}, context.get("data_interval_start"), context.get("data_interval_end"))
     ctx = pipeline.Context.load()

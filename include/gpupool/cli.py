@@ -306,7 +306,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(_recent_fastpath(ctx, until=at, moves_only=False))
         return 0
     if args.command == "handovers":
-        from gpupool.jobs.allocation import format_handovers, list_handovers
+        from gpupool.jobs.allocation import list_handovers
+        from gpupool.jobs.text import format_handovers
 
         rows = list_handovers(ctx.engine, open_only=args.open)
         print(_json(rows, indent=2) if args.json else format_handovers(rows))
@@ -316,7 +317,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "fastpath":
         from datetime import datetime, timezone
 
-        from gpupool.decisions.fastpath import format_decisions, run_fastpath
+        from gpupool.jobs.fastpath import run_fastpath
+        from gpupool.jobs.text import format_decisions
 
         db.upgrade(ctx.engine)
         at = _at(args.at) if args.at else pipeline.parse_time(datetime.now(timezone.utc))
@@ -431,7 +433,7 @@ def _whatif(args: argparse.Namespace) -> int:
 
 def _recent_fastpath(ctx, until=None, moves_only: bool = False) -> str:
     """The newest fast-path decisions (moves only, for `gpupool handovers`) as lines."""
-    from gpupool.decisions.fastpath import format_decisions
+    from gpupool.jobs.text import format_decisions
     from gpupool.staging import fastpath as store
 
     rows = store.recent_decisions(ctx.engine, limit=10, moves_only=moves_only, until=until)

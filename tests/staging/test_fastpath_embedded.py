@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from gpupool.actuation import handover as ho
-from gpupool.decisions.fastpath import run_fastpath
+from gpupool.jobs.fastpath import run_fastpath
 from gpupool.config import default_config
 from gpupool.pipeline import Context
 from gpupool.platforms import EmbeddedWorldSource

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from gpupool.actuation import handover as ho
-from gpupool.decisions.fastpath import FastPathReadError, run_fastpath
+from gpupool.jobs.fastpath import FastPathReadError, run_fastpath
 from gpupool.config import parse_config
 from gpupool.pipeline import Context
 from gpupool.sources.base import Pressure, SourceError

@@ -13,7 +13,7 @@ import pytest
 
 from gpupool.actuation import handover as ho
 from gpupool.jobs import allocation as service
-from gpupool.decisions.fastpath import run_fastpath
+from gpupool.jobs.fastpath import run_fastpath
 from gpupool.config import parse_config
 from gpupool.pipeline import Context
 from gpupool.staging import fastpath as store

@@ -1,4 +1,4 @@
-"""The fast path: every few minutes, answer a burst at once within what the hourly plan allows.
+"""The fast path's decision: every few minutes, answer a burst at once within what the hourly plan allows.
 
 The hourly plan is the strategy (where nodes wait, who may lend, what each platform keeps);
 this is the tactic. Each tick reads every platform's pressure through its own source
@@ -10,8 +10,10 @@ the plan (:func:`gpupool.actuation.handover.open_handover` + ``advance_all``).
 
 * :func:`decide` is pure: readings, the plan's bounds, recent moves, open handovers, the time
   and :class:`Settings` in; a list of :class:`FastMove` and :class:`Skip` out, each with its reason.
-* :func:`run_fastpath` is one tick: read, stage the readings, judge, decide, record every
-  decision in staging (``fastpath_decision``), open the moves' handovers and advance them.
+  :func:`decide_inputs` builds its arguments one way for the tick and the what-if.
+* :func:`gpupool.jobs.fastpath.run_fastpath` is one tick: read, stage the readings, judge, decide,
+  record every decision in staging (``fastpath_decision``), open the moves' handovers and advance
+  them; :mod:`gpupool.sim.fastpath` runs the same decision against the what-if's world.
 
 Rules :func:`decide` keeps, each a named reason when it says no:
 
@@ -36,14 +38,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-import pandas as pd
-
-from gpupool.decisions.cadence import FASTPATH_EVERY  # the cadence, defined once (the DAG reads it too)
-from gpupool.errors import UserError
-from gpupool.sources.base import Pressure, SourceError
-from gpupool.values import utc, utc_datetime
+from gpupool.values import utc_datetime
 
 #: the window of the move budget (issue 30: "at most N moves in any hour", both paths)
 BUDGET_WINDOW = timedelta(hours=1)
@@ -58,11 +55,26 @@ READING_METRICS = {"gpus_allocated": "gpu_allocated_now", "gpus_pending": "gpu_p
 JUDGED = {"gpu_pending_now": "gpu_pending", "gpu_allocated_now": "gpu_allocated"}
 
 
+class Reading(Protocol):
+    """What :func:`decide` reads of one platform's pressure (a
+    :class:`gpupool.sources.base.Pressure`: the sources' instant read, or the what-if's)."""
+
+    gpus_allocated: float
+    gpus_pending: float
+    gpus_capacity: float
+    idle_nodes: tuple[str, ...]
+    node_gpus: Mapping[str, int]
+    nodes_open: int
+
+    @property
+    def gpus_free(self) -> float: ...
+
+
 @dataclass(frozen=True)
 class Judged:
     """A pressure reading and the judged metrics the detect rules flagged in it."""
 
-    pressure: Pressure
+    pressure: Reading
     anomalous: tuple[str, ...] = ()
 
 
@@ -209,7 +221,7 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
         return [Skip("*", "backfill run: the fast path never actuates a backfill; nothing read, nothing sent")]
     out: list[FastMove | Skip] = []
     plan_bounds, within = current_bounds(plan_bounds, at, settings)
-    usable: dict[str, Pressure] = {}
+    usable: dict[str, Reading] = {}
     for p, judged in sorted(pressures.items()):
         if judged.anomalous:
             out.append(Skip(p, f"reading judged anomalous by the detect rules ({', '.join(judged.anomalous)}): "
@@ -306,230 +318,3 @@ def _cannot_lend(p: str, bounds: PlanBounds, settings: Settings, borrowed: set, 
     if not free_idle:
         return "no idle whole node it may give (none idle, in a handover, moved within the cool-down or not a pool member)"
     return None
-
-
-# ------------------------------------------------------------------------------ the judge
-
-
-def reading_key(platform: str, metric: str) -> tuple:
-    """The series key (:data:`gpupool.canonical.SERIES_KEY`) of a platform's fast-path readings of
-    ``metric`` (a :data:`READING_METRICS` value): its judge's models are stored under it in the
-    detect stage's model store, beside the hourly series' (whose metrics differ)."""
-    return (platform, "", "platform", "", metric)
-
-
-def judge_reading(history: pd.Series, value: float, at: datetime, router, metric: str,
-                  step: timedelta = FASTPATH_EVERY, model_for=None) -> bool:
-    """Whether the detect stage's streaming rules flag ``value`` read at ``at`` as anomalous,
-    judged on ``history`` (the staged readings before ``at``) as the detect task judges a point:
-    :func:`gpupool.detect.stage.judge_series` of the newest point alone (with the alarm
-    look-back before it) by the model of its refit anchor.
-
-    ``model_for(anchor, history)`` gives that model (the tick's: staging's model store, so an
-    anchor is fitted once); without it the model is fitted here. Too short a history is not
-    judged (False), as the detect stage leaves such points alone.
-    """
-    from gpupool.detect.stage import fit_detector, judge_series
-
-    at = utc(at)
-    step = pd.Timedelta(step)
-    hist = history[history.index < at].astype("float64")
-    series = pd.concat([hist, pd.Series([float(value)], index=pd.DatetimeIndex([at]))])
-    series = series[~series.index.duplicated(keep="last")].sort_index()
-    grid = pd.date_range(series.index.min().floor(step), at, freq=step)
-    series = series.reindex(series.index.union(grid))
-    fit = model_for or (lambda anchor, h: fit_detector(h, router, metric))
-    scored = judge_series(series, router, metric, at, at + step, fit)
-    return bool(len(scored) and scored["is_anomaly"].iloc[-1])
-
-
-def judge(engine, pressure: Pressure, router, step: timedelta = FASTPATH_EVERY) -> Judged:
-    """``pressure`` with the judged metrics the detect rules flag, on the platform's staged readings.
-
-    Each judged metric's newest reading is judged alone, by the model of its refit anchor from
-    the detect stage's model store (:func:`gpupool.detect.stage.model_for` under
-    :func:`reading_key`): the first tick after an anchor fits and stores it, every later tick
-    until the next anchor rebuilds it from its stored parameters.
-    """
-    return _judge_counted(engine, pressure, router, step)[0]
-
-
-def _judge_counted(engine, pressure: Pressure, router, step: timedelta = FASTPATH_EVERY) -> tuple[Judged, int]:
-    """:func:`judge` and how many detector models it fitted (0 on every tick but an anchor's first)."""
-    from gpupool.detect.stage import detect_lookback, fit_detector, model_for
-    from gpupool.staging import fastpath as store
-
-    at = utc_datetime(pressure.at)
-    history = store.pressure_histories(engine, pressure.platform, list(JUDGED), at - detect_lookback(router), at)
-    flagged, fitted = [], []
-    for metric, canonical in JUDGED.items():
-        field_ = next(f for f, m in READING_METRICS.items() if m == metric)
-        key = reading_key(pressure.platform, metric)
-
-        def stored(anchor, h, key=key, canonical=canonical):
-            model, new = model_for(engine, key, anchor, h, lambda hh: fit_detector(hh, router, canonical))
-            fitted.append(new)
-            return model
-
-        value = float(getattr(pressure, field_))
-        if judge_reading(history[metric], value, at, router, canonical, step, model_for=stored):
-            flagged.append(f"{field_} {value:g}")
-    return Judged(pressure, tuple(flagged)), sum(fitted)
-
-
-# ------------------------------------------------------------------------------ one tick
-
-
-class FastPathReadError(UserError, RuntimeError):
-    """Some platforms' pressure could not be read this tick (the others were decided on); raised
-    after the tick was recorded and its moves started, so the task fails and Airflow alerts."""
-
-
-def _pool_ids(config, p: Pressure) -> Pressure:
-    """``p`` with its node names as pool node ids (``pool.nodes[].names``)."""
-    from dataclasses import replace
-
-    ids = {n: config.pool.node_id(p.platform, n) for n in p.node_gpus}
-    return replace(p, idle_nodes=tuple(ids[n] for n in p.idle_nodes),
-                   node_gpus={ids[n]: g for n, g in p.node_gpus.items()})
-
-
-def read_pressures(ctx, at: datetime, sources: Mapping[str, Any] | None = None,
-                   lookup=None) -> tuple[dict[str, Pressure], dict[str, str], dict[str, str]]:
-    """Each configured platform's pressure at ``at`` through its source (built from the
-    configuration unless ``sources`` gives it); why for the platforms that failed to be read;
-    and the platforms whose source has no instant read (they take no part, and that is no error)."""
-    read, unread, without = {}, {}, {}
-    for name in ctx.platforms():
-        pcfg = ctx.config.platform(name)
-        try:
-            source = (sources or {}).get(name) or ctx.build_source(name, lookup)
-        except Exception as exc:  # a missing connection: this platform is out of the tick, and said so
-            unread[name] = f"source not built: {exc}"
-            continue
-        if not hasattr(source, "pressure"):
-            without[name] = f"a {pcfg.kind} source has no instant pressure read: this platform takes no part"
-            continue
-        try:
-            read[name] = source.pressure(at)
-        except (SourceError, ValueError) as exc:
-            unread[name] = f"pressure not read: {exc}"
-    return read, unread, without
-
-
-def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False,
-                 actuators: Mapping[str, Any] | None = None, sources: Mapping[str, Any] | None = None,
-                 lookup=None, allow_evict: bool = False) -> dict[str, Any]:
-    """One fast-path tick at ``at``: read, stage and judge each platform's pressure, decide,
-    record every decision in ``fastpath_decision``, open the moves' handovers and advance all.
-
-    A move is sent for real only when the call (``dry_run=False``), the configuration
-    (``dry_run: false``) and both platforms (``actuation: true``, not ``simulator``) say so;
-    otherwise its handover is a dry run: audited, never sent. A backfill records why it did
-    nothing. A tick is decided once: a re-run at the same ``at`` returns what was recorded.
-    Raises :class:`~gpupool.actuation.handover.HandoverFailed` when a handover failed and
-    :class:`FastPathReadError` when a platform could not be read, after the rest was done.
-    """
-    from gpupool.jobs import allocation as service
-    from gpupool.staging import handovers as handover_store
-
-    at = utc_datetime(at)
-    # read, decide and open under the pool's move-budget lock: a CLI tick beside the DAG's, or
-    # a plan's actuation beside either, waits, so no two spend the same rolling-hour budget
-    with handover_store.moves_lock(ctx.engine):
-        out = _decide_and_open(ctx, at, dry_run, backfill, actuators, sources, lookup)
-    if out.get("repeat") or out.get("backfill"):
-        return out
-    out["advance"] = service.advance_handovers(ctx, at, dry_run=dry_run, actuators=actuators,
-                                               allow_evict=allow_evict, lookup=lookup)
-    if out["unread"]:
-        raise FastPathReadError("; ".join(f"{p}: {why}" for p, why in sorted(out["unread"].items())))
-    return out
-
-
-def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators, sources, lookup) -> dict[str, Any]:
-    """The part of a tick that spends the move budget: read, judge, decide, record, open."""
-    from gpupool.actuation import handover as ho
-    from gpupool.staging import fastpath as store
-    from gpupool.staging import reads
-
-    engine, config = ctx.engine, ctx.config
-    done = store.decisions_at(engine, at)
-    if done:
-        return {"at": at.isoformat(), "repeat": True, "decisions": done, "opened": []}
-    settings = settings_from_config(config, backfill=backfill)
-    if backfill:
-        decisions = decide({}, PlanBounds(None, None), [], [], at, settings)
-        store.record_decisions(engine, at, [_row(d, None, True) for d in decisions])
-        return {"at": at.isoformat(), "backfill": True, "decisions": store.decisions_at(engine, at), "opened": []}
-    read, unread, without = read_pressures(ctx, at, sources, lookup)
-    router = config.detect.router_config()
-    judged, refits = {}, 0
-    for name, p in read.items():
-        store.record_pressure(engine, name, at, {m: getattr(p, f) for f, m in READING_METRICS.items()})
-        judged[name], fitted = _judge_counted(engine, _pool_ids(config, p), router, pd.Timedelta(config.step))
-        refits += fitted
-    live_ok = (not dry_run) and (not config.dry_run)
-    since = recent_since(at, settings)
-    recent = [h for h in store.handovers_opened_between(engine, since, at) if not (live_ok and h["dry_run"])]
-    open_h = [h.as_dict() for h in ho.list_handovers(engine, ho.BLOCKING_STATES)]
-    if open_h:  # the GPUs each node in transit brings, from the last inventory that listed it
-        inv = reads.read_inventory(engine, at, ctx.platforms())
-        known = {config.pool.node_id(r.platform, r.node): int(r.gpus) for r in inv.itertuples()}
-        for h in open_h:
-            h.setdefault("gpus", known.get(h["node"]))
-    decisions = decide(**decide_inputs(judged, reads.latest_plan(engine, at), ctx.platforms(), recent, open_h,
-                                       at, settings))
-    decisions += [Skip(name, why) for name, why in sorted({**unread, **without}.items())]
-    live_platforms = {p.name for p in config.platforms if p.actuation and p.kind != "simulator"}
-
-    def live(d) -> bool:
-        return (live_ok and d.source in live_platforms and d.target in live_platforms
-                and (actuators is None or (d.source in actuators and d.target in actuators)))
-
-    seen = {name: j.pressure.as_dict() | {"anomalous": list(j.anomalous)} for name, j in judged.items()}
-    rows = [_row(d, seen, not (isinstance(d, FastMove) and live(d))) for d in decisions]
-    ids = store.record_decisions(engine, at, rows)
-    lim = config.limits
-    timeout = timedelta(hours=lim.max_actuation_age_hours) if lim.max_actuation_age_hours > 0 else ho.DEFAULT_TIMEOUT
-    opened = []
-    for did, d in zip(ids, decisions):
-        if not isinstance(d, FastMove):
-            continue
-        try:
-            hid = ho.open_handover(engine, d.node, d.source, d.target, at, reason=d.reason, dry_run=not live(d),
-                                   timeout=timeout)
-        except ho.HandoverConflict as exc:
-            store.set_handover(engine, did, None, note=f"not opened: {exc}")
-            continue
-        store.set_handover(engine, did, hid)
-        opened.append({"id": hid, "node": d.node, "from": d.source, "to": d.target, "dry_run": not live(d)})
-    return {"at": at.isoformat(), "live": live_ok, "decisions": store.decisions_at(engine, at), "opened": opened,
-            "unread": unread, "refits": refits}
-
-
-def _row(d: FastMove | Skip, seen: Mapping[str, Any] | None, dry_run: bool) -> dict[str, Any]:
-    """One ``fastpath_decision`` row: a move is recorded under its target platform."""
-    if isinstance(d, FastMove):
-        return {"platform": d.target, "pressure": {p: (seen or {}).get(p) for p in (d.source, d.target)},
-                "node": d.node, "source": d.source, "target": d.target, "reason": d.reason, "dry_run": dry_run,
-                "handover_id": None}
-    pressure = None if seen is None or d.platform == "*" else (seen.get(d.platform))
-    return {"platform": d.platform, "pressure": pressure, "node": None, "source": None, "target": None,
-            "reason": d.reason, "dry_run": dry_run, "handover_id": None}
-
-
-def format_decisions(rows: Sequence[Mapping[str, Any]], title: str = "fast path") -> str:
-    """Recent fast-path decisions as lines for ``gpupool plan``/``handovers``/``fastpath``."""
-    if not rows:
-        return f"{title}: no decisions recorded"
-    lines = [f"{title}:"]
-    for r in rows:
-        when = utc(r["decided_at"]).strftime("%Y-%m-%d %H:%M")
-        mode = "dry-run" if r["dry_run"] else "live"
-        if r.get("node"):
-            ho_ = f" handover #{r['handover_id']}" if r.get("handover_id") else ""
-            lines.append(f"  {when}  MOVE {r['node']} {r['source']} -> {r['target']} ({mode}{ho_}): {r['reason']}")
-        else:
-            lines.append(f"  {when}  {r['platform']:<12} no move: {r['reason']}")
-    return "\n".join(lines)

@@ -1,5 +1,7 @@
-"""The glue the pipeline and the CLI call: plan from staging, actuate a stored plan, list and
-roll back handovers.
+"""The hourly plan-and-act, the job the pipeline and the CLI call: plan from staging, actuate a
+stored plan, advance, list and roll back handovers. It reads staging and builds actuators; the
+plan itself is :func:`gpupool.decisions.planner.plan` and the handovers
+:mod:`gpupool.actuation.handover` (what ``gpupool`` prints of them: :mod:`gpupool.jobs.text`).
 
 * :func:`plan_from_staging` — the pool inventory of the window's end, each platform's demand
   (the ARIMA forecast issued at the window's end for ``predictive``; the last hour's demand for
@@ -14,7 +16,7 @@ roll back handovers.
 
 Embedded simulator platforms (config kind ``simulator``) are dry-run only: their world is
 rebuilt from the configuration on every run, so an action on it would not survive to the next
-run. :class:`~gpupool.actuation.actuators.simulator.WorldActuator` acts on a World that a caller
+run. :class:`~gpupool.sim.actuator.WorldActuator` acts on a World that a caller
 holds (closed-loop studies, tests).
 """
 
@@ -407,19 +409,6 @@ def list_handovers(engine: Engine, at: datetime | None = None, open_only: bool =
     return out
 
 
-def format_handovers(rows: list[dict[str, Any]]) -> str:
-    """A table for ``gpupool handovers``."""
-    if not rows:
-        return "no handovers"
-    lines = [f"{'ID':>5}  {'NODE':<20} {'FROM':<12} {'TO':<12} {'STATE':<12} {'AGE':>8}  {'MODE':<7} NOTE"]
-    for r in rows:
-        age = r["age_minutes"]
-        age_s = f"{age / 60:.1f}h" if age >= 90 else f"{age:.0f}m"
-        lines.append(f"{r['id']:>5}  {r['node']:<20} {r['from_platform']:<12} {r['to_platform']:<12} "
-                     f"{r['state']:<12} {age_s:>8}  {'dry-run' if r['dry_run'] else 'live':<7} {r['error'] or ''}")
-    return "\n".join(lines)
-
-
 def rollback_handover(ctx, handover_id: int, actuators: Mapping[str, Actuator] | None = None,
                       at: datetime | None = None, dry_run: bool = False, lookup=None) -> dict[str, Any]:
     """``gpupool rollback ID``: undo a handover (see :func:`gpupool.actuation.handover.rollback`).
@@ -443,7 +432,6 @@ def rollback_handover(ctx, handover_id: int, actuators: Mapping[str, Actuator] |
 
 
 __all__ = [
-    "plan_from_staging", "actuate_plan", "advance_handovers", "list_handovers", "format_handovers",
-    "rollback_handover", "policy_from_config", "pool_nodes", "platform_demand", "demand_units",
-    "ActuationConfigError",
+    "plan_from_staging", "actuate_plan", "advance_handovers", "list_handovers", "rollback_handover",
+    "policy_from_config", "pool_nodes", "platform_demand", "demand_units", "ActuationConfigError",
 ]

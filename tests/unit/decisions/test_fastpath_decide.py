@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pandas as pd
 
-from gpupool.decisions.fastpath import FastMove, Judged, PlanBounds, Settings, Skip, decide, judge_reading
+from gpupool.decisions.fastpath import FastMove, Judged, PlanBounds, Settings, Skip, decide
+from gpupool.jobs.fastpath import judge_reading
 from gpupool.detect.router import RouterConfig
 from gpupool.sources.base import Pressure
 

@@ -11,6 +11,7 @@ import pytest
 from gpupool import pipeline
 from gpupool.actuation import handover as ho
 from gpupool.jobs import allocation as service
+from gpupool.jobs.text import format_handovers
 from gpupool.config import parse_config
 from gpupool.staging.schema import clean_sample, forecast, forecast_run, inventory_node, sample
 
@@ -142,7 +143,7 @@ def test_pipeline_plan_then_dry_run_actuation(ctx):
     # re-running the same plan opens nothing twice
     again = service.actuate_plan(ctx, stored["plan_id"], dry_run=True, backfill=False)
     assert again["opened"] == [] and len(again["skipped"]) == len(stored["moves"])
-    assert "dry-run" in service.format_handovers(hs)
+    assert "dry-run" in format_handovers(hs)
 
 
 def test_backfill_never_actuates(ctx):
