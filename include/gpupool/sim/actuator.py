@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool.actuation.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, ForeignHoldError, OwnerState
+from gpupool.actuation.actuators.base import ActuationError, Actuator, Command, ForeignHoldError, OwnerState
+from gpupool.actuation.marks import REASON_PREFIX
 
 
 class WorldActuator(Actuator):

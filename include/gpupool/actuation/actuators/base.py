@@ -16,7 +16,8 @@ Every command is idempotent: sending it twice leaves the platform as sending it 
 that died between "audited" and "answered" can simply send again.
 
 Safety rule shared by all platforms: gpupool marks every hold it places with a reason that
-starts with ``gpupool:``; it never lifts a hold it did not place (:class:`ForeignHoldError`).
+starts with ``gpupool:`` (:mod:`gpupool.actuation.marks`); it never lifts a hold it did not place
+(:class:`ForeignHoldError`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupool.actuation.marks import REASON_PREFIX, is_gpupool_reason, moving_reason  # noqa: F401 - the shared marks
 from gpupool.errors import UserError
-
-#: every drain / cordon / disable reason gpupool writes starts with this
-REASON_PREFIX = "gpupool:"
 
 
 class ActuationError(RuntimeError):
@@ -47,16 +46,6 @@ class ForeignHoldError(ActuationError):
 
 class ActuationConfigError(UserError, ValueError):
     """A platform set to actuate whose connection cannot be turned into an actuator."""
-
-
-def is_gpupool_reason(reason: str | None) -> bool:
-    """Whether a hold reason was written by gpupool."""
-    return bool(reason) and reason.strip().startswith(REASON_PREFIX)
-
-
-def moving_reason(target: str) -> str:
-    """The hold reason gpupool writes on a node it releases towards ``target``."""
-    return f"{REASON_PREFIX} moving to {target}"
 
 
 @dataclass(frozen=True)

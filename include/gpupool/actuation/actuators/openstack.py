@@ -31,9 +31,9 @@ from gpupool.actuation.actuators.base import (
     OwnerState,
     is_gpupool_reason,
 )
+from gpupool.actuation.marks import HELD_TRAIT
 
 PLACEMENT_MICROVERSION = "1.26"  # in_tree= (1.14) and reserved == total (1.26)
-HELD_TRAIT = "CUSTOM_GPUPOOL_HELD"
 _GPU_CLASSES = ("VGPU", "PGPU")
 
 
