@@ -40,6 +40,11 @@ def check_section(model: type[BaseModel], value: dict) -> dict:
 #: ``bench/allocate_helios.py`` (``bench/allocate_tune.py``, reactive). The forecast stage
 #: forecasts further (``limits.horizon_hours``); the plan reads the first hours.
 PLAN_HORIZON_HOURS = 2
+#: the level (percent) of the demand forecast's prediction interval: the forecast task's,
+#: ``gpupool forecast --level``'s and the what-if's default, and the plan's where a stored
+#: forecast names none (here, beside the plan's horizon, so the pure decisions read it without
+#: importing the forecaster)
+FORECAST_LEVEL = 90.0
 
 class ConfigError(UserError, ValueError):
     """A configuration file that cannot be used; the message names file, key and reason."""

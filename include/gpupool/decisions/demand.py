@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtri
 
+from gpupool.config import FORECAST_LEVEL
 from gpupool.decisions.layouts import GPU_UNIT, SLICES_PER_GPU, PlanningError
 from gpupool.decisions.policy import Policy
 from gpupool.values import utc
@@ -526,7 +527,7 @@ class DemandChoice:
 
     def why(self, at: pd.Timestamp, level: float | None = None) -> str:
         """One line saying where the demand came from (the plan's ``demand_from``); ``level``: the
-        forecast's interval level (default ``forecast.stage.FORECAST_LEVEL``)."""
+        forecast's interval level (default :data:`gpupool.config.FORECAST_LEVEL`, the forecast stage's)."""
         level = _forecast_level(level)
         skill, daily = self.skill, self.daily
         if skill is None:
@@ -574,7 +575,7 @@ def plan_demand(
     forecast:
         ``predictive``: the forecast issued at ``at`` (``ts, yhat, yhat_upper`` by step; None or
         empty: there is none, and the plan is reactive's), at interval ``level`` (default
-        ``forecast.stage.FORECAST_LEVEL``).
+        :data:`gpupool.config.FORECAST_LEVEL`, the forecast stage's).
     issued, levels:
         ``predictive``: the one-hour-ahead forecasts issued before ``at``, indexed by the hour they
         forecast, and demand as it stood at each hour's start (``canonical.hourly_levels``): the
@@ -606,9 +607,5 @@ def plan_demand(
 
 
 def _forecast_level(level: float | None) -> float:
-    """``level``, or the forecast stage's (imported here: the planner's callers need no forecaster)."""
-    if level is not None:
-        return float(level)
-    from gpupool.forecast.stage import FORECAST_LEVEL
-
-    return FORECAST_LEVEL
+    """``level``, or the forecast stage's (:data:`gpupool.config.FORECAST_LEVEL`)."""
+    return FORECAST_LEVEL if level is None else float(level)

@@ -11,13 +11,10 @@ from datetime import timedelta
 
 import pandas as pd
 
+from gpupool.config import FORECAST_LEVEL  # noqa: F401 - the stage's interval level, defined in config
 from gpupool.forecast.select import AutoForecaster
 
 FORECAST_HISTORY = timedelta(days=28)
-#: the level (percent) of the demand forecast's prediction interval: the forecast task's,
-#: ``gpupool forecast --level``'s and the what-if's default, and the plan's where a stored
-#: forecast names none
-FORECAST_LEVEL = 90.0
 #: the forecast stage searches ARIMA orders (and estimates the Holt-Winters candidate's
 #: smoothing parameters) at most this often: a warm start whose orders were searched within it
 #: keeps them and only re-estimates their coefficients (the search runs again when they no
