@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gpupool.decisions.planner as planner_mod
+import gpupool.decisions.plan_model as plan_model
 from gpupool.decisions.planner import (
     PlatformDemand,
     NodeRecord,
@@ -141,7 +141,7 @@ def test_greedy_fallback_when_the_solver_fails(monkeypatch):
     def broken(*args, **kwargs):
         raise ValueError("solver exploded")
 
-    monkeypatch.setattr(planner_mod, "milp", broken)
+    monkeypatch.setattr(plan_model, "milp", broken)
     fallback = plan(nodes, demand, Policy(), at=AT)
     assert fallback.solver == "greedy"
     assert "MILP failed" in fallback.status and "solver exploded" in fallback.status
@@ -159,7 +159,7 @@ def test_greedy_on_request_uses_no_milp(monkeypatch):
     def must_not_run(*args, **kwargs):
         raise AssertionError("the MILP ran although greedy was requested")
 
-    monkeypatch.setattr(planner_mod, "milp", must_not_run)
+    monkeypatch.setattr(plan_model, "milp", must_not_run)
     greedy = plan(nodes, demand, Policy(), at=AT, solver="greedy")
     assert greedy.solver == "greedy" and greedy.status == "greedy (requested)"
     assert greedy.objective_after < greedy.objective_before  # it does move nodes towards demand
