@@ -57,232 +57,57 @@ path ``planned`` -> ``done``): a node that drains at once is released and attach
 pass; a step that must wait (work still running, a MIG re-layout) ends the pass, and the next
 one resumes there. Every table access goes through :mod:`gpupool.staging.handovers`.
 
+The record, its opening and reading, the audited send and the compare-and-set every state
+change goes through are :mod:`gpupool.actuation.handover_records` (re-exported here); this
+module is the state machine on top: advancing, settling a failure, rolling back.
+
 Nothing here reads the wall clock to decide: the caller passes ``at``. Audit rows carry the
 wall-clock times at which commands really went out.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
+from dataclasses import asdict
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from gpupool.errors import UserError
-from gpupool.actuation.actuators.base import (
-    ActuationError,
-    Actuator,
-    Command,
-    ForeignHoldError,
-    moving_reason,
+from gpupool.actuation.actuators.base import ActuationError, Actuator, Command, ForeignHoldError, moving_reason
+from gpupool.actuation.handover_records import (  # noqa: F401 - re-exported: callers name them here
+    ATTACHING,
+    BLOCKING_STATES,
+    DEFAULT_TIMEOUT,
+    DONE,
+    FAILED,
+    MAX_STEPS,
+    OPEN_STATES,
+    PLANNED,
+    RELEASED,
+    RELEASING,
+    ROLLED_BACK,
+    SOURCE_SIDE,
+    STATES,
+    Handover,
+    HandoverConflict,
+    HandoverError,
+    HandoverFailed,
+    audit_rows,
+    conflict_from,
+    get_handover,
+    list_handovers,
+    lost_race,
+    open_handover,
+    send_audited,
+    send_live,
+    target_touched,
+    update_handover,
+    wall_clock,
 )
 from gpupool.staging import handovers as store
 from gpupool.staging import reads
 from gpupool.values import utc_datetime
-
-PLANNED, RELEASING, RELEASED, ATTACHING, DONE, FAILED, ROLLED_BACK = (
-    "planned", "releasing", "released", "attaching", "done", "failed", "rolled_back",
-)
-STATES = (PLANNED, RELEASING, RELEASED, ATTACHING, DONE, FAILED, ROLLED_BACK)
-#: states :func:`advance_all` moves forward
-OPEN_STATES = (PLANNED, RELEASING, RELEASED, ATTACHING)
-#: states that forbid another handover of the same node (a failed one needs a rollback first)
-BLOCKING_STATES = OPEN_STATES + (FAILED,)
-#: states in which nothing may have been sent to the target yet
-_SOURCE_SIDE = (PLANNED, RELEASING, RELEASED)
-DEFAULT_TIMEOUT = timedelta(hours=2)
-MAX_STEPS = 4
-
-
-class HandoverError(UserError, ValueError):
-    """A handover request that cannot be honoured (unknown id, wrong state)."""
-
-
-class HandoverConflict(HandoverError):
-    """The node already has a handover that is open or failed, or another writer holds the
-    node or changed the handover's state under this one."""
-
-
-class HandoverFailed(RuntimeError):
-    """Handovers failed or timed out in this run (their nodes' holds lifted or being sent back
-    where gpupool could); raised after every other handover was processed, so the task fails
-    and Airflow alerts. ``report`` is :func:`advance_all`'s report."""
-
-    def __init__(self, report: dict[str, Any]):
-        self.report = report
-        items = "; ".join(f"#{f['id']} {f['node']} {f['from']} -> {f['to']}: {f['state']}: {f['error']}"
-                          for f in report.get("failed", []))
-        super().__init__(f"{len(report.get('failed', []))} handover(s) failed: {items}")
-
-
-@dataclass(frozen=True)
-class Handover:
-    """One row of ``handover``."""
-
-    id: int
-    node: str
-    from_platform: str
-    to_platform: str
-    state: str
-    plan_id: int | None
-    reason: str | None
-    error: str | None
-    dry_run: bool
-    created_at: datetime
-    updated_at: datetime
-    deadline: datetime | None
-
-    @classmethod
-    def from_row(cls, row) -> "Handover":
-        """Build from a ``handover`` row (a mapping or a SQLAlchemy row), with times in UTC."""
-        m = getattr(row, "_mapping", row)
-        return cls(
-            id=int(m["id"]), node=m["node"], from_platform=m["from_platform"], to_platform=m["to_platform"],
-            state=m["state"], plan_id=m["plan_id"], reason=m["reason"], error=m["error"], dry_run=bool(m["dry_run"]),
-            created_at=utc_datetime(m["created_at"]), updated_at=utc_datetime(m["updated_at"]),
-            deadline=None if m["deadline"] is None else utc_datetime(m["deadline"]),
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        out = asdict(self)
-        for k in ("created_at", "updated_at", "deadline"):
-            out[k] = None if out[k] is None else out[k].isoformat()
-        return out
-
-
-# ------------------------------------------------------------------------------------ opening
-
-
-def open_handover(
-    engine: Engine,
-    node: str,
-    source: str,
-    target: str,
-    at: datetime,
-    *,
-    plan_id: int | None = None,
-    reason: str | None = None,
-    dry_run: bool = True,
-    timeout: timedelta = DEFAULT_TIMEOUT,
-    state: str = PLANNED,
-) -> int:
-    """Open a handover of ``node`` from ``source`` to ``target``; returns its id.
-
-    Raises :class:`HandoverConflict` when the node already has a handover in
-    :data:`BLOCKING_STATES`. The check and the insert run in one transaction, under a per-node
-    advisory lock on PostgreSQL; on SQLite the database's single writer serialises them.
-    """
-    if source == target:
-        raise HandoverError(f"node {node!r}: source and target are both {source!r}")
-    if state not in (PLANNED, RELEASING):
-        raise HandoverError(f"a handover opens as planned or releasing, not {state!r}")
-    at = utc_datetime(at)
-    try:
-        return store.insert_handover(engine, dict(
-            node=node, from_platform=source, to_platform=target, state=state, plan_id=plan_id,
-            reason=reason, error=None, dry_run=dry_run, created_at=at, updated_at=at, deadline=at + timeout,
-        ), BLOCKING_STATES)
-    except store.Blocked as exc:
-        raise _blocked(exc) from None
-
-
-def _blocked(exc: store.Blocked) -> HandoverConflict:
-    if exc.id is None:
-        return HandoverConflict(f"node {exc.node!r}: another handover was opened concurrently")
-    return HandoverConflict(f"node {exc.node!r} already has handover #{exc.id} in state {exc.state!r}")
-
-
-# ------------------------------------------------------------------------------------ reading
-
-
-def get_handover(engine: Engine, handover_id: int) -> Handover:
-    """One handover by id; :class:`HandoverError` when there is none."""
-    row = store.get_handover(engine, handover_id)
-    if row is None:
-        raise HandoverError(f"no handover #{handover_id}")
-    return Handover.from_row(row)
-
-
-def list_handovers(engine: Engine, states: tuple[str, ...] | None = None, node: str | None = None,
-                   limit: int | None = None) -> list[Handover]:
-    """Handovers, newest first, optionally only in ``states`` / of ``node``."""
-    return [Handover.from_row(r) for r in store.handover_rows(engine, states, node=node, limit=limit)]
-
-
-def audit_rows(engine: Engine, handover_id: int | None = None) -> list[dict[str, Any]]:
-    """``action_audit`` rows in the order they were written (of one handover, or all)."""
-    return store.audit_rows(engine, handover_id)
-
-
-# ------------------------------------------------------------------------------------ audit
-
-
-def _wall() -> datetime:
-    # Audit only: when a command really went out. No decision reads this.
-    return datetime.now(timezone.utc)
-
-
-def send_audited(engine: Engine, handover_id: int | None, actuator: Actuator | None, command: Command,
-                 dry_run: bool, expected_state: str | None = None) -> Any:
-    """Write the command to ``action_audit`` and commit, then send it and record the answer.
-
-    With ``dry_run`` (or no actuator) the row is written with status ``dry_run`` and nothing is
-    sent. A failure is recorded on the row and re-raised as :class:`ActuationError`. With
-    ``expected_state`` the row is written (and the command sent) only while the handover is
-    still in that state; otherwise :class:`HandoverConflict` and nothing is written or sent.
-    """
-    dry = dry_run or actuator is None
-    audit_id = store.insert_audit(engine, dict(
-        handover_id=handover_id, platform=command.platform, node=command.node, action=command.action,
-        request=command.request, status="dry_run" if dry else "pending", response=None,
-        dry_run=dry, created_at=_wall(), finished_at=_wall() if dry else None,
-    ), handover_state=expected_state)
-    if audit_id is None:
-        raise _lost(engine, handover_id, expected_state, f"{command.action} to {command.platform} not sent")
-    if dry:
-        return None
-    try:
-        answer = actuator.send(command)
-    except Exception as exc:
-        err = exc if isinstance(exc, ActuationError) else ActuationError(
-            command.platform, command.node, command.action, f"{type(exc).__name__}: {exc}")
-        store.finish_audit(engine, audit_id, "failed", str(err), _wall())
-        raise err from exc
-    store.finish_audit(engine, audit_id, "ok", json.dumps(store.audit_json(answer), default=str), _wall())
-    return answer
-
-
-def _send(engine: Engine, h: Handover, actuator: Actuator, command: Command) -> Any:
-    """Send one real command of ``h``, audited, while ``h`` is still in the state it was read in."""
-    return send_audited(engine, h.id, actuator, command, dry_run=False, expected_state=h.state)
-
-
-def _target_touched(engine: Engine, h: Handover) -> bool:
-    """Whether any real command of this handover went (or may have gone) to the target."""
-    return store.real_commands_to(engine, h.id, h.to_platform) > 0
-
-
-# ------------------------------------------------------------------------------------ state
-
-
-def _lost(engine: Engine, handover_id: int | None, expected: str | None, what: str) -> HandoverConflict:
-    row = store.get_handover(engine, handover_id) if handover_id is not None else None
-    now = "gone" if row is None else f"{row['state']} now"
-    return HandoverConflict(f"handover #{handover_id} is {now}, not {expected}: another writer changed it; {what}")
-
-
-def _set(engine: Engine, h: Handover, at: datetime, **values: Any) -> Handover:
-    """Write ``values`` on ``h`` if it is still in the state it was read in (compare-and-set);
-    :class:`HandoverConflict` when another writer changed it meanwhile (nothing written)."""
-    values["updated_at"] = at
-    if not store.compare_and_set(engine, h.id, h.state, values):
-        raise _lost(engine, h.id, h.state, "this writer stops")
-    fields = {k: v for k, v in values.items() if k in Handover.__dataclass_fields__}
-    return Handover(**{**asdict(h), **fields})
 
 
 def _arrival_layout(engine: Engine, h: Handover) -> str | None:
@@ -408,7 +233,7 @@ def _advance(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at:
     missing = [p for p, a in ((h.from_platform, src), (h.to_platform, dst)) if a is None]
     if missing:
         late = "; past its deadline" if _past_deadline(h, at) else ""
-        return _set(engine, h, at, error=f"no actuator for platform(s) {missing}; waiting{late}")
+        return update_handover(engine, h, at, error=f"no actuator for platform(s) {missing}; waiting{late}")
     try:
         if _past_deadline(h, at) and h.state in OPEN_STATES:
             return _settle(engine, h, actuators, at, may_send_back=True,
@@ -421,9 +246,9 @@ def _advance(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at:
             if h.state not in OPEN_STATES:
                 break
     except ForeignHoldError as exc:
-        h = _set(engine, h, at, state=FAILED, error=f"left alone: {exc}")
+        h = update_handover(engine, h, at, state=FAILED, error=f"left alone: {exc}")
     except ActuationError as exc:
-        return _set(engine, h, at, error=f"will retry: {exc}")
+        return update_handover(engine, h, at, error=f"will retry: {exc}")
     if h.state == FAILED:
         return _settle(engine, h, actuators, at, may_send_back=True)
     return h
@@ -440,57 +265,57 @@ def _step(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetim
     if h.state == PLANNED:
         st = src.owner_state(node)
         if not st.present:
-            return _set(engine, h, at, state=FAILED, error=f"{h.from_platform} does not know node {node!r}")
+            return update_handover(engine, h, at, state=FAILED, error=f"{h.from_platform} does not know node {node!r}")
         # the target must be able to take the node before the source lets it go
         st_t = dst.owner_state(node)
         if not st_t.present and not dst.attach_brings_node:
-            return _set(engine, h, at, state=FAILED,
+            return update_handover(engine, h, at, state=FAILED,
                         error=f"{h.to_platform} does not know node {node!r}; nothing sent to {h.from_platform}")
         dst.refuse_foreign(st_t, "attach")
         src.refuse_foreign(st, "release")
-        return _set(engine, h, at, state=RELEASING, error=None)
+        return update_handover(engine, h, at, state=RELEASING, error=None)
     if h.state == RELEASING:
         st = src.owner_state(node)
         src.refuse_foreign(st, "release")
         if not st.held_by_gpupool:
             for cmd in src.release_commands(node, moving_reason(h.to_platform)):
-                _send(engine, h, src, cmd)
+                send_live(engine, h, src, cmd)
         if allow_evict and src.can_evict:
             for cmd in src.evict_commands(node):
                 try:
-                    _send(engine, h, src, cmd)
+                    send_live(engine, h, src, cmd)
                 except ForeignHoldError:
                     raise
                 except ActuationError as exc:  # a PodDisruptionBudget says not now: keep waiting
-                    h = _set(engine, h, at, error=f"waiting: {exc}")
+                    h = update_handover(engine, h, at, error=f"waiting: {exc}")
         if src.is_released(node):
-            return _set(engine, h, at, state=RELEASED, error=None)
+            return update_handover(engine, h, at, state=RELEASED, error=None)
         busy = src.owner_state(node).busy
-        _set(engine, h, at, error=f"waiting: {busy} unit(s) of work still on {h.from_platform}" if busy else None)
+        update_handover(engine, h, at, error=f"waiting: {busy} unit(s) of work still on {h.from_platform}" if busy else None)
         return None
     if h.state == RELEASED:
         st_t = dst.owner_state(node)
         if not st_t.present and not dst.attach_brings_node:
-            return _set(engine, h, at, state=FAILED, error=f"{h.to_platform} does not know node {node!r}")
+            return update_handover(engine, h, at, state=FAILED, error=f"{h.to_platform} does not know node {node!r}")
         dst.refuse_foreign(st_t, "attach")
-        return _set(engine, h, at, state=ATTACHING, error=None)
+        return update_handover(engine, h, at, state=ATTACHING, error=None)
     if h.state == ATTACHING:
         st_s = src.owner_state(node)
         if st_s.present and st_s.schedulable:
-            return _set(engine, h, at, state=FAILED,
+            return update_handover(engine, h, at, state=FAILED,
                         error=f"{h.from_platform} opened node {node!r} again (hold lifted outside gpupool); not attaching")
         layout = _arrival_layout(engine, h)
         for cmd in dst.prepare_commands(node, layout):
-            _send(engine, h, dst, cmd)
+            send_live(engine, h, dst, cmd)
         if not dst.is_prepared(node, layout):
-            _set(engine, h, at, error=f"waiting: MIG layout {layout} not applied yet")
+            update_handover(engine, h, at, error=f"waiting: MIG layout {layout} not applied yet")
             return None
         for cmd in dst.attach_commands(node):
-            _send(engine, h, dst, cmd)
+            send_live(engine, h, dst, cmd)
         st_t = dst.owner_state(node)
         if st_t.present and st_t.schedulable:
-            return _set(engine, h, at, state=DONE, error=None)
-        _set(engine, h, at, error=f"waiting: {h.to_platform} does not report node {node!r} schedulable yet")
+            return update_handover(engine, h, at, state=DONE, error=None)
+        update_handover(engine, h, at, error=f"waiting: {h.to_platform} does not report node {node!r} schedulable yet")
         return None
     return None
 
@@ -507,20 +332,20 @@ def _settle(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: 
     """
     why = why or (h.error or f"failed in state {h.state}")
     src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
-    if not _target_touched(engine, h):
+    if not target_touched(engine, h):
         if src is None:
-            return _set(engine, h, at, state=FAILED,
+            return update_handover(engine, h, at, state=FAILED,
                         error=f"{why}; no actuator for {h.from_platform} to lift gpupool's hold")
         try:
             lifted = _lift_source_hold(engine, h, src)
         except ActuationError as exc:
-            return _set(engine, h, at, state=FAILED,
+            return update_handover(engine, h, at, state=FAILED,
                         error=f"{why}; lifting gpupool's hold at {h.from_platform} failed, retried next run: {exc}")
         done = f"gpupool's hold at {h.from_platform} lifted" if lifted else f"nothing of gpupool's held at {h.from_platform}"
-        return _set(engine, h, at, state=ROLLED_BACK, error=f"{why}; {done}")
+        return update_handover(engine, h, at, state=ROLLED_BACK, error=f"{why}; {done}")
     if not may_send_back or (h.reason or "").startswith("rollback of handover"):
         note = "dry run: not sent back" if not may_send_back else "a rollback that failed"
-        return _set(engine, h, at, state=FAILED, error=f"{why}; {note}; needs `gpupool rollback {h.id}`")
+        return update_handover(engine, h, at, state=FAILED, error=f"{why}; {note}; needs `gpupool rollback {h.id}`")
     rid = _open_reverse(engine, h, at, DEFAULT_TIMEOUT, f"{why}; sent back")
     if src is not None and dst is not None:
         _advance(engine, get_handover(engine, rid), actuators, at)
@@ -532,7 +357,7 @@ def _lift_source_hold(engine: Engine, h: Handover, src: Actuator) -> bool:
     st = src.owner_state(h.node)
     if st.held_by_gpupool:
         for cmd in src.attach_commands(h.node):
-            _send(engine, h, src, cmd)
+            send_live(engine, h, src, cmd)
         return True
     return False
 
@@ -548,9 +373,9 @@ def _open_reverse(engine: Engine, h: Handover, at: datetime, timeout: timedelta,
                  created_at=at, updated_at=at, deadline=at + timeout),
             BLOCKING_STATES)
     except store.Blocked as exc:
-        raise _blocked(exc) from None
+        raise conflict_from(exc) from None
     if rid is None:
-        raise _lost(engine, h.id, h.state, "no reverse handover opened")
+        raise lost_race(engine, h.id, h.state, "no reverse handover opened")
     return rid
 
 
@@ -569,7 +394,7 @@ def _complete_on_paper(engine: Engine, h: Handover, actuators: Mapping[str, Actu
         send_audited(engine, h.id, None, cmd, dry_run=True, expected_state=h.state)
         if note:
             notes.append(note)
-    return _set(engine, h, at, state=DONE, error="; ".join(notes) or None)
+    return update_handover(engine, h, at, state=DONE, error="; ".join(notes) or None)
 
 
 def _would_send(act: Actuator | None, platform: str, node: str, kind: str, build, generic: dict,
@@ -615,7 +440,7 @@ def rollback(
     With ``dry_run`` nothing is sent and no state changes: the commands the rollback would send
     are written to ``action_audit`` with status ``dry_run`` and returned under ``would_send``.
     """
-    at = utc_datetime(at) if at is not None else _wall()
+    at = utc_datetime(at) if at is not None else wall_clock()
     if dry_run:
         return _rollback_on_paper(engine, get_handover(engine, handover_id), actuators)
     node = get_handover(engine, handover_id).node
@@ -631,18 +456,18 @@ def _rollback_locked(engine: Engine, h: Handover, actuators: Mapping[str, Actuat
     if h.state == ROLLED_BACK:
         raise HandoverError(f"handover #{h.id} is already rolled back")
     if h.dry_run or h.state == PLANNED:
-        _set(engine, h, at, state=ROLLED_BACK, error="rolled back before anything was sent")
+        update_handover(engine, h, at, state=ROLLED_BACK, error="rolled back before anything was sent")
         return {"id": h.id, "state": ROLLED_BACK, "action": "closed"}
     src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
-    if not _target_touched(engine, h) and h.state in _SOURCE_SIDE + (FAILED,):
+    if not target_touched(engine, h) and h.state in SOURCE_SIDE + (FAILED,):
         if src is None:
             raise HandoverError(f"handover #{h.id}: no actuator for {h.from_platform} to lift the hold")
         try:
             _lift_source_hold(engine, h, src)
         except ActuationError as exc:
-            _set(engine, h, at, error=f"rollback failed, retry: {exc}")
+            update_handover(engine, h, at, error=f"rollback failed, retry: {exc}")
             raise
-        _set(engine, h, at, state=ROLLED_BACK, error=f"rolled back from {h.state}")
+        update_handover(engine, h, at, state=ROLLED_BACK, error=f"rolled back from {h.state}")
         return {"id": h.id, "state": ROLLED_BACK, "action": f"returned to {h.from_platform}"}
     _refuse_superseded(engine, h)
     rid = _open_reverse(engine, h, at, timeout, f"rolled back from {h.state}")
@@ -670,7 +495,7 @@ def _rollback_on_paper(engine: Engine, h: Handover, actuators: Mapping[str, Actu
         return {"id": h.id, "state": h.state, "action": "would close it (nothing was sent)", "would_send": [],
                 "dry_run": True}
     src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
-    if not _target_touched(engine, h) and h.state in _SOURCE_SIDE + (FAILED,):
+    if not target_touched(engine, h) and h.state in SOURCE_SIDE + (FAILED,):
         if src is None:
             cmds = [Command(h.from_platform, h.node, "attach",
                             {"note": "no actuator for this platform: described, not built; "

@@ -23,7 +23,7 @@ starts with ``gpupool:`` (:mod:`gpupool.actuation.marks`); it never lifts a hold
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from gpupool.actuation.marks import REASON_PREFIX, is_gpupool_reason, moving_reason  # noqa: F401 - the shared marks
 from gpupool.errors import UserError
