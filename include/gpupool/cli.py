@@ -39,6 +39,7 @@ def _add_reader(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gpupool.config import PlanLimits
     from gpupool.decisions.policy import PLANNED_KINDS, POLICY_KINDS  # pydantic only: cheap to import
 
     parser = _Parser(prog="gpupool", description=__doc__)
@@ -148,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--end", help="window end, exclusive (default: the history's last instant)")
     p.add_argument("--step", default="5min", help="simulation step (default 5min)")
     p.add_argument("--node-gpus", type=int, default=8, help="GPUs per node (default 8)")
-    p.add_argument("--move-minutes", type=float, default=30.0, help="minutes a moving node serves nobody (default 30)")
+    moving = PlanLimits().move_minutes  # the operator's default, defined once
+    p.add_argument("--move-minutes", type=float, default=moving,
+                   help=f"minutes a moving node serves nobody (default {moving:g})")
     p.add_argument("--policy", default="predictive", choices=POLICY_KINDS)
     p.add_argument("--json", "--out", dest="json_out", help="write the result JSON here (not an input; its "
                    "directory must exist)")

@@ -170,25 +170,41 @@ class PoolConfig(_Strict):
         return self
 
 
-class LimitsConfig(_Strict):
-    """The operator's planning and actuation limits. The planner's knobs have the names of
-    :class:`gpupool.decisions.policy.Policy`'s fields (``jobs.allocation.policy_from_config``),
-    where the bench that chose each default is named."""
+class PlanLimits(_Strict):
+    """The operator's limits the plan and the fast path obey, defined once: ``limits`` of
+    platforms.yaml (:class:`LimitsConfig`) and the planner's :class:`gpupool.decisions.policy.Policy`
+    both are this model, and the what-if scenario's defaults and the fast path's settings are read
+    from it. The comment beside a default names the bench that chose it."""
 
-    max_moves_per_decision: int = Field(default=4, ge=0)
-    cooldown_hours: float = Field(default=1.0, ge=0)
-    move_minutes: float = Field(default=30.0, ge=0)
-    headroom_quantile: float = Field(default=0.95, gt=0.5, lt=1)
+    max_moves_per_decision: int = Field(
+        default=4, ge=0, description="most node moves one plan may make, and both paths together in any rolling hour")
+    # chosen with bench/allocate_tune.py --cooldowns (tuning groupings): level across the grid
+    cooldown_hours: float = Field(default=1.0, ge=0, description="a moved node stays put this many hours")
+    move_minutes: float = Field(default=30.0, ge=0, description="a moving node serves nobody for this long")
+    # chosen with bench/allocate_tune.py --quantiles (tuning groupings, reactive)
+    headroom_quantile: float = Field(
+        default=0.95, gt=0.5, lt=1, description="the quantile the demand's `upper` numbers stand for")
+    #: hours of demand the plan looks ahead (the first hours of the forecast); `gpupool simulate`
+    #: plans with the same default (PLAN_HORIZON_HOURS)
+    plan_horizon_hours: int = Field(
+        default=PLAN_HORIZON_HOURS, ge=1, description="hours of demand the planner looks ahead")
+    #: whether a release may evict running GPU work (Kubernetes Eviction API, respecting PDBs),
+    #: and so whether the plan may choose a busy node; off: a busy node waits until its work ends
+    allow_evict: StrictBool = Field(default=False, description="whether a node with running work may be released")
+
+    def plan_limits(self) -> dict:
+        """The limits alone, by name (what a :class:`gpupool.decisions.policy.Policy` takes)."""
+        return {name: getattr(self, name) for name in PlanLimits.model_fields}
+
+
+class LimitsConfig(PlanLimits):
+    """The operator's planning and actuation limits: :class:`PlanLimits` (the planner's knobs,
+    which :class:`gpupool.decisions.policy.Policy` shares) and the forecast's and actuation's own."""
+
     #: hours the forecast stage forecasts (and validates its models on); `gpupool simulate`
     #: forecasts as far (`sim.study.FORECAST_HOURS`)
     horizon_hours: int = Field(default=6, ge=1)
-    #: hours of demand the plan looks ahead (the first hours of the forecast); `gpupool simulate`
-    #: plans with the same default (PLAN_HORIZON_HOURS)
-    plan_horizon_hours: int = Field(default=PLAN_HORIZON_HOURS, ge=1)
     max_actuation_age_hours: float = Field(default=2.0, ge=0)
-    #: whether a release may evict running GPU work (Kubernetes Eviction API, respecting PDBs),
-    #: and so whether the plan may choose a busy node; off: a busy node waits until its work ends
-    allow_evict: StrictBool = False
 
     @model_validator(mode="after")
     def _plan_within_forecast(self) -> "LimitsConfig":

@@ -393,7 +393,7 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
     if history.notna().sum() == 0:
         raise ValueError(f"platform {platform}: no demand history before {end.isoformat()} to forecast from")
     # orders searched in the last day are reused (coefficients are re-estimated, the search is
-    # not: ORDER_SEARCH_EVERY)
+    # not: ForecastTuning.order_search_every)
     warm = _recent_summary(ctx.engine, platform, window.end)
     # the model is chosen by validation inside the history; the choice and every candidate's
     # error go into the summary

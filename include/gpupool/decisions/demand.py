@@ -30,7 +30,7 @@ from scipy.special import ndtri
 
 from gpupool.config import FORECAST_LEVEL
 from gpupool.decisions.layouts import GPU_UNIT, SLICES_PER_GPU, PlanningError
-from gpupool.decisions.policy import Policy
+from gpupool.decisions.policy import PlanTuning, Policy
 from gpupool.values import utc
 
 
@@ -107,8 +107,8 @@ MIN_CHANGES = 12
 #: how the last hour's error grows ahead (see :func:`demand_from_last_hour`); ``chosen`` lets
 #: each series' own record pick one of :data:`SPREAD_RULES` (:func:`spread_record`)
 SPREADS = ("chosen", "empirical", "random_walk", "wider")
-#: the rule a caller that names none gets (``Policy.demand_spread``'s default)
-DEFAULT_SPREAD = "chosen"
+#: the rule a caller that names none gets (``PlanTuning.demand_spread``'s default, defined there)
+DEFAULT_SPREAD = PlanTuning().demand_spread
 #: the rules a series' record chooses between
 SPREAD_RULES = ("random_walk", "empirical", "wider")
 #: the rule a series keeps unless its own record clearly favours another. Chosen on the tuning

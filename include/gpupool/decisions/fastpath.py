@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
+from gpupool.config import LimitsConfig
 from gpupool.values import utc_datetime
 
 #: the window of the move budget (issue 30: "at most N moves in any hour", both paths)
 BUDGET_WINDOW = timedelta(hours=1)
-#: the greedy rule's h the fast path decides with (:attr:`Settings.headroom`), chosen by
-#: ``bench/fastpath_tune.py`` on the tune groupings (docs/decisions)
-FASTPATH_HEADROOM = 0.0
+#: the operator's limits as shipped: the fast path's settings default to them (defined once there)
+_LIMITS = LimitsConfig()
 #: Pressure field -> the metric its readings are staged (and judged) as
 READING_METRICS = {"gpus_allocated": "gpu_allocated_now", "gpus_pending": "gpu_pending_now",
                    "gpus_capacity": "gpu_capacity_now"}
@@ -89,17 +89,33 @@ class PlanBounds:
 
 
 @dataclass(frozen=True)
+class FastPathTuning:
+    """The fast path's constants chosen on benchmarks, one object: the tick and the what-if decide
+    with it, and ``bench/fastpath_tune.py`` passes other values in
+    (:func:`gpupool.sim.study.simulate`'s ``fastpath_tuning``)."""
+
+    #: the greedy rule's h: a platform needs (1 + h) x its demand (allocated + pending GPUs), so a
+    #: burst still rising is met before its queue forms; a lender keeps as much. Chosen by
+    #: ``bench/fastpath_tune.py`` on the tune groupings (docs/decisions/0019-fastpath-headroom.md)
+    headroom: float = 0.0
+
+
+def age_limit(max_actuation_age_hours: float) -> timedelta | None:
+    """``limits.max_actuation_age_hours`` as the age past which a plan no longer binds (0: never)."""
+    return timedelta(hours=max_actuation_age_hours) if max_actuation_age_hours > 0 else None
+
+
+@dataclass(frozen=True)
 class Settings:
-    """The fast path's limits (from ``platforms[]`` and ``limits`` of the configuration)."""
+    """The fast path's limits (from ``platforms[]`` and ``limits`` of the configuration, whose
+    defaults are theirs: :class:`gpupool.config.LimitsConfig`) and its tuning."""
 
     min_nodes: Mapping[str, int] = field(default_factory=dict)
-    max_moves_per_hour: int = 4
-    cooldown: timedelta = timedelta(hours=1)
-    plan_max_age: timedelta | None = timedelta(hours=2)
+    max_moves_per_hour: int = _LIMITS.max_moves_per_decision
+    cooldown: timedelta = timedelta(hours=_LIMITS.cooldown_hours)
+    plan_max_age: timedelta | None = age_limit(_LIMITS.max_actuation_age_hours)
     max_moves_per_tick: int = 1
-    #: the greedy rule's h: a platform needs (1 + h) x its demand (allocated + pending GPUs), so a
-    #: burst still rising is met before its queue forms; a lender keeps as much (see FASTPATH_HEADROOM)
-    headroom: float = 0.0
+    tuning: FastPathTuning = FastPathTuning()
     members: frozenset[str] | None = None  # pool node ids that may move (None: any)
     backfill: bool = False
 
@@ -146,8 +162,9 @@ def plan_bounds(plan_row: Any, platforms: Iterable[str]) -> PlanBounds:
     return PlanBounds(int(m["id"]), utc_datetime(m["decided_at"]), keep, no_lend)
 
 
-def settings_from_config(config, backfill: bool = False) -> Settings:
-    """:class:`Settings` from the configuration's platforms, limits and pool."""
+def settings_from_config(config, backfill: bool = False, tuning: FastPathTuning | None = None) -> Settings:
+    """:class:`Settings` from the configuration's platforms, limits and pool (and ``tuning``,
+    default :class:`FastPathTuning`'s)."""
     lim = config.limits
     members = None
     if config.pool.nodes and not config.pool.all_nodes:
@@ -156,8 +173,8 @@ def settings_from_config(config, backfill: bool = False) -> Settings:
         min_nodes={p.name: p.min_nodes for p in config.platforms},
         max_moves_per_hour=lim.max_moves_per_decision,
         cooldown=timedelta(hours=lim.cooldown_hours),
-        plan_max_age=timedelta(hours=lim.max_actuation_age_hours) if lim.max_actuation_age_hours > 0 else None,
-        members=members, backfill=backfill, headroom=FASTPATH_HEADROOM,
+        plan_max_age=age_limit(lim.max_actuation_age_hours),
+        members=members, backfill=backfill, tuning=tuning or FastPathTuning(),
     )
 
 
@@ -248,7 +265,7 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
     capacity = {p: float(pr.gpus_capacity) for p, pr in usable.items()}
     open_nodes = {p: int(pr.nodes_open) for p, pr in usable.items()}
     idle = {p: [n for n in pr.idle_nodes] for p, pr in usable.items()}
-    h = settings.headroom
+    h = settings.tuning.headroom
     demand = {p: float(pr.gpus_allocated) + pending[p] for p, pr in usable.items()}
     short = {p: pending[p] + h * demand[p] - free[p] - transit.get(p, 0.0) for p in usable}
     for p in sorted(usable):

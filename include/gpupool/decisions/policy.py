@@ -11,14 +11,15 @@ numbers handed to the planner come from (:func:`gpupool.decisions.demand.plan_de
   than reacting's (demand as it stood at each hour);
 * ``oracle`` — the true future (simulator only).
 
-An operator sets the fields of the first group in ``platforms.yaml`` under the same names
-(``platforms[]``: ``min_nodes``, ``max_nodes``, ``priority``; ``limits``: the rest;
-``gpupool.jobs.allocation.policy_from_config``); a what-if scenario may override any field in
-its ``policy:`` section. The second group are costs and rules chosen on benchmarks: not in
-``platforms.yaml``, fields only because ``bench/allocate_tune.py`` and the what-if vary them.
-The comment beside each names the bench that chose its default.
+A :class:`Policy` is the operator's limits (:class:`gpupool.config.PlanLimits`, the very model
+``limits`` of ``platforms.yaml`` is), the platforms' bounds (``platforms[]``: ``min_nodes``,
+``max_nodes``, ``priority``; :func:`gpupool.jobs.allocation.policy_from_config`) and the plan's
+tuning (:class:`PlanTuning`: costs and rules chosen on benchmarks, not in ``platforms.yaml``,
+which ``bench/allocate_tune.py`` and the what-if pass in). A what-if scenario may override any
+field in its ``policy:`` section. The comment beside each default names the bench that chose it.
 
-This module imports only pydantic: the DAG files read :data:`PLANNED_KINDS` from it.
+This module imports only pydantic and the configuration's models: the DAG files read
+:data:`PLANNED_KINDS` from it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpupool.config import PLAN_HORIZON_HOURS
+from gpupool.config import PlanLimits
 
 PolicyKind = Literal["static", "reactive", "predictive", "oracle"]
 #: every policy kind, the what-if's choice (``gpupool simulate --policy``, the report's table)
@@ -37,32 +38,13 @@ POLICY_KINDS: tuple[str, ...] = get_args(PolicyKind)
 PLANNED_KINDS: tuple[str, ...] = tuple(k for k in POLICY_KINDS if k != "oracle")
 
 
-class Policy(BaseModel):
-    """Constraints and costs of the allocation planner.
-
-    Costs are in GPU-hours, the unit of the objective: one GPU-hour of expected unmet demand
-    on a platform of priority 1 costs 1.
-    """
+class PlanTuning(BaseModel):
+    """The plan's costs and rules chosen on benchmarks, one object: not in platforms.yaml; a
+    :class:`Policy` carries them, and the what-if and ``bench/allocate_tune.py`` pass other values
+    in through its fields (a scenario's ``policy:`` section). Costs are in GPU-hours."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # ---- set by the operator (platforms.yaml, same names)
-    kind: PolicyKind = "predictive"
-    min_nodes: dict[str, int] = Field(default_factory=dict, description="platform -> fewest nodes it keeps")
-    max_nodes: dict[str, int] = Field(default_factory=dict, description="platform -> most nodes it may hold")
-    priority: dict[str, float] = Field(default_factory=dict, description="platform -> weight of its unmet demand")
-    # the default chosen with bench/allocate_tune.py --quantiles (tuning groupings, reactive)
-    headroom_quantile: float = Field(
-        0.95, gt=0.5, lt=1.0, description="the quantile the demand's `upper` numbers stand for"
-    )
-    max_moves_per_decision: int = Field(4, ge=0, description="most node moves one plan may make")
-    # chosen with bench/allocate_tune.py --cooldowns (tuning groupings): level across the grid
-    cooldown_hours: float = Field(1.0, ge=0, description="a moved node stays put this many hours")
-    move_minutes: float = Field(30.0, ge=0, description="a moving node serves nobody for this long")
-    allow_evict: bool = Field(False, description="whether a node with running work may be released")
-    plan_horizon_hours: int = Field(PLAN_HORIZON_HOURS, ge=1, description="hours of demand the planner looks ahead")
-
-    # ---- chosen on benchmarks (not in platforms.yaml; the what-if and bench/allocate_tune.py vary them)
     # "chosen" from the empirical rule: see decisions.demand.SPREAD_BASE
     demand_spread: Literal["chosen", "empirical", "random_walk", "wider"] = Field(
         "chosen", description="how the last hour's error grows ahead: the series' own hour-ahead changes "
@@ -96,6 +78,24 @@ class Policy(BaseModel):
         False, description="reactive and predictive, where the pool could not hold every platform's last week's "
         "peak at once (so peak_weight's parking is off): still charge a platform peak_weight per GPU it gives "
         "below that peak, without paying anyone to pull nodes toward theirs")
+
+
+class Policy(PlanLimits, PlanTuning):
+    """Constraints and costs of the allocation planner: the operator's limits
+    (:class:`~gpupool.config.PlanLimits`), the platforms' bounds and the plan's tuning
+    (:class:`PlanTuning`).
+
+    Costs are in GPU-hours, the unit of the objective: one GPU-hour of expected unmet demand
+    on a platform of priority 1 costs 1.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # ---- set by the operator (platforms[] of platforms.yaml, same names; the limits: PlanLimits)
+    kind: PolicyKind = "predictive"
+    min_nodes: dict[str, int] = Field(default_factory=dict, description="platform -> fewest nodes it keeps")
+    max_nodes: dict[str, int] = Field(default_factory=dict, description="platform -> most nodes it may hold")
+    priority: dict[str, float] = Field(default_factory=dict, description="platform -> weight of its unmet demand")
 
     @field_validator("min_nodes", "max_nodes")
     @classmethod

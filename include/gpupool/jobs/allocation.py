@@ -49,21 +49,16 @@ from gpupool.staging import reads
 def policy_from_config(config, kind: str) -> Policy:
     """The planner's :class:`Policy` from ``platforms[]`` and ``limits`` of the configuration.
 
-    Every knob has the same name in both (``limits.allow_evict`` included: the plan may choose a
-    busy node exactly where actuation may evict it).
+    ``limits`` is the policy's own :class:`~gpupool.config.PlanLimits` (``limits.allow_evict``
+    included: the plan may choose a busy node exactly where actuation may evict it); the
+    platforms give each one's bounds and priority.
     """
-    lim = config.limits
     return Policy(
         kind=kind,
         min_nodes={p.name: p.min_nodes for p in config.platforms},
         max_nodes={p.name: p.max_nodes for p in config.platforms if p.max_nodes is not None},
         priority={p.name: p.priority for p in config.platforms},
-        max_moves_per_decision=lim.max_moves_per_decision,
-        cooldown_hours=lim.cooldown_hours,
-        move_minutes=lim.move_minutes,
-        headroom_quantile=lim.headroom_quantile,
-        plan_horizon_hours=lim.plan_horizon_hours,
-        allow_evict=lim.allow_evict,
+        **config.limits.plan_limits(),
     )
 
 

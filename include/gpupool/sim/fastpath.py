@@ -38,8 +38,8 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from gpupool.decisions import fastpath as production
-from gpupool.decisions.fastpath import JUDGED, FastMove, Judged, Settings, decide, decide_inputs, recent_since
+from gpupool.decisions.fastpath import (JUDGED, FastMove, FastPathTuning, Judged, Settings, age_limit, decide,
+                                        decide_inputs, recent_since)
 from gpupool.decisions.policy import Policy
 from gpupool.config import default_config
 from gpupool.detect import stage as detect_stage
@@ -49,15 +49,15 @@ from gpupool.sources.base import pressure_from_records
 _FIELD = {"gpu_pending": "gpus_pending", "gpu_allocated": "gpus_allocated"}
 
 
-def fastpath_settings(policy: Policy, max_moves: int) -> Settings:
+def fastpath_settings(policy: Policy, max_moves: int, tuning: FastPathTuning | None = None) -> Settings:
     """The fast path's :class:`Settings` in a study: the policy's ``min_nodes`` and cool-down,
-    ``max_moves`` per rolling hour (the scenario's ``max_moves_per_decision``), and the plan's
-    age limit of the default configuration (``limits.max_actuation_age_hours``)."""
-    age = default_config().limits.max_actuation_age_hours
+    ``max_moves`` per rolling hour (the scenario's ``max_moves_per_decision``), the plan's age
+    limit of the default configuration (``limits.max_actuation_age_hours``) and ``tuning``
+    (default :class:`FastPathTuning`'s, as production's)."""
     return Settings(min_nodes=dict(policy.min_nodes), max_moves_per_hour=int(max_moves),
                     cooldown=timedelta(hours=policy.cooldown_hours),
-                    plan_max_age=timedelta(hours=age) if age > 0 else None,
-                    headroom=production.FASTPATH_HEADROOM)
+                    plan_max_age=age_limit(default_config().limits.max_actuation_age_hours),
+                    tuning=tuning or FastPathTuning())
 
 
 def plan_row(plan_id: int, at: pd.Timestamp, result, demand) -> dict:
@@ -71,12 +71,14 @@ def plan_row(plan_id: int, at: pd.Timestamp, result, demand) -> dict:
 class FastPath:
     """The fast path of one study: ticks, the moves both paths started, the latest plan."""
 
-    def __init__(self, policy: Policy, world, source, every: timedelta, judge: bool = True):
+    def __init__(self, policy: Policy, world, source, every: timedelta, judge: bool = True,
+                 tuning: FastPathTuning | None = None, log: list | None = None):
         self.world = world
         self.source = source  # a ChainDemand (its telemetry and models), or None for the oracle
         self.every = pd.Timedelta(every)
         self.judge = judge and source is not None
-        self.settings = fastpath_settings(policy, world.scenario.max_moves_per_decision)
+        self.settings = fastpath_settings(policy, world.scenario.max_moves_per_decision, tuning)
+        self.log = log  # when a list: receives each tick's decisions, as the tick records them
         self.router = default_config().detect.router_config()
         self.lookback = int(detect_stage.detect_lookback(self.router) / world.step)
         self.plan: dict | None = None
@@ -135,6 +137,8 @@ class FastPath:
             for p in sorted(unjudged):
                 flags[p] = self._flags(p, i, readings[p])
             self.judged += len(unjudged)
+        if self.log is not None:
+            self.log.append({"at": at, "decisions": decisions})
         for mv in moves:
             world.move(mv.node, mv.target)
             self.record(at, mv.node, mv.source, mv.target, "fast")

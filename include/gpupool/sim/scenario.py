@@ -45,12 +45,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpupool import mig
 from gpupool.values import utc_field
+from gpupool.config import PlanLimits
 from gpupool.decisions.cadence import FASTPATH_EVERY
 from gpupool.decisions.layouts import GPU_UNIT
 from gpupool.errors import UserError
 from gpupool.sim.faults import FaultSpec
 from gpupool.sim.history import HistorySpec
 from gpupool.sim.synthetic import SyntheticSpec
+
+
+#: the operator's limits as shipped: a scenario's move rules default to them (defined once there)
+_LIMITS = PlanLimits()
 
 
 class ScenarioError(UserError, ValueError):
@@ -135,8 +140,8 @@ class Scenario(BaseModel):
     step: dt.timedelta = dt.timedelta(minutes=5)
     decision_every: dt.timedelta = dt.timedelta(hours=1)
     node_gpus: int = Field(8, gt=0)
-    move_minutes: float = Field(30.0, ge=0)
-    max_moves_per_decision: int = Field(4, ge=0)
+    move_minutes: float = Field(_LIMITS.move_minutes, ge=0)
+    max_moves_per_decision: int = Field(_LIMITS.max_moves_per_decision, ge=0)
     platforms: dict[str, PlatformSpec]
     start: dt.datetime | None = None
     end: dt.datetime | None = None

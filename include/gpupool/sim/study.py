@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 from gpupool.detect import stage as detect_stage
 from gpupool.forecast import stage as forecast_stage
 from gpupool.decisions.demand import DAILY_HISTORY_HOURS, SPREAD_HISTORY_HOURS, PlatformDemand, plan_demand
+from gpupool.decisions.fastpath import FastPathTuning
 from gpupool.decisions.planner import LAYOUT_CHANGE_MINUTES, NodeRecord, plan
 from gpupool.decisions.policy import POLICY_KINDS, Policy
 from gpupool.canonical import DEMAND_METRICS, demand_of_steps, hourly_levels
@@ -93,6 +94,9 @@ def simulate(
     plans: list | None = None,
     clean: bool = True,
     chain_log: list | None = None,
+    fastpath_tuning: FastPathTuning | None = None,
+    forecast_tuning: forecast_stage.ForecastTuning | None = None,
+    fast_log: list | None = None,
 ) -> dict:
     """Run ``policy`` against ``scenario`` and return the study's numbers.
 
@@ -108,18 +112,21 @@ def simulate(
     ``plans``, when given a list, receives every :class:`Plan` made;
     ``clean=False`` skips cleaning (the raw telemetry is forecast from, and the fast path acts on
     unjudged readings); ``chain_log``, when given a list, receives one dict per decision and
-    platform (what the chain saw and decided).
+    platform (what the chain saw and decided); ``fast_log``, when given a list, one dict per
+    fast-path tick (``at``, ``decisions``: its moves and skips with their reasons).
+    ``fastpath_tuning`` and ``forecast_tuning`` are the stages' tuning objects (default: theirs,
+    as production runs); a bench passes other values in.
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     policy = resolve_policy(policy, scenario)
     world = World(scenario, clock="start")
-    source = demand_source(policy, world, clean=clean)
+    source = demand_source(policy, world, clean=clean, forecast_tuning=forecast_tuning)
     every = pd.Timedelta(scenario.decision_every)
     fast = None
     if scenario.fastpath is not None and policy.kind != "static":  # static never moves
         fast = FastPath(policy, world, source if isinstance(source, ChainDemand) else None, scenario.fastpath,
-                        judge=clean)
+                        judge=clean, tuning=fastpath_tuning, log=fast_log)
     tick = every if fast is None else min(every, pd.Timedelta(scenario.fastpath))
     times = pd.date_range(world.start, world.end, freq=tick, inclusive="left")
     decided = 0
@@ -331,9 +338,11 @@ class PredictiveDemand(ChainDemand):
     platform's daily shape has the better record (``demand.daily_record``), demand as it stands
     moved along that shape: :func:`~gpupool.decisions.demand.plan_demand` decides, as in the plan stage."""
 
-    def __init__(self, policy: Policy, world: World, clean: bool = True):
+    def __init__(self, policy: Policy, world: World, clean: bool = True,
+                 forecast_tuning: forecast_stage.ForecastTuning | None = None):
         super().__init__(policy, world, clean=clean)
         self.issued: dict[str, dict[pd.Timestamp, float]] = {}
+        self.forecast_tuning = forecast_tuning or forecast_stage.ForecastTuning()
 
     def _demand(self, t, i1):
         out = {}
@@ -345,7 +354,7 @@ class PredictiveDemand(ChainDemand):
             issued, summary = self.summaries.get(p, (None, None))
             warm = forecast_stage.warm_start(summary) if issued is not None and issued >= t - pd.Timedelta("1D") else None
             fc, summary = forecast_stage.demand_forecast(history, max(FORECAST_HOURS, self.policy.plan_horizon_hours),
-                                                   FORECAST_LEVEL, warm)
+                                                         FORECAST_LEVEL, warm, tuning=self.forecast_tuning)
             self.summaries[p] = (t, summary)
             past = self.issued.setdefault(p, {})
             levels = hourly_levels(self._wide(p, i1, pd.Timedelta(hours=DAILY_HISTORY_HOURS)))
@@ -361,9 +370,12 @@ class PredictiveDemand(ChainDemand):
         return out
 
 
-def demand_source(policy: Policy, world: World, clean: bool = True) -> DemandSource:
-    """The demand source of ``policy.kind`` reading ``world``."""
-    if policy.kind in ("reactive", "predictive"):
-        cls = ReactiveDemand if policy.kind == "reactive" else PredictiveDemand
-        return cls(policy, world, clean=clean)
+def demand_source(policy: Policy, world: World, clean: bool = True,
+                  forecast_tuning: forecast_stage.ForecastTuning | None = None) -> DemandSource:
+    """The demand source of ``policy.kind`` reading ``world`` (``predictive``'s forecasts with
+    ``forecast_tuning``, default the forecast stage's)."""
+    if policy.kind == "predictive":
+        return PredictiveDemand(policy, world, clean=clean, forecast_tuning=forecast_tuning)
+    if policy.kind == "reactive":
+        return ReactiveDemand(policy, world, clean=clean)
     return {"static": StaticDemand, "oracle": OracleDemand}[policy.kind](policy, world)

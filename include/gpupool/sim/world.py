@@ -619,8 +619,6 @@ def default_world(start: str | pd.Timestamp, end: str | pd.Timestamp, seed: int 
         "step": "5min",
         "decision_every": "1h",
         "node_gpus": 8,
-        "move_minutes": 30,
-        "max_moves_per_decision": 4,
         "start": str(pd.Timestamp(start)),
         "end": str(pd.Timestamp(end)),
         "seed": seed,

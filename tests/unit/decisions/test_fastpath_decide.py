@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pandas as pd
 
-from gpupool.decisions.fastpath import FastMove, Judged, PlanBounds, Settings, Skip, decide
+from gpupool.decisions.fastpath import FastMove, FastPathTuning, Judged, PlanBounds, Settings, Skip, decide
 from gpupool.jobs.fastpath import judge_reading
 from gpupool.detect.router import RouterConfig
 from gpupool.sources.base import Pressure
@@ -152,12 +152,12 @@ def test_headroom_is_the_greedy_rules_need_for_taker_and_lender():
     ps = {"slurm": Judged(_p("slurm", 64, 0, [], [f"s{i}" for i in range(8)])),
           "k8s": Judged(_p("k8s", 8, 0, ["k3", "k4", "k5"], [f"k{i}" for i in range(6)]))}
     assert not _moves(decide(ps, PLAN, [], [], AT, SET))
-    (m,) = _moves(decide(ps, PLAN, [], [], AT, replace(SET, headroom=0.1)))
+    (m,) = _moves(decide(ps, PLAN, [], [], AT, replace(SET, tuning=FastPathTuning(headroom=0.1))))
     assert (m.source, m.target) == ("k8s", "slurm") and "short 6.4" in m.reason
     # a lender keeps (1 + h) x its own demand: k8s with 30 of 48 GPUs in use lends at h = 0
     # (18 free, 8 after lending) but not at h = 0.5 (it would keep 45)
     ps["k8s"] = Judged(_p("k8s", 30, 0, ["k5"], [f"k{i}" for i in range(6)]))
     ps["slurm"] = Judged(_p("slurm", 64, 20, [], [f"s{i}" for i in range(8)]))
     assert _moves(decide(ps, PLAN, [], [], AT, SET))
-    out = decide(ps, PLAN, [], [], AT, replace(SET, headroom=0.5))
+    out = decide(ps, PLAN, [], [], AT, replace(SET, tuning=FastPathTuning(headroom=0.5)))
     assert not _moves(out) and any("pending work" in d.reason for d in out if isinstance(d, Skip))

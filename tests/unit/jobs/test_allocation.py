@@ -242,7 +242,8 @@ def test_plan_from_staging_scores_the_forecast_against_demand_as_it_stood(ctx):
 
 
 def test_the_plan_looks_its_own_horizon_ahead_within_the_forecasts():
-    from gpupool.decisions.policy import PLAN_HORIZON_HOURS, Policy
+    from gpupool.config import PLAN_HORIZON_HOURS
+    from gpupool.decisions.policy import Policy
 
     cfg = parse_config({"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc"}]})
     assert cfg.limits.horizon_hours == 6  # the forecast stage's horizon is unchanged

@@ -1,4 +1,4 @@
-"""One decision chain: the plan task (``service.platform_demand`` on staging) and the what-if
+"""One decision chain: the plan task (``jobs.allocation.platform_demand`` on staging) and the what-if
 (``sim.study``'s demand sources on the world) give the planner the same demand for the same
 telemetry, forecast and track record; and the operator's ``limits`` reach the planner."""
 
@@ -69,7 +69,7 @@ def _both(engine, monkeypatch, policy: Policy, t: pd.Timestamp, records=None, ga
     if policy.kind == "predictive":
         seen_calls = iter(PLATFORMS)  # the study forecasts the platforms in this order
 
-        def fake_forecast(history, horizon, level, warm):
+        def fake_forecast(history, horizon, level, warm, tuning=None):
             return frames[next(seen_calls)].head(horizon), {"model": "fixed"}
 
         monkeypatch.setattr(forecast_stage, "demand_forecast", fake_forecast)

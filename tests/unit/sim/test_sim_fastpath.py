@@ -126,6 +126,30 @@ def test_the_fast_path_decides_with_productions_function(tmp_path, helios, monke
     assert moving and all(h["to_platform"] == "b" for k in moving for h in k["open_handovers"])
 
 
+def test_a_bench_passes_the_fast_paths_tuning_in_and_reads_each_ticks_decisions(tmp_path, helios, monkeypatch):
+    """No module global to patch: the tuning object goes in through simulate, and each tick's
+    decisions (moves and skips, with their reasons) come back in ``fast_log``."""
+    seen = []
+    real = sim_fastpath.decide
+
+    def spy(**kwargs):
+        out = real(**kwargs)
+        seen.append((kwargs["at"], kwargs["settings"], out))
+        return out
+
+    monkeypatch.setattr(sim_fastpath, "decide", spy)
+    ticks: list[dict] = []
+    tuned = production.FastPathTuning(headroom=0.5)
+    simulate(_surge_yaml(tmp_path, helios), "oracle", fastpath_tuning=tuned, fast_log=ticks)
+    assert seen and all(settings.tuning is tuned for _, settings, _ in seen)
+    # the oracle is not judged: one decision per tick, and the log holds exactly it
+    assert [(t["at"].to_pydatetime(), t["decisions"]) for t in ticks] == [(at, out) for at, _, out in seen]
+    assert any(isinstance(d, production.Skip) for t in ticks for d in t["decisions"])
+    seen.clear()
+    simulate(_surge_yaml(tmp_path, helios), "oracle")
+    assert seen and all(settings.tuning == production.FastPathTuning() for _, settings, _ in seen)
+
+
 def test_telemetry_faults_reach_the_fast_path_and_the_judge_holds_them(tmp_path, helios):
     # flat demand, a spare node on each side: no true shortage, ever; spikes in pending GPUs
     # every few hours read as one. Unjudged, the fast path moves nodes for them; judged, fewer.
