@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "unit" / "allocate" / "handover"))
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "actuation"))
 
 from memplatform import make  # noqa: E402
 

@@ -21,7 +21,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "integration"))
-sys.path.insert(0, str(HERE.parent / "unit" / "allocate" / "handover"))
+sys.path.insert(0, str(HERE.parent / "unit" / "actuation"))
 
 from realservices import OpenStackServices, SlurmCluster, reset_slurm, start_openstack, start_slurm_cluster  # noqa: E402
 

@@ -209,7 +209,7 @@ def test_a_platform_whose_actuator_cannot_change_mig_is_never_sent_a_layout(sqli
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "handover"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "actuation"))
     from memplatform import make
 
     _stage(sqlite_engine)

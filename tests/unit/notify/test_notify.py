@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "allocate" / "handover"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "actuation"))
 
 from gpupool import notify, pipeline  # noqa: E402
 from gpupool.actuation import handover as ho  # noqa: E402
