@@ -32,13 +32,8 @@ from gpupool.values import utc_datetime
 ON, PARKING, PARKED, WAKING = "on", "parking", "parked", "waking"
 STATES = (ON, PARKING, PARKED, WAKING)
 
-#: an idle 8-GPU A100 server at the wall, about 1.4 kW: IPMI readings in the public AcmeTrace
-#: data (Shanghai AI Lab, "Characterization of Large Language Model Development in the
-#: Datacenter", NSDI '24); the what-if's default too. A platform's ``power.idle_watts`` overrides it
-IDLE_WATTS = 1400.0
-#: a powered-off server that keeps its BMC and power supplies in standby (what a park leaves):
-#: tens of watts; an estimate, not a reading of the data above. ``power.parked_watts`` overrides it
-PARKED_WATTS = 40.0
+# the watts a parked hour saves, defined beside the `power:` keys that override them
+from gpupool.config import IDLE_WATTS, PARKED_WATTS  # noqa: E402
 
 
 @dataclass(frozen=True)

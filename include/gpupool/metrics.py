@@ -31,8 +31,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from gpupool.allocate import handover as ho
-from gpupool.allocate.service import pool_nodes
+from gpupool.actuation import handover as ho
+from gpupool.jobs.allocation import pool_nodes
 from gpupool import energy
 from gpupool.actuation.power.machine import REFUSED_PREFIX, RETRY_PREFIX
 from gpupool.canonical import DEMAND_METRICS

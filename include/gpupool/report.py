@@ -27,7 +27,7 @@ import yaml
 from sqlalchemy.engine import Engine
 
 from gpupool import energy
-from gpupool.allocate.policy import POLICY_KINDS
+from gpupool.decisions.policy import POLICY_KINDS
 from gpupool.canonical import DEMAND_METRICS
 from gpupool.errors import UsageError, UserError
 from gpupool.poolview import decision_label
@@ -325,13 +325,15 @@ def what_if(raw: pd.DataFrame, out: Path, step: str = "5min", progress: Callable
     """Replay the staged demand under every policy; returns one row per policy and fast-path
     setting: as shipped (``fastpath`` its cadence) and hourly only (``fastpath: off``), with the
     moves the fast path started (``fastpath_moves``, of ``moves``)."""
+    from gpupool.config import PlanLimits
     from gpupool.sim.scenario import load_scenario
     from gpupool.sim.study import simulate
 
     traces = out / "traces"
     traces.mkdir(exist_ok=True)
-    spec: dict[str, Any] = {"step": step, "decision_every": "1h", "node_gpus": 8, "move_minutes": 30,
-                            "max_moves_per_decision": 4, "platforms": {}}
+    limits = PlanLimits()  # the move rules as shipped, written out so the scenario file says them
+    spec: dict[str, Any] = {"step": step, "decision_every": "1h", "node_gpus": 8, "move_minutes": limits.move_minutes,
+                            "max_moves_per_decision": limits.max_moves_per_decision, "platforms": {}}
     grid = _step_grid(raw, step)
     for p, g in raw.groupby("platform"):
         w = g.pivot_table(index="ts", columns="metric", values="value", aggfunc="mean").sort_index()

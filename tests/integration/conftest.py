@@ -200,7 +200,7 @@ def _arrange_scraped(engine) -> None:
     platform `lab` that was never extracted (stale, and below its min_nodes). For the
     dashboard's panels also: a live handover that finished (the duration histogram has a
     value) and a plan decided a horizon and more before (a plan whose outcome is known)."""
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
     from gpupool.staging.schema import allocation_plan, forecast, handover, sample
 
     end = metrics_staged.END

@@ -18,7 +18,7 @@ States::
 * ``waking``: the wake's commands (power-on, then the hold lifted once the platform reports the
   node ready) may have been sent; ``on`` once the platform reports it ready and unheld.
 
-Rules, as for handovers (:mod:`gpupool.allocate.handover`):
+Rules, as for handovers (:mod:`gpupool.actuation.handover`):
 
 * one writer per node: :func:`park`, :func:`wake`, :func:`advance_all` and :func:`observe` hold
   the node's writer lock (:func:`gpupool.staging.handovers.node_lock`, the one handovers hold)
@@ -57,8 +57,8 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from gpupool.actuation.power.base import POWERING_ON, ON as POWER_ON, Command, PowerActuator
-from gpupool.allocate.actuators.base import ActuationError, ForeignHoldError
-from gpupool.allocate.handover import BLOCKING_STATES
+from gpupool.actuation.actuators.base import ActuationError, ForeignHoldError
+from gpupool.actuation.handover import BLOCKING_STATES
 from gpupool.errors import UserError
 from gpupool.staging import handovers as audit_store
 from gpupool.staging import power as store
