@@ -50,6 +50,9 @@ $BIN/gpupool summary --start "$RUN_START" --end "$END"
 echo
 echo "== report of the last two days (plots + what-if under every policy)"
 REPORT_START="$($BIN/python -c 'import sys, pandas as pd; print((pd.Timestamp(sys.argv[1]) - pd.Timedelta(days=2)).isoformat())' "$END")"
+# the demo's own Airflow home: a report folder an older gpupool wrote there has no marker, and
+# `gpupool report` refuses a folder it cannot tell it wrote, so the demo clears its own
+[ -f "$AIRFLOW_HOME/report/.gpupool-report" ] || rm -rf "$AIRFLOW_HOME/report"
 $BIN/gpupool report --start "$REPORT_START" --end "$END" --out "$AIRFLOW_HOME/report" >/dev/null
 $BIN/python - "$AIRFLOW_HOME/report/whatif.json" <<'PY'
 import json, sys
