@@ -10,7 +10,8 @@ Two rules share the function:
 * ``scope: pool`` (gpupool's): each platform needs the nodes its demand will need by the time a
   woken node serves (``wake_minutes`` ahead): the largest of demand now plus its recent rise
   carried over the wake time, the plan's upper bound for then (``forecast``) and demand a day ago
-  over the same span (``daily``). A platform short of that wakes its own parked nodes at once (a
+  over the same span (``daily``), and demand now plus a quantile of its rises over that span in
+the last day (``rise_quantile``: the jumps a platform is prone to). A platform short of that wakes its own parked nodes at once (a
   wake is faster than a move). Beyond the needs, ONE warm buffer of ``buffer`` powered idle nodes
   is kept for the whole pool: spare nodes beyond it park, and when the spare falls under it parked
   nodes of the platforms with the least headroom wake.
@@ -43,14 +44,17 @@ class ParkingRule(BaseModel):
 
     scope: Literal["pool", "platform"] = Field(
         "pool", description="pool: one warm buffer for the pool, wake ahead; platform: the Slurm-style rule per platform")
-    buffer: int = Field(4, ge=0, description="warm idle nodes kept powered (pool-wide, or per platform)")
+    buffer: int = Field(2, ge=0, description="warm idle nodes kept powered (pool-wide, or per platform)")
     idle_minutes: float = Field(30.0, ge=0, le=7 * 24 * 60, allow_inf_nan=False,
                                 description="a node idle this long may park")
     cooldown_minutes: float = Field(60.0, ge=0, le=7 * 24 * 60, allow_inf_nan=False,
                                     description="a node woken or moved this recently does not park")
     trend: bool = Field(True, description="carry demand's rise over the last readings over the wake time")
-    forecast: bool = Field(True, description="need at least the plan's upper bound for the hour a wake serves")
+    forecast: bool = Field(False, description="need at least the plan's upper bound for the hour a wake serves")
     daily: bool = Field(False, description="need at least demand a day ago over the wake time")
+    rise_quantile: float = Field(0.95, ge=0, le=1, allow_inf_nan=False,
+                                 description="need demand now plus this quantile of its rises over the wake "
+                                             "time in the last day; 0: off")
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ class PlatformPressure:
     recent: tuple[float, ...] = ()
     forecast_upper: float | None = None
     daily: float | None = None
+    rises: tuple[float, ...] = ()  #: demand's rises over the wake time and a tick, in the last day
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,10 @@ def wanted_gpus(pressure: PlatformPressure, rule: ParkingRule, wake_minutes: flo
         want = max(want, pressure.forecast_upper)
     if rule.daily and pressure.daily is not None:
         want = max(want, pressure.daily)
+    if rule.rise_quantile > 0 and pressure.rises:
+        ranked = sorted(pressure.rises)
+        at = min(len(ranked) - 1, max(0, math.ceil(rule.rise_quantile * len(ranked)) - 1))
+        want = max(want, pressure.demand + max(0.0, ranked[at]))
     return max(0.0, want)
 
 

@@ -116,6 +116,8 @@ class FastPath:
         if i == 0:  # nothing read yet
             return []
         pool = world.pool(at)
+        if self.power is not None:  # a parked node is its platform's idle node: lent, it wakes on the way
+            pool = self.power.records(pool)
         readings = self._readings(at, i, pool)
         transit = [{"node": n["name"], "to_platform": n["platform"], "state": "releasing", "gpus": n["gpus"]}
                    for n in pool if n["in_transit"]]

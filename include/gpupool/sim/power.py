@@ -74,6 +74,7 @@ class PowerTrack:
         self.last_busy = np.full(n_nodes, -1, dtype=np.int64)  # the last step each node ran work
         self.seen_until = 0
         self.readings: dict[str, list[float]] = {p: [] for p in world.platforms}
+        self.history: dict[str, list[float]] = {p: [] for p in world.platforms}  # a day of readings
         self.wakes: list[tuple[int, int, int, int]] = []  # (node, platform, first step, first step serving)
         self.plan: tuple[pd.Timestamp, dict] | None = None
 
@@ -131,7 +132,7 @@ class PowerTrack:
             last = busy.shape[1] - 1 - np.argmax(busy[:, ::-1], axis=1)
             self.last_busy = np.where(ran, self.seen_until + last, self.last_busy)
             self.seen_until = i
-        pressures = {p: self._pressure(p, k, at, i) for k, p in enumerate(w.platforms)}
+        pressures = {p: self._pressure(p, k, at, i, tick_minutes) for k, p in enumerate(w.platforms)}
         pressures = {p: v for p, v in pressures.items() if v is not None}
         now = w._busy_by_node(i - 1, i)[:, 0]
         nodes = []
@@ -169,7 +170,7 @@ class PowerTrack:
         t = self.changed.get(name)
         return None if t is None else t.to_pydatetime()
 
-    def _pressure(self, p: str, k: int, at: pd.Timestamp, i: int) -> PlatformPressure | None:
+    def _pressure(self, p: str, k: int, at: pd.Timestamp, i: int, tick_minutes: float) -> PlatformPressure | None:
         """Platform ``p``'s pressure at step ``i``: demand of the step just ended as its exporter
         reported it (the true demand without a chain), the rise, the plan's bound, a day ago."""
         w = self.world
@@ -185,6 +186,14 @@ class PowerTrack:
         recent = self.readings[p]
         recent.append(demand)
         del recent[:-TREND_TICKS]
+        past = self.history[p]
+        past.append(demand)
+        del past[:-int(24 * 60 / max(tick_minutes, 1e-9)) - 1]
+        lag = max(1, math.ceil((self.spec.wake_minutes + tick_minutes) / max(tick_minutes, 1e-9) - 1e-9))
+        rises = ()
+        if self.spec.rise_quantile > 0 and len(past) > lag:
+            seen = np.asarray(past)
+            rises = tuple((seen[lag:] - seen[:-lag]).tolist())
         lead = pd.Timedelta(minutes=self.spec.wake_minutes)
         upper = None
         if self.plan is not None:
@@ -197,12 +206,12 @@ class PowerTrack:
         if i - day >= 0:
             lo, hi = i - day, min(i - day + max(1, self._steps(self.spec.wake_minutes)) + 1, len(w.index))
             if self.source is not None:
-                past = self.source.seen[(p, "gpu_allocated")][lo:hi] + self.source.seen[(p, "gpu_pending")][lo:hi]
-                past = past[np.isfinite(past)]
+                then = self.source.seen[(p, "gpu_allocated")][lo:hi] + self.source.seen[(p, "gpu_pending")][lo:hi]
+                then = then[np.isfinite(then)]
             else:
-                past = w.demand_[k, lo:hi]
-            daily = float(past.max()) if len(past) else None
-        return PlatformPressure(demand=demand, recent=tuple(recent), forecast_upper=upper, daily=daily)
+                then = w.demand_[k, lo:hi]
+            daily = float(then.max()) if len(then) else None
+        return PlatformPressure(demand=demand, recent=tuple(recent), forecast_upper=upper, daily=daily, rises=rises)
 
 
 def energy(world, spec: ParkingSpec | None, track: PowerTrack | None) -> dict[str, dict]:

@@ -68,7 +68,7 @@ def test_wakes_ahead_of_a_rise_and_of_the_forecast():
     assert len(decide(nodes, {"a": rising}, buffer=0).wakes) == 3
     assert decide(nodes, {"a": rising}, buffer=0, trend=False).wakes == ()
     ahead = PlatformPressure(demand=16, recent=(16, 16, 16), forecast_upper=30)
-    assert len(decide(nodes, {"a": ahead}, buffer=0).wakes) == 2
+    assert len(decide(nodes, {"a": ahead}, buffer=0, forecast=True).wakes) == 2
     assert decide(nodes, {"a": ahead}, buffer=0, forecast=False).wakes == ()
     daily = PlatformPressure(demand=16, daily=40)
     assert decide(nodes, {"a": daily}, buffer=0).wakes == ()  # the daily rhythm is off by default
@@ -97,3 +97,12 @@ def test_the_rule_refuses_unknown_knobs_and_bad_values():
         ParkingRule(buffer=-1)
     with pytest.raises(ValidationError):
         ParkingRule(scope="cluster")
+
+
+def test_a_platform_prone_to_jumps_keeps_room_for_its_usual_jump():
+    nodes = [node("a1", busy=8)] + [node(f"a{k}", state=PARKED) for k in range(2, 6)]
+    jumpy = PlatformPressure(demand=8, rises=(0.0,) * 80 + (16.0,) * 20)
+    assert decide(nodes, {"a": jumpy}, buffer=0, rise_quantile=0).wakes == ()
+    # the 90th percentile of its rises is 16 GPUs: two more nodes
+    assert len(decide(nodes, {"a": jumpy}, buffer=0, forecast=False, rise_quantile=0.9).wakes) == 2
+    assert decide(nodes, {"a": jumpy}, buffer=0, forecast=False, rise_quantile=0.5).wakes == ()
