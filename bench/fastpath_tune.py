@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import allocate_helios as ah  # noqa: E402
 from _tables import record_run  # noqa: E402
 
-from gpupool.allocate import fastpath as afp  # noqa: E402
+from gpupool.decisions.fastpath import FastPathTuning, Skip  # noqa: E402
 from gpupool.sim.study import simulate  # noqa: E402
 
 
@@ -51,19 +51,12 @@ def run(job):
     elif label == "off":
         total = simulate(sc.model_copy(update={"fastpath": None}), "reactive", clean=True)["total"]
     else:
-        afp.FASTPATH_HEADROOM = h
-        real = afp.decide
-        import gpupool.sim.fastpath as simfp
-
-        def counted(*a, **kw):
-            out = real(*a, **kw)
-            for d in out:
-                if isinstance(d, afp.Skip) and d.reason.startswith("short"):
+        ticks: list[dict] = []
+        total = simulate(sc, "reactive", clean=True, fastpath_tuning=FastPathTuning(headroom=h), fast_log=ticks)["total"]
+        for tick in ticks:
+            for d in tick["decisions"]:
+                if isinstance(d, Skip) and d.reason.startswith("short"):
                     reasons[_reason(d.reason)] += 1
-            return out
-
-        simfp.decide = counted
-        total = simulate(sc, "reactive", clean=True)["total"]
     return (g, pct, label), total, reasons, time.perf_counter() - t0
 
 

@@ -256,9 +256,9 @@ def leg(workers: int, connections: list[dict], facades: list[Facades], engine) -
 
 def plan_leg(engine, platforms_path: Path) -> dict:
     """The planner on the pool just staged: every node's inventory, each platform's last hour."""
-    from gpupool.allocate.demand import demand_from_last_hour
-    from gpupool.allocate.planner import NodeRecord, plan
-    from gpupool.allocate.policy import Policy
+    from gpupool.decisions.demand import demand_from_last_hour
+    from gpupool.decisions.planner import NodeRecord, plan
+    from gpupool.decisions.policy import Policy
     from gpupool.config import load_config
     from gpupool.staging import reads
 

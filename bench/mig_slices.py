@@ -5,7 +5,7 @@ MIG-capable nodes out for slices).
     nice -n 10 .venv/bin/python bench/mig_slices.py [--hours 168] [--seeds 5]
 
 A planner-level replay: ``gpupool simulate``'s world counts demand in GPUs and has no MIG in its
-serving, so it cannot show slices; this runs the production planner (``allocate.planner.plan``)
+serving, so it cannot show slices; this runs the production planner (``decisions.planner.plan``)
 hour by hour on a two-platform pool and applies its moves and re-layouts at once. ``ai`` (4 H100
 nodes of 8 GPUs) runs jobs that each fit a ``1g.10gb`` slice, ``hpc`` (4 A100 nodes) whole-GPU
 jobs. A whole GPU serves one job of either; a GPU laid out as ``all-1g.10gb`` serves 7 ai jobs and
@@ -24,9 +24,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpupool.allocate.layouts import GPU_UNIT, NodeRecord, node_capacity
-from gpupool.allocate.planner import plan
-from gpupool.allocate.policy import Policy
+from gpupool.decisions.layouts import GPU_UNIT, NodeRecord, node_capacity
+from gpupool.decisions.planner import plan
+from gpupool.decisions.policy import Policy
 
 PROFILE = "1g.10gb"
 

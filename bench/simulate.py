@@ -15,7 +15,7 @@ cores, i.e. under 19.4 s per simulated day (hourly only, ``--fastpath off``: und
 the scenario's key.
 
 ``--baseline`` also runs ``predictive`` as it ran before the forecast stage kept its ARIMA orders
-and Holt-Winters parameters within a day (``forecast_stage.ORDER_SEARCH_EVERY = None``: every hour
+and Holt-Winters parameters within a day (``ForecastTuning(order_search_every=None)``: every hour
 searches and re-estimates them) and prints its wall time and unmet beside the default's, as a
 ratio measured in the same run.
 """
@@ -23,15 +23,13 @@ ratio measured in the same run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import sys
 import time
 from pathlib import Path
 
-from gpupool.forecast import stage as forecast_stage
-
-from gpupool.allocate.policy import POLICY_KINDS
+from gpupool.decisions.policy import POLICY_KINDS
+from gpupool.forecast.stage import ForecastTuning
 from gpupool.sim.scenario import Scenario, load_scenario
 from gpupool.sim.study import simulate
 from gpupool.sim.world import World
@@ -51,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-clean", action="store_true", help="forecast from raw telemetry (skip detect/clean)")
     ap.add_argument("--fastpath", help="the scenario's fastpath key for this run (off, 5min, ...)")
     ap.add_argument("--baseline", action="store_true",
-                    help="also run predictive re-searching ARIMA orders every hour (ORDER_SEARCH_EVERY = None)")
+                    help="also run predictive re-searching ARIMA orders every hour (order_search_every=None)")
     args = ap.parse_args(argv)
     scenario = load_scenario(args.scenario)
     if args.fastpath is not None:  # checked as the scenario's own key would be
@@ -70,10 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline:
         runs.append(("predictive, hourly search", "predictive"))
     for label, policy in runs:
-        with hourly_search() if label.endswith("hourly search") else contextlib.nullcontext():
-            t0, c0 = time.perf_counter(), time.process_time()
-            results[label] = simulate(scenario, policy, progress=sys.stderr.isatty(), clean=not args.no_clean)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        # the forecast stage as it was: orders searched and parameters estimated every hour
+        tuning = ForecastTuning(order_search_every=None) if label.endswith("hourly search") else None
+        t0, c0 = time.perf_counter(), time.process_time()
+        results[label] = simulate(scenario, policy, progress=sys.stderr.isatty(), clean=not args.no_clean,
+                                  forecast_tuning=tuning)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         timing[label] = wall / days
         # CPU time beside wall: on a shared machine the wall time counts the neighbours' work too
         print(f"{label:>10}: {wall:7.1f} s wall ({cpu:.1f} s CPU), {timing[label]:6.3f} s per simulated day",
@@ -101,17 +101,6 @@ def main(argv: list[str] | None = None) -> int:
               f"unmet {u:.0f} vs {ub:.0f} GPU-h, moves {results['predictive']['total']['moves']} vs "
               f"{results[base]['total']['moves']}")
     return 0
-
-
-@contextlib.contextmanager
-def hourly_search():
-    """The forecast stage as it was: orders searched and parameters estimated every hour."""
-    saved = forecast_stage.ORDER_SEARCH_EVERY
-    forecast_stage.ORDER_SEARCH_EVERY = None
-    try:
-        yield
-    finally:
-        forecast_stage.ORDER_SEARCH_EVERY = saved
 
 
 def table(results: dict[str, dict]) -> str:

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import Param, dag, get_current_context, task
 from airflow.timetables.interval import CronDataIntervalTimetable
 
-from gpupool.allocate.cadence import FASTPATH_CRON  # the cadence, defined once (the what-if ticks at it too)
+from gpupool.decisions.cadence import FASTPATH_CRON  # the cadence, defined once (the what-if ticks at it too)
 
 
 @dag(

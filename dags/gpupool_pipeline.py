@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 from airflow.timetables.interval import CronDataIntervalTimetable
 
-from gpupool.allocate.policy import PLANNED_KINDS  # pydantic only: light enough for DAG parsing
+from gpupool.decisions.policy import PLANNED_KINDS  # pydantic only: light enough for DAG parsing
 
 
 def _platform_names() -> list[str]:

@@ -82,7 +82,7 @@ def plan_from_context(context: Any, window: dict, platforms: list[str]) -> dict:
 def actuate_from_context(context: Any, window: dict, plan_result: dict, lookup=None) -> dict:
     """Turn the plan into handovers. Backfills and stale windows never actuate. ``lookup`` is
     Airflow's connection lookup (the same the extract uses). Raises when a handover failed."""
-    from gpupool.allocate.service import actuate_plan
+    from gpupool.jobs.allocation import actuate_plan
 
     ctx = pipeline.Context.load()
     w = pipeline.Window.from_dict(window)
@@ -115,7 +115,7 @@ def advance_from_context(context: Any, lookup=None) -> dict:
     steps complete at once and stops at the first wait (``handover.advance_all``). Backfills
     only look, never act (but a handover past its deadline still gets gpupool's hold lifted).
     Raises when one failed."""
-    from gpupool.allocate.service import advance_handovers
+    from gpupool.jobs.allocation import advance_handovers
 
     window = pipeline.resolve_window({}, context.get("data_interval_start"), context.get("data_interval_end"))
     ctx = pipeline.Context.load()
@@ -130,7 +130,7 @@ def fastpath_from_context(context: Any, lookup=None) -> dict:
     """One fast-path tick at the run's data interval end: read each platform's pressure, decide,
     record, start moves. ``dry_run`` (Param, default on) or the configuration's keeps every
     handover a dry run; a backfill records why it did nothing. XCom gets counts only."""
-    from gpupool.allocate.fastpath import run_fastpath
+    from gpupool.jobs.fastpath import run_fastpath
 
     window = pipeline.resolve_window({}, context.get("data_interval_start"), context.get("data_interval_end"))
     ctx = pipeline.Context.load()

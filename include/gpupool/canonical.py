@@ -206,7 +206,7 @@ def hourly_levels(wide: pd.DataFrame) -> pd.Series:
     For each whole hour ``T`` after the first step: the mean of the demand steps of the last
     ``LEVEL_WINDOW`` up to the last instant before ``T`` (NaN where none of them has a value).
     Indexed by ``T``: it is the naive forecast the reactive plan made of the hour starting at
-    ``T``, against which a forecast's record is scored (``allocate.demand.forecast_skill``).
+    ``T``, against which a forecast's record is scored (``decisions.demand.forecast_skill``).
     """
     import numpy as np
 

@@ -42,7 +42,8 @@ def _add_reader(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gpupool.allocate.policy import PLANNED_KINDS, POLICY_KINDS  # pydantic only: cheap to import
+    from gpupool.config import PlanLimits
+    from gpupool.decisions.policy import PLANNED_KINDS, POLICY_KINDS  # pydantic only: cheap to import
 
     parser = _Parser(prog="gpupool", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -151,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--end", help="window end, exclusive (default: the history's last instant)")
     p.add_argument("--step", default="5min", help="simulation step (default 5min)")
     p.add_argument("--node-gpus", type=int, default=8, help="GPUs per node (default 8)")
-    p.add_argument("--move-minutes", type=float, default=30.0, help="minutes a moving node serves nobody (default 30)")
+    moving = PlanLimits().move_minutes  # the operator's default, defined once
+    p.add_argument("--move-minutes", type=float, default=moving,
+                   help=f"minutes a moving node serves nobody (default {moving:g})")
     p.add_argument("--policy", default="predictive", choices=POLICY_KINDS)
     p.add_argument("--json", "--out", dest="json_out", help="write the result JSON here (not an input; its "
                    "directory must exist)")
@@ -313,7 +316,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(_recent_fastpath(ctx, until=at, moves_only=False))
         return 0
     if args.command == "handovers":
-        from gpupool.allocate.service import format_handovers, list_handovers
+        from gpupool.jobs.allocation import list_handovers
+        from gpupool.jobs.text import format_handovers
 
         rows = list_handovers(ctx.engine, open_only=args.open)
         print(_json(rows, indent=2) if args.json else format_handovers(rows))
@@ -323,7 +327,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "fastpath":
         from datetime import datetime, timezone
 
-        from gpupool.allocate.fastpath import format_decisions, run_fastpath
+        from gpupool.jobs.fastpath import run_fastpath
+        from gpupool.jobs.text import format_decisions
 
         db.upgrade(ctx.engine)
         at = _at(args.at) if args.at is not None else pipeline.parse_time(datetime.now(timezone.utc))
@@ -332,7 +337,7 @@ def _dispatch(args: argparse.Namespace) -> int:
               else format_decisions(out["decisions"], title=f"fast path at {out['at']}"))
         return 0
     if args.command == "rollback":
-        from gpupool.allocate.service import rollback_handover
+        from gpupool.jobs.allocation import rollback_handover
         from gpupool.errors import UserError
 
         if not 1 <= args.handover_id <= MAX_ROW_ID:  # beyond the id column: no such row can exist
@@ -350,7 +355,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from gpupool.report import write_report  # refuses a bad --out before it reads staging
 
         path = write_report(ctx.engine, window.start, window.end, args.out, step=ctx.config.step,
-                            whatif=not args.no_whatif, progress=_progress_printer())
+                            whatif=not args.no_whatif, progress=_progress_printer(), config=ctx.config)
         print(f"report: {path}")
         return 0
     if args.command == "summary":
@@ -446,7 +451,7 @@ def _whatif(args: argparse.Namespace) -> int:
 
 def _recent_fastpath(ctx, until=None, moves_only: bool = False) -> str:
     """The newest fast-path decisions (moves only, for `gpupool handovers`) as lines."""
-    from gpupool.allocate.fastpath import format_decisions
+    from gpupool.jobs.text import format_decisions
     from gpupool.staging import fastpath as store
 
     rows = store.recent_decisions(ctx.engine, limit=10, moves_only=moves_only, until=until)

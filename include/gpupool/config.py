@@ -39,6 +39,11 @@ def check_section(model: type[BaseModel], value: dict) -> dict:
 #: ``bench/allocate_helios.py`` (``bench/allocate_tune.py``, reactive). The forecast stage
 #: forecasts further (``limits.horizon_hours``); the plan reads the first hours.
 PLAN_HORIZON_HOURS = 2
+#: the level (percent) of the demand forecast's prediction interval: the forecast task's,
+#: ``gpupool forecast --level``'s and the what-if's default, and the plan's where a stored
+#: forecast names none (here, beside the plan's horizon, so the pure decisions read it without
+#: importing the forecaster)
+FORECAST_LEVEL = 90.0
 
 #: the longest a duration of platforms.yaml's ``limits`` may be (a year, in hours): longer is
 #: no operator's meaning, and beyond what a date's arithmetic can hold it breaks at run time
@@ -47,6 +52,14 @@ MAX_DURATION_HOURS = 24 * 366
 #: windows without a sample
 MAX_STEP_SECONDS = 3600
 
+
+#: an idle 8-GPU A100 server at the wall, about 1.4 kW: IPMI readings in the public AcmeTrace
+#: data (Shanghai AI Lab, "Characterization of Large Language Model Development in the
+#: Datacenter", NSDI '24); the what-if's default too. A platform's ``power.idle_watts`` overrides it
+IDLE_WATTS = 1400.0
+#: a powered-off server that keeps its BMC and power supplies in standby (what a park leaves):
+#: tens of watts; an estimate, not a reading of the data above. ``power.parked_watts`` overrides it
+PARKED_WATTS = 40.0
 
 class ConfigError(UserError, ValueError):
     """A configuration file that cannot be used; the message names file, key and reason."""
@@ -106,6 +119,11 @@ class PowerConfig(_Strict):
         "off); `force`: power is cut (ForceOff, power off)"))
     timeout_minutes: float = Field(default=15.0, gt=0, le=MAX_DURATION_HOURS * 60, description=(
         "minutes a park or a wake may take before it is reported failed"))
+    idle_watts: float = Field(default=IDLE_WATTS, ge=0, le=1e6, description=(
+        "a powered, idle node's draw at the wall, in watts: the energy a parked hour saves is "
+        "idle_watts - parked_watts (metrics and `gpupool report`; default an idle 8-GPU A100 server)"))
+    parked_watts: float = Field(default=PARKED_WATTS, ge=0, le=1e6, description=(
+        "a parked (powered-off) node's draw, in watts: its BMC and power supplies in standby"))
 
     @model_validator(mode="after")
     def _means_keys(self) -> "PowerConfig":
@@ -255,32 +273,45 @@ class PoolConfig(_Strict):
         return self
 
 
-class LimitsConfig(_Strict):
-    """The operator's planning and actuation limits. The planner's knobs have the names of
-    :class:`gpupool.allocate.policy.Policy`'s fields (``allocate.service.policy_from_config``),
-    where the bench that chose each default is named."""
+class PlanLimits(_Strict):
+    """The operator's limits the plan and the fast path obey, defined once: ``limits`` of
+    platforms.yaml (:class:`LimitsConfig`) and the planner's :class:`gpupool.decisions.policy.Policy`
+    both are this model, and the what-if scenario's defaults and the fast path's settings are read
+    from it. The comment beside a default names the bench that chose it."""
 
     max_moves_per_decision: int = Field(default=4, ge=0, description=(
         "node moves per plan, and per rolling hour for the plan and the fast path together"))
+    # chosen with bench/allocate_tune.py --cooldowns (tuning groupings): level across the grid
     cooldown_hours: float = Field(default=1.0, ge=0, le=MAX_DURATION_HOURS, description=(
         "hours a node that moved stays where it went before it may move again"))
     move_minutes: float = Field(default=30.0, ge=0, le=MAX_DURATION_HOURS * 60, description=(
         "minutes a move takes, in which the node serves nobody (the planner's cost of a move)"))
+    # chosen with bench/allocate_tune.py --quantiles (tuning groupings, reactive)
     headroom_quantile: float = Field(default=0.95, gt=0.5, lt=1, description=(
         "the quantile of a platform's demand the plan counts as enough"))
-    horizon_hours: int = Field(default=6, ge=1, le=MAX_DURATION_HOURS, description=(
-        "hours the forecast stage forecasts (and validates its models on); `gpupool simulate` "
-        "forecasts as far"))
     plan_horizon_hours: int = Field(default=PLAN_HORIZON_HOURS, ge=1, description=(
         "hours of demand the plan looks ahead (the first hours of the forecast; at most "
         "`horizon_hours`); `gpupool simulate` plans with the same default"))
-    max_actuation_age_hours: float = Field(default=2.0, ge=0, le=MAX_DURATION_HOURS, description=(
-        "a run whose window ended longer ago than this never actuates, and the fast path treats "
-        "a plan older than this as no plan"))
     allow_evict: StrictBool = Field(default=False, description=(
         "whether a release may evict running GPU work (Kubernetes Eviction API, respecting "
         "PodDisruptionBudgets), and so whether the plan may choose a busy node; false: a busy node "
         "waits until its work ends"))
+
+    def plan_limits(self) -> dict:
+        """The limits alone, by name (what a :class:`gpupool.decisions.policy.Policy` takes)."""
+        return {name: getattr(self, name) for name in PlanLimits.model_fields}
+
+
+class LimitsConfig(PlanLimits):
+    """The operator's planning and actuation limits: :class:`PlanLimits` (the planner's knobs,
+    which :class:`gpupool.decisions.policy.Policy` shares) and the forecast's and actuation's own."""
+
+    horizon_hours: int = Field(default=6, ge=1, le=MAX_DURATION_HOURS, description=(
+        "hours the forecast stage forecasts (and validates its models on); `gpupool simulate` "
+        "forecasts as far"))
+    max_actuation_age_hours: float = Field(default=2.0, ge=0, le=MAX_DURATION_HOURS, description=(
+        "a run whose window ended longer ago than this never actuates, and the fast path treats "
+        "a plan older than this as no plan"))
 
     @model_validator(mode="after")
     def _plan_within_forecast(self) -> "LimitsConfig":

@@ -11,6 +11,8 @@ of the one-hour-ahead demand forecast beside the seasonal naive forecast over th
 week; the newest plan whose horizon has passed, its expected unmet demand beside what came;
 alarms and cleaned points; the age of the newest staged sample. Handovers: how many are in each
 state, how many failed, how many are past their deadline, and how long finished ones took.
+Parking (:mod:`gpupool.energy`): nodes per power state, wakes, late wakes, wakes failing now,
+wake latency, parked node-seconds and the energy parking saved.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from gpupool.allocate import handover as ho
-from gpupool.allocate.service import pool_nodes
+from gpupool.actuation import handover as ho
+from gpupool.jobs.allocation import pool_nodes
+from gpupool import energy
+from gpupool.actuation.power.machine import REFUSED_PREFIX, RETRY_PREFIX
 from gpupool.canonical import DEMAND_METRICS
 from gpupool.config import GpupoolConfig
 from gpupool.staging import metrics_reads, reads
+from gpupool.staging import power as power_store
 from gpupool.staging.db import StagingUnavailable
 from gpupool.values import utc
 
@@ -50,6 +55,10 @@ POINT_WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24)}
 LAST_SEEN = timedelta(hours=2)
 #: handover durations, in seconds: a minute up to the default two-hour deadline and past it
 DURATION_BUCKETS = (60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, math.inf)
+#: wake latencies, in seconds: a BMC's power-on and a boot take minutes; the default deadline is 15
+WAKE_BUCKETS = (60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, math.inf)
+#: why a wake in progress is failing (label ``cause`` of ``gpupool_power_wakes_failing``)
+WAKE_FAILURE_CAUSES = ("refused", "error", "past_deadline")
 
 
 class StagingCollector:
@@ -89,20 +98,21 @@ class StagingCollector:
                                     "The instant these metrics describe (Unix time): the wall clock, or the one served")
         instant.add_metric([], at.timestamp())
         yield instant
-        yield from _platform_families(self.engine, self.config, names, at)
+        nodes, _ = pool_nodes(self.engine, at, names, self.config)
+        yield from _platform_families(self.engine, self.config, names, nodes, at)
         yield from _forecast_families(self.engine, names, at)
         yield from _plan_families(self.engine, self.config, names, at)
         yield from _point_families(self.engine, names, at)
         yield from _freshness_families(self.engine, names, at)
         yield from _handover_families(self.engine, names, at)
+        yield from _power_families(self.engine, self.config, names, nodes, at)
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
-def _platform_families(engine: Engine, config: GpupoolConfig, names: list[str], at: datetime) -> Iterable[Metric]:
-    nodes, _ = pool_nodes(engine, at, names, config)
+def _platform_families(engine: Engine, config: GpupoolConfig, names: list[str], nodes: list, at: datetime) -> Iterable[Metric]:
     held = _gauge("gpupool_platform_held_nodes", "Pool nodes the platform holds (as the planner assigns them)", ["platform"])
     held_gpus = _gauge("gpupool_platform_held_gpus", "GPUs on the pool nodes the platform holds", ["platform"])
     lendable = _gauge("gpupool_platform_lendable_idle_nodes",
@@ -307,6 +317,77 @@ def _duration_histogram(done: pd.DataFrame, pairs: list[tuple[str, str]]) -> His
         buckets = [(floatToGoString(b), float(sum(v <= b for v in values))) for b in DURATION_BUCKETS]
         hist.add_metric(list(key), buckets, sum_value=float(sum(values)))
     return hist
+
+
+def _power_families(engine: Engine, config: GpupoolConfig, names: list[str], nodes: list,
+                    at: datetime) -> Iterable[Metric]:
+    rows = power_store.live_transitions(engine, at)
+    states = energy.states_at(rows, at)
+    # every configured platform, and any other a node was parked on (never hidden)
+    labels = list(dict.fromkeys([*names, *sorted({str(r["platform"]) for r in rows})]))
+    count = {(p, s): 0 for p in labels for s in energy.STATES}
+    for n in nodes:  # the pool's nodes as the planner sees them: on unless a transition says otherwise
+        if states.get(n.name, {}).get("state", energy.ON) == energy.ON:
+            count[(n.owner, energy.ON)] = count.get((n.owner, energy.ON), 0) + 1
+    for st in states.values():
+        if st["state"] != energy.ON:
+            count[(st["platform"], st["state"])] = count.get((st["platform"], st["state"]), 0) + 1
+    by_state = _gauge("gpupool_power_nodes", "Pool nodes per power state (on, parking, parked, waking) per platform: "
+                      "on as held by the platform, the others on the platform where they wake", ["platform", "state"])
+    for (p, s), n in sorted(count.items()):
+        by_state.add_metric([p, s], n)
+    yield by_state
+
+    woke = energy.wakes(rows)
+    wakes = CounterMetricFamily("gpupool_power_wakes", "Live wakes of parked nodes (by gpupool or by the platform)",
+                                labels=["platform"])
+    late = CounterMetricFamily("gpupool_power_late_wakes",
+                               "Live wakes that reached on after their deadline, or are not on past it", labels=["platform"])
+    for p in labels:
+        mine = [w for w in woke if w.platform == p]
+        wakes.add_metric([p], len(mine))
+        late.add_metric([p], sum(w.late(at) for w in mine))
+    yield from (wakes, late)
+
+    failing = {(p, c): 0 for p in labels for c in WAKE_FAILURE_CAUSES}
+    current = {r["node"]: r for r in power_store.power_rows(engine, (energy.WAKING,))}
+    for node, st in states.items():
+        if st["state"] != energy.WAKING:
+            continue
+        row = current.get(node)
+        # the node's error as it stands, where staging still holds the wake seen at `at`
+        error = str(row["error"] or "") if row is not None and row["transition_id"] == st["transition_id"] else ""
+        if error.startswith(REFUSED_PREFIX):
+            failing[(st["platform"], "refused")] += 1
+        elif error.startswith(RETRY_PREFIX):
+            failing[(st["platform"], "error")] += 1
+        if st["deadline"] is not None and at >= st["deadline"]:
+            failing[(st["platform"], "past_deadline")] += 1
+    fail = _gauge("gpupool_power_wakes_failing", "Wakes in progress that are failing: refused (someone else holds or "
+                  "powered off the node), error (the last command failed; retried) or past_deadline", ["platform", "cause"])
+    for (p, c), n in sorted(failing.items()):
+        fail.add_metric([p, c], n)
+    yield fail
+
+    hist = HistogramMetricFamily("gpupool_power_wake_duration_seconds",
+                                 "Time from a wake's start (the node leaving parked) to the node on", labels=["platform"])
+    for p in labels:
+        values = [w.latency_s for w in woke if w.platform == p and w.latency_s is not None and w.on_at <= at]
+        buckets = [(floatToGoString(b), float(sum(v <= b for v in values))) for b in WAKE_BUCKETS]
+        hist.add_metric([p], buckets, sum_value=float(sum(values)))
+    yield hist
+
+    parked = energy.parked_seconds(rows, None, at)
+    seconds = CounterMetricFamily("gpupool_power_parked_node_seconds", "Node-seconds the platform's nodes spent parked",
+                                  labels=["platform"])
+    saved = CounterMetricFamily("gpupool_power_saved_energy_joules",
+                                "Estimated energy parking saved: parked node-seconds times the platform's idle watts "
+                                "minus parked watts (power.idle_watts, power.parked_watts)", labels=["platform"])
+    for p in labels:
+        s = parked.get(p, 0.0)
+        seconds.add_metric([p], s)
+        saved.add_metric([p], energy.saved_kwh(s, *energy.watts_of(config, p)) * 3.6e6)
+    yield from (seconds, saved)
 
 
 # --- exposition --------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from gpupool.allocate import handover as ho
+from gpupool.actuation import handover as ho
 from gpupool.config import NotifyConfig
 from gpupool.values import utc_datetime
 

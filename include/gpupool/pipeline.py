@@ -24,7 +24,7 @@ from sqlalchemy.engine import Engine
 from gpupool.values import jsonable
 from gpupool.detect.stage import detect_lookback, fit_detector, grid_series, judge_series, model_for
 from gpupool.detect.provenance import health_rows, provenance_faults
-from gpupool.allocate.policy import PLANNED_KINDS
+from gpupool.decisions.policy import PLANNED_KINDS
 from gpupool.window import Window, WindowError, parse_time, resolve_window  # the task's window, used here and by callers
 from gpupool.forecast.stage import FORECAST_HISTORY, FORECAST_LEVEL, demand_forecast, warm_start
 from gpupool.canonical import (COLLECTOR_CLUSTER_PREFIX, HEALTH_ENTITY_KIND, SERIES_KEY, TOTAL_METRICS, add_platform_totals,
@@ -66,7 +66,7 @@ class Context:
     def build_actuators(self, platforms: list[str] | None = None, lookup=None) -> dict:
         """Actuators of the platforms set to actuate (of ``platforms`` if given), from the same
         connection lookup as the sources (:func:`gpupool.platforms.build_actuators`). The
-        allocate layer asks the context for them, so it never knows how a platform is reached."""
+        jobs ask the context for them, so actuation never knows how a platform is reached."""
         from gpupool.platforms import build_actuators
 
         return build_actuators(self.config, platforms, lookup=lookup)
@@ -393,7 +393,7 @@ def forecast_demand(ctx: Context, platform: str, window: Window, horizon: int | 
     if history.notna().sum() == 0:
         raise ValueError(f"platform {platform}: no demand history before {end.isoformat()} to forecast from")
     # orders searched in the last day are reused (coefficients are re-estimated, the search is
-    # not: ORDER_SEARCH_EVERY)
+    # not: ForecastTuning.order_search_every)
     warm = _recent_summary(ctx.engine, platform, window.end)
     # the model is chosen by validation inside the history; the choice and every candidate's
     # error go into the summary
@@ -422,7 +422,7 @@ def _recent_summary(engine: Engine, platform: str, at: datetime) -> dict | None:
 
 def plan(ctx: Context, window: Window, policy: str = "predictive", dry_run: bool = True, platforms: list[str] | None = None) -> dict:
     """Decide which platform should hold each pool node from the window's end; store the plan."""
-    from gpupool.allocate.service import plan_from_staging
+    from gpupool.jobs.allocation import plan_from_staging
 
     if policy not in PLANNED_KINDS:
         raise ValueError(f"policy must be one of {PLANNED_KINDS}, got {policy!r}")

@@ -2,7 +2,7 @@
 moves its nodes — the one place that does so, with one connection lookup for both.
 
 The real platforms are reached through their APIs (`gpupool.sources`, the actuators in
-`gpupool.allocate.actuators`). A platform's `conn_id` names an Airflow connection: inside a task
+`gpupool.actuation.actuators`). A platform's `conn_id` names an Airflow connection: inside a task
 the DAG passes Airflow's own lookup in (`lookup(conn_id)`, so this package never imports
 Airflow); outside Airflow it is `AIRFLOW_CONN_<CONN_ID>` in the environment, as a URI or JSON.
 Errors name the platform and the connection id, never any part of the connection.
@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from gpupool.allocate.actuators.base import with_pool_names
+from gpupool.actuation.actuators.base import ActuationConfigError, with_pool_names
+from gpupool.actuation.power.base import PowerActuator
 from gpupool.config import GpupoolConfig, PlatformConfig
 from gpupool.sources.base import Pressure, SourceError, pressure_from_records
 from gpupool.values import utc_datetime
@@ -190,7 +191,7 @@ def build_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: M
     The actuator speaks pool node ids: :func:`with_pool_names` maps them to this platform's own
     names (``pool.nodes[].names``).
     """
-    from gpupool.allocate.actuators.base import ActuationConfigError
+    from gpupool.actuation.actuators.base import ActuationConfigError
 
     if pcfg.kind == "simulator":
         if world is None:
@@ -204,7 +205,7 @@ def build_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: M
     env = os.environ if env is None else env
     x = conn.extra
     if pcfg.kind == "slurm":
-        from gpupool.allocate.actuators.slurm import SlurmActuator
+        from gpupool.actuation.actuators.slurm import SlurmActuator
 
         conf = x.get("slurm_conf") or env.get("SLURM_CONF")
         if not conf:
@@ -225,13 +226,13 @@ def build_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: M
                 project_domain_name=x.get("project_domain_name", "Default"),
                 region_name=x.get("region_name"), load_envvars=False, load_yaml_config=False,
             )
-        from gpupool.allocate.actuators.openstack import OpenStackActuator
+        from gpupool.actuation.actuators.openstack import OpenStackActuator
 
         act = OpenStackActuator(os_conn, pcfg.name, manage_compute_service=_flag(x.get("manage_compute_service", True)))
     elif pcfg.kind == "kubernetes":
         from kubernetes import client, config as kconfig
 
-        from gpupool.allocate.actuators.kubernetes import KubernetesActuator
+        from gpupool.actuation.actuators.kubernetes import KubernetesActuator
 
         if _flag(x.get("in_cluster", False)):
             kconfig.load_incluster_config()
@@ -269,3 +270,80 @@ def build_actuators(cfg: GpupoolConfig, platforms: list[str] | None = None, look
 
 def _flag(value: Any) -> bool:
     return str(value).strip().lower() not in ("false", "0", "no", "off", "")
+
+
+# ------------------------------------------------------------------------------- power (parking)
+# From a platform's ``power:`` configuration to its power actuator, and which parks are live:
+# ``means: slurm`` is Slurm's own power saving over the platform's Slurm connection; ``redfish``
+# the BMC user of ``bmc_conn_id`` (behind the Kubernetes cordon or the nova-compute hold, bare on
+# Slurm); ``ironic`` the platform's own openstacksdk connection behind the nova-compute hold.
+
+
+def pool_names(cfg: GpupoolConfig, platform: str) -> dict[str, str]:
+    """Pool node id -> the platform's name, where they differ."""
+    return {n.node: n.names[platform] for n in cfg.pool.nodes if n.names.get(platform, n.node) != n.node}
+
+
+def is_live(cfg: GpupoolConfig, pcfg: PlatformConfig, dry_run: bool = True) -> bool:
+    """Whether a park or wake on ``pcfg`` is really sent: the run is not a dry run, the
+    configuration is not (``dry_run: false``), the platform actuates and has ``power:``."""
+    return (not dry_run) and (not cfg.dry_run) and pcfg.actuation and pcfg.power is not None
+
+
+def build_power_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None,
+                         env: Mapping[str, str] | None = None) -> PowerActuator:
+    """The power actuator of one platform with ``power:``; ``lookup(conn_id)`` is Airflow's
+    connection lookup inside a task, else connections come from the environment."""
+    power = pcfg.power
+    if power is None:
+        raise ActuationConfigError(f"platform {pcfg.name!r} has no power: section; its nodes are never parked")
+    names = pool_names(cfg, pcfg.name)
+    if power.means == "slurm":
+        from gpupool.actuation.power.slurm import SlurmPower
+
+        return SlurmPower(_raw(build_actuator(pcfg, cfg, lookup, env)), names=names)
+    if power.means == "ironic":
+        from gpupool.actuation.power.holds import HeldPower, OpenStackHold
+        from gpupool.actuation.power.ironic import IronicPower
+
+        hold = _raw(build_actuator(pcfg, cfg, lookup, env))
+        means = IronicPower(hold.conn, pcfg.name, ironic_node=power.ironic_node, power_off=power.power_off, names=names)
+        return HeldPower(OpenStackHold(hold), means)
+    from gpupool.actuation.power.redfish import RedfishPower
+
+    bmc = _bmc_connection(pcfg, lookup, env)
+    means = RedfishPower(pcfg.name, power.bmc_address, power.bmc_system, username=bmc.login, password=bmc.password,
+                         verify=power.bmc_verify, power_off=power.power_off, names=names)
+    if pcfg.kind == "kubernetes":
+        from gpupool.actuation.power.holds import HeldPower, KubernetesHold
+
+        return HeldPower(KubernetesHold(_raw(build_actuator(pcfg, cfg, lookup, env))), means)
+    if pcfg.kind == "openstack":
+        from gpupool.actuation.power.holds import HeldPower, OpenStackHold
+
+        return HeldPower(OpenStackHold(_raw(build_actuator(pcfg, cfg, lookup, env))), means)
+    return means
+
+
+def build_power_actuators(cfg: GpupoolConfig, dry_run: bool = True, lookup=None,
+                          env: Mapping[str, str] | None = None) -> dict[str, PowerActuator]:
+    """The power actuators of the platforms whose parks and wakes are live (:func:`is_live`);
+    a platform without one has its parks and wakes audited as dry runs."""
+    return {p.name: build_power_actuator(p, cfg, lookup, env) for p in cfg.platforms if is_live(cfg, p, dry_run)}
+
+
+def _raw(actuator):
+    """The platform actuator under its pool-name mapping (the power layer maps names itself)."""
+    return getattr(actuator, "inner", actuator)
+
+
+def _bmc_connection(pcfg: PlatformConfig, lookup, env):
+    import os
+
+    from gpupool.sources.factory import ConnectionError_, lookup_connection
+
+    conn_id = pcfg.power.bmc_conn_id
+    try:
+        return lookup_connection(conn_id, lookup, os.environ if env is None else env)
+    except ConnectionError_ as exc:
+        raise ActuationConfigError(f"platform {pcfg.name!r}: power.bmc_conn_id: {exc}") from None

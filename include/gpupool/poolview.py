@@ -15,9 +15,11 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.engine import Engine
 
+from gpupool import energy
 from gpupool.canonical import DEMAND_METRICS
 from gpupool.errors import UserError
 from gpupool.values import utc
+from gpupool.staging import power as power_store
 from gpupool.staging import reads
 
 OPEN_STATES = ("planned", "releasing", "released", "attaching")
@@ -47,7 +49,8 @@ def latest_instant(engine: Engine) -> datetime:
 def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> dict[str, Any]:
     """Per platform: GPUs owned, demand over the last `hours` and its forecast band over the
     next, the points the detect stage cleaned (telemetry faults) or flagged and kept (real bursts), open handovers, and the last plan with its reasons.
-    An `at` whose window leaves the instants the reads hold is an InstantError."""
+    ``power`` lists the nodes that were not on at ``at`` (parking, parked, waking), each platform's
+    ``power`` counts them. An `at` whose window leaves the instants the reads hold is an InstantError."""
     at = utc(at if at is not None else latest_instant(engine))
     if not EARLIEST + pd.Timedelta(hours=hours) <= at <= LATEST:
         raise InstantError(f"{at.isoformat()}: the page shows instants whose last {hours} h lie within "
@@ -57,6 +60,9 @@ def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> d
     plan_row = reads.latest_plan(engine, at.to_pydatetime())
     handovers = reads.handovers_in(engine, OPEN_STATES)
     state = {p: _platform_state(engine, p, at, since) for p in platforms}
+    power = power_nodes(engine, at.to_pydatetime())
+    for p, st in state.items():
+        st["power"] = {s: sum(n["platform"] == p and n["state"] == s for n in power) for s in energy.STATES[1:]}
     plan = None
     if plan_row is not None:
         plan = {
@@ -72,7 +78,28 @@ def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> d
         for k in ("created_at", "updated_at", "deadline"):
             if h.get(k) is not None:
                 h[k] = utc(h[k]).isoformat()
-    return {"at": at.isoformat(), "hours": hours, "platforms": state, "handovers": handovers, "plan": plan}
+    return {"at": at.isoformat(), "hours": hours, "platforms": state, "handovers": handovers, "plan": plan,
+            "power": power}
+
+
+def power_nodes(engine: Engine, at: datetime) -> list[dict[str, Any]]:
+    """The nodes that were not on at ``at``, in node order: ``{node, platform, state, since,
+    deadline, late, error}``. ``late``: parking or waking past its deadline; ``error``: the
+    node's error as staging holds it where its state is still the one of ``at``."""
+    states = energy.states_at(power_store.live_transitions(engine, at), at)
+    current = {r["node"]: r for r in power_store.power_rows(engine, energy.STATES[1:])}
+    out = []
+    for node, st in sorted(states.items()):
+        if st["state"] == energy.ON:
+            continue
+        row = current.get(node)
+        error = row["error"] if row is not None and row["transition_id"] == st["transition_id"] else st["error"]
+        out.append({"node": node, "platform": st["platform"], "state": st["state"], "since": st["since"].isoformat(),
+                    "deadline": None if st["deadline"] is None else st["deadline"].isoformat(),
+                    "late": st["state"] in (energy.PARKING, energy.WAKING) and st["deadline"] is not None
+                    and utc(at) >= utc(st["deadline"]),
+                    "error": error})
+    return out
 
 
 def _platform_state(engine: Engine, platform: str, at: pd.Timestamp, since: pd.Timestamp) -> dict:
@@ -147,6 +174,9 @@ td,th{border-bottom:1px solid #eaeef2;padding:.25rem .4rem;text-align:left;overf
 .card table{table-layout:fixed} .card td,.card th{overflow-wrap:anywhere}
 .legend span{display:inline-block;margin-right:.8rem;font-size:.8rem}
 .sw{display:inline-block;width:10px;height:10px;margin-right:3px;vertical-align:middle}
+.pw{display:inline-block;padding:0 .4rem;border-radius:8px;font-size:.8rem;color:#fff}
+.pw-parking{background:#bf8700} .pw-parked{background:#57606a} .pw-waking{background:#1a7f37}
+.late{color:#cf222e;font-weight:600}
 """
 
 
@@ -167,6 +197,9 @@ def render_html(state: dict[str, Any]) -> str:
         n_clean = sum(a["decision"] == "cleaned" for a in p["anomalies"])
         parts.append(f"<div class='meta'>{p['nodes']} nodes · last {state['hours']} h: {n_clean} points cleaned as "
                      f"telemetry faults, {len(p['anomalies']) - n_clean} flagged and kept as real bursts</div>")
+        powered = [f"{n} {s}" for s, n in p.get("power", {}).items() if n]
+        if powered:
+            parts.append(f"<div class='meta' data-power-counts>power: {e(', '.join(powered))}</div>")
         parts.append(_svg_chart(p))
         parts.append(
             "<div class='legend'><span><i class='sw' style='background:#0969da'></i>demand</span>"
@@ -199,6 +232,7 @@ def render_html(state: dict[str, Any]) -> str:
         parts.append("</table>")
     else:
         parts.append("<p class='meta'>none</p>")
+    parts.append(_power_table(state.get("power", [])))
     plan = state["plan"]
     parts.append("<h2>Last plan</h2>")
     if plan:
@@ -219,6 +253,24 @@ def render_html(state: dict[str, Any]) -> str:
     else:
         parts.append("<p class='meta'>no plan yet</p>")
     parts.append("</body></html>")
+    return "".join(parts)
+
+
+def _power_table(nodes: list[dict[str, Any]]) -> str:
+    """The parked, parking and waking nodes, each state its own colour, a late one in red."""
+    e = html.escape
+    parts = ["<h2>Parked and waking nodes</h2>"]
+    if not nodes:
+        parts.append("<p class='meta'>none: every node is on</p>")
+        return "".join(parts)
+    parts.append("<table><tr><th>node</th><th>platform</th><th>power</th><th>since</th><th>deadline</th><th>note</th></tr>")
+    for n in nodes:
+        late = " <span class='late'>late</span>" if n["late"] else ""
+        parts.append(
+            f"<tr data-power='{e(n['state'])}'><td>{e(n['node'])}</td><td>{e(n['platform'])}</td>"
+            f"<td><span class='pw pw-{e(n['state'])}'>{e(n['state'])}</span>{late}</td><td>{e(n['since'])}</td>"
+            f"<td>{e(n['deadline'] or '–')}</td><td>{e(str(n['error'] or ''))}</td></tr>")
+    parts.append("</table>")
     return "".join(parts)
 
 
@@ -280,4 +332,4 @@ def _svg_chart(p: dict, width: int = 420, height: int = 150) -> str:
     return "".join(out)
 
 
-__all__ = ["pool_state", "render_html", "latest_instant", "NoDataError"]
+__all__ = ["pool_state", "power_nodes", "render_html", "latest_instant", "NoDataError"]

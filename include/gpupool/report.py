@@ -2,7 +2,8 @@
 
 Plots: demand vs capacity per platform with the detect stage's decisions marked (cleaned as a
 telemetry fault, or kept as a real burst), each hour's one-hour-ahead forecast against the demand
-that came, with intervals, and moves on a timeline. The what-if table replays the period's staged demand through
+that came, with intervals, and moves on a timeline. An energy panel: per platform, the parked
+node-hours, wakes, late wakes and the energy parking saved over the period. The what-if table replays the period's staged demand through
 `gpupool simulate` under every policy: the staged demand is written as Helios-format traces
 next to the report, with a scenario file in the simulator's format, so the study can be
 rerun or edited by hand.
@@ -25,10 +26,12 @@ import pandas as pd
 import yaml
 from sqlalchemy.engine import Engine
 
-from gpupool.allocate.policy import POLICY_KINDS
+from gpupool import energy
+from gpupool.decisions.policy import POLICY_KINDS
 from gpupool.canonical import DEMAND_METRICS
 from gpupool.errors import UsageError, UserError
 from gpupool.poolview import decision_label
+from gpupool.staging import power as power_store
 from gpupool.staging import reads
 from gpupool.tsio import unwritable
 from gpupool.values import jsonable
@@ -138,8 +141,9 @@ def _read_platform_series(engine: Engine, start: datetime, end: datetime) -> pd.
 
 
 def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path, step: str = "5min",
-                 whatif: bool = True, progress: Callable[[str], None] | None = None) -> Path:
-    """Write `index.html`, the PNG plots, `demand_hourly.csv` (the hourly demand plotted),
+                 whatif: bool = True, progress: Callable[[str], None] | None = None, config: Any = None) -> Path:
+    """Write `index.html` (with the energy panel, :func:`energy_panel`; ``config`` gives each
+    platform's watts), the PNG plots, `demand_hourly.csv` (the hourly demand plotted),
     `forecast_hourly.csv` (each hour's one-hour-ahead forecast plotted, and whether a pipeline
     run issued it or the report replayed the forecast stage's model), the what-if
     traces/scenario and `whatif.json` to the directory `out`, with the :data:`MARKER` that lets
@@ -153,8 +157,18 @@ def write_report(engine: Engine, start: datetime, end: datetime, out: str | Path
     out = check_report_dir(out)
     raw = _read_platform_series(engine, start, end)  # nothing to report: refused before out is made
     with _report_dir(out) as build:
-        _write_files(engine, raw, start, end, build, step, whatif, progress)
+        _write_files(engine, raw, start, end, build, step, whatif, progress, config)
     return out / "index.html"
+
+
+def energy_panel(engine: Engine, start: datetime, end: datetime, platforms: list[str], config: Any = None) -> list[dict]:
+    """One row per platform (those given, and any other a node was parked on), then a
+    ``total`` row: ``parked_node_hours``, ``wakes`` (started in [start, end)), ``late_wakes``
+    and ``saved_kwh`` (:func:`gpupool.energy.summary`)."""
+    per = energy.summary(power_store.live_transitions(engine, end), start, end, config, platforms)
+    rows = [{"platform": p, **v} for p, v in per.items()]
+    total = {k: sum(r[k] for r in rows) for k in ("parked_node_hours", "wakes", "late_wakes", "saved_kwh")}
+    return rows + [{"platform": "total", **total}]
 
 
 def data_span(raw: pd.DataFrame, start: datetime, end: datetime) -> tuple[datetime, datetime]:
@@ -166,7 +180,7 @@ def data_span(raw: pd.DataFrame, start: datetime, end: datetime) -> tuple[dateti
 
 
 def _write_files(engine: Engine, raw: pd.DataFrame, asked_start: datetime, asked_end: datetime, out: Path,
-                 step: str, whatif: bool, progress: Callable[[str], None] | None) -> None:
+                 step: str, whatif: bool, progress: Callable[[str], None] | None, config: Any = None) -> None:
     """Every file of the report, into the (new, empty) directory ``out``."""
     import matplotlib
 
@@ -263,7 +277,8 @@ def _write_files(engine: Engine, raw: pd.DataFrame, asked_start: datetime, asked
             (out / "whatif.json").write_text(json.dumps(jsonable(table), indent=2, allow_nan=False))  # strict: no NaN
             notes += [f"{p} has no sample for {n} of the replay's {total} steps: the replay carries its nearest "
                       "values over them." for p, (n, total) in missing_steps(raw, step).items() if n]
-    page = _html(start, end, platforms, figures, table, marks, len(moves), notes)
+    power = energy_panel(engine, start, end, platforms, config)
+    page = _html(start, end, platforms, figures, table, marks, len(moves), notes, power)
     (out / "index.html").write_text(page)
 
 
@@ -310,13 +325,15 @@ def what_if(raw: pd.DataFrame, out: Path, step: str = "5min", progress: Callable
     """Replay the staged demand under every policy; returns one row per policy and fast-path
     setting: as shipped (``fastpath`` its cadence) and hourly only (``fastpath: off``), with the
     moves the fast path started (``fastpath_moves``, of ``moves``)."""
+    from gpupool.config import PlanLimits
     from gpupool.sim.scenario import load_scenario
     from gpupool.sim.study import simulate
 
     traces = out / "traces"
     traces.mkdir(exist_ok=True)
-    spec: dict[str, Any] = {"step": step, "decision_every": "1h", "node_gpus": 8, "move_minutes": 30,
-                            "max_moves_per_decision": 4, "platforms": {}}
+    limits = PlanLimits()  # the move rules as shipped, written out so the scenario file says them
+    spec: dict[str, Any] = {"step": step, "decision_every": "1h", "node_gpus": 8, "move_minutes": limits.move_minutes,
+                            "max_moves_per_decision": limits.max_moves_per_decision, "platforms": {}}
     grid = _step_grid(raw, step)
     for p, g in raw.groupby("platform"):
         w = g.pivot_table(index="ts", columns="metric", values="value", aggfunc="mean").sort_index()
@@ -384,7 +401,27 @@ def _explain_worse_than_static(rows: list[dict]) -> None:
                      f"(decisions made on the hours seen so far, as production would)")
 
 
-def _html(start, end, platforms, figures, table, marks, n_moves, notes=()) -> str:
+def _energy_html(rows: list[dict]) -> str:
+    """The energy panel: what parking did over the period, per platform and in total."""
+    e = html.escape
+    parts = ["<h2 id='energy'>Energy: parked nodes</h2>"]
+    total = rows[-1] if rows else {"parked_node_hours": 0.0, "wakes": 0}
+    if total["parked_node_hours"] <= 0 and total["wakes"] == 0:
+        parts.append("<p class='energy-none'>No node was parked in this period: parking saved nothing.</p>")
+        return "".join(parts)
+    parts.append("<p>Saved: parked node-hours times each platform's idle watts minus parked watts "
+                 "(<code>power.idle_watts</code>, <code>power.parked_watts</code>), an estimate. A wake is late when "
+                 "its node came on after its deadline, or was not on at the period's end past it.</p>"
+                 "<table class='energy'><tr><th>platform</th><th>parked node-h</th><th>wakes</th><th>late wakes</th>"
+                 "<th>kWh saved</th></tr>")
+    for r in rows:
+        parts.append(f"<tr data-platform='{e(r['platform'])}'><td>{e(r['platform'])}</td><td>{r['parked_node_hours']:.1f}</td>"
+                     f"<td>{r['wakes']}</td><td>{r['late_wakes']}</td><td>{r['saved_kwh']:.1f}</td></tr>")
+    parts.append("</table>")
+    return "".join(parts)
+
+
+def _html(start, end, platforms, figures, table, marks, n_moves, notes=(), power=()) -> str:
     e = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>gpupool report</title>",
@@ -409,6 +446,7 @@ def _html(start, end, platforms, figures, table, marks, n_moves, notes=()) -> st
                              f"<td>{e(r.metric)}</td><td>{reported}</td><td>{to}</td>"
                              f"<td>{e(decision_label(r.decision, r.fault))}</td></tr>")
             parts.append("</table></details>")
+    parts.append(_energy_html(list(power)))
     if table:
         parts.append("<h2>What if: the period's demand under each policy</h2>")
         parts.append("<p>Replayed by <code>gpupool simulate scenario.yaml --policy …</code> on the staged demand "

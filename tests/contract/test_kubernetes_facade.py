@@ -149,9 +149,9 @@ def test_a_node_moved_off_kubernetes_and_back_stays_a_pool_member(sim, sqlite_en
     Slurm source reports it, the Kubernetes side comes from the facade."""
     from datetime import timedelta
 
-    from gpupool.allocate import service
-    from gpupool.allocate.actuators.base import moving_reason
-    from gpupool.allocate.actuators.kubernetes import KubernetesActuator
+    from gpupool.jobs import allocation as service
+    from gpupool.actuation.actuators.base import moving_reason
+    from gpupool.actuation.actuators.kubernetes import KubernetesActuator
     from gpupool.sources.kubernetes import KubernetesSource
     from gpupool.staging.schema import inventory_node
 

@@ -20,10 +20,10 @@ import sqlalchemy as sa
 import yaml
 
 from gpupool import pipeline
-from gpupool.allocate import handover as ho
-from gpupool.allocate import service
-from gpupool.allocate.actuators.kubernetes import KubernetesActuator
-from gpupool.allocate.actuators.slurm import SlurmActuator
+from gpupool.actuation import handover as ho
+from gpupool.jobs import allocation as service
+from gpupool.actuation.actuators.kubernetes import KubernetesActuator
+from gpupool.actuation.actuators.slurm import SlurmActuator
 from gpupool.config import parse_config
 from gpupool.sources.kubernetes import KubernetesSource
 from gpupool.sources.slurm import SlurmSource
@@ -182,7 +182,7 @@ def test_slurm_refuses_a_layout_on_a_busy_node_and_without_a_mig_command(vdc):
 
 def test_a_move_to_slurm_arrives_laid_out(vdc, sqlite_engine):
     """The handover's attach step applies the move's ``mig_layout`` at a Slurm target."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit", "allocate", "handover"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit", "actuation"))
     from memplatform import make
 
     servers, bin_dir = vdc

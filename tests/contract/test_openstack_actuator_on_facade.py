@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 import pytest
 import requests
 
-from gpupool.allocate.actuators.base import ForeignHoldError
-from gpupool.allocate.actuators.openstack import HELD_TRAIT, OpenStackActuator
+from gpupool.actuation.actuators.base import ForeignHoldError
+from gpupool.actuation.actuators.openstack import HELD_TRAIT, OpenStackActuator
 from gpupool.sources.openstack import OpenStackSource
 from tests.contract.test_openstack_facade import connect, token
 

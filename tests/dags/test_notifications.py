@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "unit" / "allocate" / "handover"))
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "actuation"))
 
 from memplatform import make  # noqa: E402
 
@@ -104,8 +104,8 @@ def _rolled_back(engine):
     """A live handover n1 slurm -> kubernetes whose release outlived its deadline: the pass
     lifts gpupool's hold at slurm, rolls it back and raises, as the handover task does."""
     from gpupool import pipeline
-    from gpupool.allocate import handover as ho
-    from gpupool.allocate import service
+    from gpupool.actuation import handover as ho
+    from gpupool.jobs import allocation as service
     from gpupool.config import load_config
 
     dc, acts = make(("slurm", "kubernetes"), {"n1": "slurm"})
@@ -145,7 +145,7 @@ def test_a_rolled_back_handover_is_mailed_through_the_smtp_notifier(dagbag, smtp
     assert "undone: gpupool's hold at slurm lifted, the node stays on slurm (sent: drain (ok), resume (ok))" in body
     assert "timed out in state releasing" in body
     # the next pass fails on nothing new: no second mail
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
 
     again = ho.HandoverFailed({"failed": [{**f, "before": ho.FAILED, "state": ho.FAILED} for f in err.report["failed"]]})
     callback(_task_context(dag, "advance", again))

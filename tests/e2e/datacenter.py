@@ -27,7 +27,7 @@ import pytest
 import requests
 import yaml
 
-from gpupool.allocate.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, OwnerState
+from gpupool.actuation.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, OwnerState
 
 
 def write_trace(path: Path, start: datetime, running: list[float], pending: list[float], total: float) -> Path:

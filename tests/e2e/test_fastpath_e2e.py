@@ -117,7 +117,7 @@ def _deployment(monkeypatch, tmp_path: Path, urls: dict, staging_url: str):
 
 
 def test_a_burst_is_answered_within_minutes(dag, tmp_path, monkeypatch, staging_url):
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
     from gpupool.config import load_config
     from gpupool.platforms import build_source
     from gpupool.sources.prometheus import as_query_tuple
@@ -159,7 +159,7 @@ def test_a_burst_is_answered_within_minutes(dag, tmp_path, monkeypatch, staging_
 
 
 def test_dry_run_sends_nothing_and_audits_what_it_would(dag, tmp_path, monkeypatch, staging_url):
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
     from gpupool.staging.schema import action_audit
 
     at = BURST + 2 * TICK

@@ -75,7 +75,7 @@ def _deployment(monkeypatch, tmp_path: Path, urls: dict, staging_url: str):
 def _runs_until(dag, urls, engine, handover_id: int, done) -> list:
     """One DAG run per logical date from NOW + 5 min as the served clock reaches it, until
     ``done(handover)``; returns the handover after each run."""
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
 
     seen = []
     for k in range(1, MAX_TICKS + 1):
@@ -90,7 +90,7 @@ def _runs_until(dag, urls, engine, handover_id: int, done) -> list:
 
 
 def test_the_handover_dag_moves_an_idle_node_to_done(dag, tmp_path, monkeypatch, staging_url):
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
 
     with datacenter.serve(_scenario(tmp_path), NOW, SPEED) as urls:
         engine = _deployment(monkeypatch, tmp_path, urls, staging_url)
@@ -120,7 +120,7 @@ def test_the_handover_dag_moves_an_idle_node_to_done(dag, tmp_path, monkeypatch,
 def test_a_busy_node_is_drained_and_waits(dag, tmp_path, monkeypatch, staging_url):
     """The node that runs kubernetes' work: the run cordons it (so no new work lands there) and
     the handover waits in `releasing`, saying what still runs; nothing reaches slurm."""
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
 
     with datacenter.serve(_scenario(tmp_path), NOW, SPEED) as urls:
         engine = _deployment(monkeypatch, tmp_path, urls, staging_url)
@@ -141,7 +141,7 @@ def test_a_node_another_tool_drained_is_left_alone_and_the_run_fails(dag, tmp_pa
     """An operator drained a slurm node for maintenance (`scontrol`, a reason that is not
     gpupool's): the handover of it fails with nothing sent, the node keeps the operator's drain,
     and the DAG's run fails (the task raises HandoverFailed) so Airflow alerts."""
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
 
     with datacenter.serve(_scenario(tmp_path), NOW, SPEED) as urls:
         engine = _deployment(monkeypatch, tmp_path, urls, staging_url)

@@ -43,7 +43,7 @@ def _stage_day(engine, day: datetime) -> None:
 def _stage_decisions(engine) -> dict:
     """Forecasts and plans of an old and a recent hour; an old handover (done on paper, its
     audit written) naming one of the old plans; an old fast-path decision."""
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
     from gpupool.staging.schema import allocation_plan, fastpath_decision, forecast, forecast_run
 
     with engine.begin() as conn:
@@ -91,7 +91,7 @@ def _run(dag) -> None:
 def test_maintenance_purges_the_window_past_retention(airflow_home, dags_root, staging_url, monkeypatch):
     from airflow.dag_processing.dagbag import DagBag
 
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
     from gpupool.staging import db
     from gpupool.staging.schema import allocation_plan
 

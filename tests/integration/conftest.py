@@ -195,11 +195,12 @@ def _arrange_scraped(engine) -> None:
     """Staging where every shipped alert should fire at SCRAPED_AT (with `_scraped_config`):
     slurm's newest total says 6 GPUs pending (the others can lend idle nodes); kubernetes'
     one-hour-ahead forecasts of the last day all said 0 GPUs, far worse than repeating
-    yesterday; one live handover failed and one is past its deadline; the config names a
+    yesterday; one live handover failed and one is past its deadline; a wake of a parked
+    kubernetes node was refused and is past its deadline (a slurm node's wake went well); the config names a
     platform `lab` that was never extracted (stale, and below its min_nodes). For the
     dashboard's panels also: a live handover that finished (the duration histogram has a
     value) and a plan decided a horizon and more before (a plan whose outcome is known)."""
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
     from gpupool.staging.schema import allocation_plan, forecast, handover, sample
 
     end = metrics_staged.END
@@ -227,6 +228,20 @@ def _arrange_scraped(engine) -> None:
     with engine.begin() as conn:
         conn.execute(handover.update().where(handover.c.id == done).values(
             state=ho.DONE, updated_at=end - timedelta(hours=5) + timedelta(minutes=12)))
+    # a parked kubernetes node whose wake someone else's cordon refused, now past its deadline
+    from gpupool.staging import power
+
+    for frm, to, at, deadline in (("on", "parking", end - timedelta(hours=2), None),
+                                  ("parking", "parked", end - timedelta(hours=2) + timedelta(minutes=5), None),
+                                  ("parked", "waking", end - timedelta(minutes=30), end - timedelta(minutes=15))):
+        assert power.transition(engine, "gpu-p1", "kubernetes", frm, to, at, by="plan", deadline=deadline) is not None
+    assert power.set_error(engine, "gpu-p1", "waking", "left alone: cordoned by someone else", end - timedelta(minutes=29))
+    # and a slurm node parked for an hour and woken in six minutes (the wake latency has a value)
+    for frm, to, at, deadline in (("on", "parking", end - timedelta(hours=3), None),
+                                  ("parking", "parked", end - timedelta(hours=3), None),
+                                  ("parked", "waking", end - timedelta(hours=2), end - timedelta(hours=2) + timedelta(minutes=15)),
+                                  ("waking", "on", end - timedelta(hours=2) + timedelta(minutes=6), None)):
+        assert power.transition(engine, "gpu-p2", "slurm", frm, to, at, by="plan", deadline=deadline) is not None
 
 
 def _scraped_config(path: Path) -> Path:

@@ -98,7 +98,9 @@ def test_the_dashboard_covers_what_on_call_needs():
                    "gpupool_platform_pending_gpus", "gpupool_platform_unmet_gpus", "gpupool_forecast_mean_absolute_error_gpus",
                    "gpupool_plan_expected_unmet_gpu_seconds", "gpupool_plan_realised_unmet_gpu_seconds", "gpupool_alarm_points",
                    "gpupool_cleaned_points", "gpupool_newest_sample_age_seconds", "gpupool_handovers",
-                   "gpupool_handover_duration_seconds_bucket"):
+                   "gpupool_handover_duration_seconds_bucket", "gpupool_power_nodes",
+                   "gpupool_power_saved_energy_joules_total", "gpupool_power_late_wakes_total",
+                   "gpupool_power_wakes_failing", "gpupool_power_wake_duration_seconds_bucket"):
         assert needed in used, f"no panel shows {needed}"
     ids = [p["id"] for p in _dashboard()["panels"]]
     assert len(ids) == len(set(ids)), "panel ids repeat"

@@ -41,6 +41,8 @@ def test_prometheus_scrapes_gpupool(served):
     assert set(held) == {"openstack", "slurm", "kubernetes", "lab"} and held["lab"] == 0 and held["slurm"] > 0
     assert _query(served, 'gpupool_staging_up == 1')
     assert _query(served, 'gpupool_handover_duration_seconds_bucket{le="+Inf"}')
+    assert _query(served, 'gpupool_power_nodes{platform="kubernetes", state="waking"} == 1')
+    assert _query(served, 'gpupool_power_parked_node_seconds_total{platform="kubernetes"} > 0')
 
 
 def test_the_rules_load_and_every_alert_expression_returns_data(served):
@@ -56,6 +58,8 @@ def test_the_rules_load_and_every_alert_expression_returns_data(served):
         "GpupoolPendingWhileIdleElsewhere": {"slurm"},
         "GpupoolForecastWorseThanNaive": {"kubernetes"},
         "GpupoolBelowMinNodes": {"lab"},
+        "GpupoolWakeFailed": {"kubernetes"},
+        "GpupoolWakeLate": {"kubernetes"},
     }
     for rule in rules:
         result = _query(served, rule["expr"])

@@ -22,7 +22,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "integration"))
-sys.path.insert(0, str(HERE.parent / "unit" / "allocate" / "handover"))
+sys.path.insert(0, str(HERE.parent / "unit" / "actuation"))
 
 from realservices import (  # noqa: E402
     OpenStackServices,

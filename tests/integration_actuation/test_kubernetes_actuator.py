@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from gpupool.allocate import handover as ho
-from gpupool.allocate.actuators.base import ForeignHoldError
-from gpupool.allocate.actuators.kubernetes import (
+from gpupool.actuation import handover as ho
+from gpupool.actuation.actuators.base import ForeignHoldError
+from gpupool.actuation.actuators.kubernetes import (
     HOLD_ANNOTATION,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,

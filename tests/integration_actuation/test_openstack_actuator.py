@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from gpupool.allocate.actuators.base import ForeignHoldError
-from gpupool.allocate.actuators.openstack import HELD_TRAIT, OpenStackActuator
+from gpupool.actuation.actuators.base import ForeignHoldError
+from gpupool.actuation.actuators.openstack import HELD_TRAIT, OpenStackActuator
 
 MV = "1.28"
 

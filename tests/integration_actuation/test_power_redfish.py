@@ -15,10 +15,10 @@ import requests
 
 from gpupool.actuation.power import machine as pm
 from gpupool.actuation.power.base import PARK_REASON
-from gpupool.actuation.power.factory import build_power_actuators
+from gpupool.platforms import build_power_actuators
 from gpupool.actuation.power.holds import HeldPower
 from gpupool.actuation.power.redfish import RedfishPower
-from gpupool.allocate.actuators.kubernetes import HOLD_ANNOTATION, OWNER_LABEL
+from gpupool.actuation.actuators.kubernetes import HOLD_ANNOTATION, OWNER_LABEL
 from gpupool.config import parse_config
 from gpupool.staging import power as store
 

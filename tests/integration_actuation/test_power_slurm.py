@@ -15,7 +15,7 @@ import pytest
 from gpupool.actuation.power import machine as pm
 from gpupool.actuation.power.base import PARK_REASON
 from gpupool.actuation.power.slurm import SlurmPower
-from gpupool.allocate.actuators.slurm import SlurmActuator
+from gpupool.actuation.actuators.slurm import SlurmActuator
 from gpupool.staging import power as store
 
 from realservices import reset_slurm

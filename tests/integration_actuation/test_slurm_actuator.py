@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpupool.allocate import handover as ho
-from gpupool.allocate.actuators.base import ForeignHoldError
-from gpupool.allocate.actuators.slurm import SlurmActuator
+from gpupool.actuation import handover as ho
+from gpupool.actuation.actuators.base import ForeignHoldError
+from gpupool.actuation.actuators.slurm import SlurmActuator
 from memplatform import Datacenter, MemActuator
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpupool.allocate import handover as ho
-from gpupool.allocate.fastpath import run_fastpath
+from gpupool.actuation import handover as ho
+from gpupool.jobs.fastpath import run_fastpath
 from gpupool.config import default_config
 from gpupool.pipeline import Context
 from gpupool.platforms import EmbeddedWorldSource

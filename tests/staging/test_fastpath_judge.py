@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from gpupool.allocate import fastpath as fp
+from gpupool.jobs import fastpath as fp
 from gpupool.config import parse_config
 from gpupool.detect.stage import fit_detector, judge_series
 from gpupool.sources.base import Pressure

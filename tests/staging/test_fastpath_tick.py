@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from gpupool.allocate import handover as ho
-from gpupool.allocate.fastpath import FastPathReadError, run_fastpath
+from gpupool.actuation import handover as ho
+from gpupool.jobs.fastpath import FastPathReadError, run_fastpath
 from gpupool.config import parse_config
 from gpupool.pipeline import Context
 from gpupool.sources.base import Pressure, SourceError

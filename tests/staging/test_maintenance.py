@@ -58,7 +58,7 @@ def test_vacuum_is_not_cut_short_by_the_statement_timeout(pg_engine):
 def test_retention_purges_models_forecasts_and_plans_but_keeps_what_gpupool_did(engine):
     """Fitted models, forecasts, fast-path readings and plans past retention go; a plan a
     handover names stays with it, and handovers, their audit and fast-path decisions stay."""
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
     from gpupool.staging.schema import (allocation_plan, fastpath_decision, forecast, forecast_run, handover,
                                         pressure_sample, series_profile)
 

@@ -11,9 +11,9 @@ from datetime import timedelta
 
 import pytest
 
-from gpupool.allocate import handover as ho
-from gpupool.allocate import service
-from gpupool.allocate.fastpath import run_fastpath
+from gpupool.actuation import handover as ho
+from gpupool.jobs import allocation as service
+from gpupool.jobs.fastpath import run_fastpath
 from gpupool.config import parse_config
 from gpupool.pipeline import Context
 from gpupool.staging import fastpath as store

@@ -19,11 +19,11 @@ import pytest
 
 from gpupool.actuation.power import machine as pm
 from gpupool.actuation.power.base import PARK_REASON, ActuationError, Command, ForeignHoldError, PowerActuator, PowerReading
-from gpupool.allocate import handover as ho
+from gpupool.actuation import handover as ho
 from gpupool.staging import handovers as hstore
 from gpupool.staging import power as store
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "allocate" / "handover"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "actuation"))
 from memplatform import make  # noqa: E402
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)

@@ -7,41 +7,46 @@ warm-started by :func:`warm_start` from the previous run's summary.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pandas as pd
 
+from gpupool.config import FORECAST_LEVEL  # noqa: F401 - the stage's interval level, defined in config
 from gpupool.forecast.select import AutoForecaster
 
 FORECAST_HISTORY = timedelta(days=28)
-#: the level (percent) of the demand forecast's prediction interval: the forecast task's,
-#: ``gpupool forecast --level``'s and the what-if's default, and the plan's where a stored
-#: forecast names none
-FORECAST_LEVEL = 90.0
-#: the forecast stage searches ARIMA orders (and estimates the Holt-Winters candidate's
-#: smoothing parameters) at most this often: a warm start whose orders were searched within it
-#: keeps them and only re-estimates their coefficients (the search runs again when they no
-#: longer fit or pass their residual check); see `AutoForecaster`'s ``keep_orders_for``.
-#: None: every run searches and estimates everything, as before.
-ORDER_SEARCH_EVERY = timedelta(days=1)
+@dataclass(frozen=True)
+class ForecastTuning:
+    """The forecast stage's constants chosen on benchmarks, one object: the forecast task and the
+    what-if forecast with its defaults, and ``bench/simulate.py --baseline`` passes other values
+    in (:func:`gpupool.sim.study.simulate`'s ``forecast_tuning``)."""
+
+    #: the forecast stage searches ARIMA orders (and estimates the Holt-Winters candidate's
+    #: smoothing parameters) at most this often: a warm start whose orders were searched within it
+    #: keeps them and only re-estimates their coefficients (the search runs again when they no
+    #: longer fit or pass their residual check); see `AutoForecaster`'s ``keep_orders_for``.
+    #: None: every run searches and estimates everything, as before.
+    order_search_every: timedelta | None = timedelta(days=1)
 
 
-def demand_forecast(history: pd.Series, horizon: int, level: float = FORECAST_LEVEL, warm: dict | None = None) -> tuple[pd.DataFrame, dict]:
+def demand_forecast(history: pd.Series, horizon: int, level: float = FORECAST_LEVEL, warm: dict | None = None,
+                    tuning: ForecastTuning = ForecastTuning()) -> tuple[pd.DataFrame, dict]:
     """The forecast stage's model on one platform's hourly demand: ``(frame, summary)``.
 
     ``frame`` has ``ts, yhat, yhat_lower, yhat_upper`` for the next ``horizon`` hours; ``summary``
     is the fitted model's (orders, fallback, ...), the next run's warm start. ``warm``: the
     summary of a forecast issued within the last day (see :func:`warm_start`); when its ARIMA
-    orders were searched less than :data:`ORDER_SEARCH_EVERY` before the history's end they are
-    kept and only their coefficients re-estimated (and the Holt-Winters candidate's smoothing
-    parameters kept), so the order search runs about once a day.
+    orders were searched less than ``tuning.order_search_every`` (:class:`ForecastTuning`) before
+    the history's end they are kept and only their coefficients re-estimated (and the Holt-Winters
+    candidate's smoothing parameters kept), so the order search runs about once a day.
     Pure: the pipeline stores both; ``gpupool simulate`` keeps the summary for its next hour.
     """
     # demand includes pending work, so it is bounded below by zero but not above by the
     # platform's capacity: the interval is clipped at zero only. The model is chosen by
     # validation inside the history (forecast.select).
     model = AutoForecaster(horizon=horizon, level=level, lower_bound=0.0, upper_bound=None, orders=warm,
-                           keep_orders_for=ORDER_SEARCH_EVERY)
+                           keep_orders_for=tuning.order_search_every)
     model.fit(history)
     return model.predict(horizon), dict(model.summary_)
 

@@ -7,9 +7,9 @@ scenario's move latency) and uncordons it. The world keeps one owner per node, s
 handover state machine itself (audit, steps, rollback) on the simulator's clock.
 
 The pipeline's embedded simulator platforms rebuild their world on every run, so acting on it
-would be forgotten by the next run: :mod:`gpupool.allocate.service` keeps those platforms
+would be forgotten by the next run: :mod:`gpupool.jobs.allocation` keeps those platforms
 dry-run and this actuator serves closed-loop studies and tests that hold one World. It lives
-with the simulator (not in ``gpupool.allocate``, which never knows whether a platform is
+with the simulator (not in ``gpupool.actuation``, which never knows whether a platform is
 simulated); :func:`gpupool.platforms.build_actuator` builds it for ``kind: simulator``.
 """
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool.allocate.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, ForeignHoldError, OwnerState
+from gpupool.actuation.actuators.base import ActuationError, Actuator, Command, ForeignHoldError, OwnerState
+from gpupool.actuation.marks import REASON_PREFIX
 
 
 class WorldActuator(Actuator):

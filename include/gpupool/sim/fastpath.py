@@ -1,6 +1,6 @@
 """The fast path in the what-if: production's tick between the hourly plans, against the world.
 
-Every ``scenario.fastpath`` (absent: :data:`gpupool.allocate.cadence.FASTPATH_EVERY`, the
+Every ``scenario.fastpath`` (absent: :data:`gpupool.decisions.cadence.FASTPATH_EVERY`, the
 ``gpupool_fastpath`` DAG's cadence) the study runs what one tick of that DAG runs, on what it
 would see:
 
@@ -19,8 +19,8 @@ would see:
    judged, and the tick decided again if one is flagged (the decision is the one judging every
    reading gives, at a fraction of the cost). ``clean=False`` (``--no-clean``) acts on raw
    readings: what the judge is worth.
-3. **decide** — :func:`gpupool.allocate.fastpath.decide`, the production function, on
-   :func:`~gpupool.allocate.fastpath.decide_inputs`: the latest hourly plan as staging stores it
+3. **decide** — :func:`gpupool.decisions.fastpath.decide`, the production function, on
+   :func:`~gpupool.decisions.fastpath.decide_inputs`: the latest hourly plan as staging stores it
    (who may lend, what each keeps), every move either path started within the budget window and
    the cool-down, and the nodes still in transit (open handovers).
 4. a move starts at the tick (the handover opens and releases in that run) and the node serves
@@ -38,9 +38,9 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from gpupool.allocate import fastpath as production
-from gpupool.allocate.fastpath import JUDGED, FastMove, Judged, Settings, decide, decide_inputs, recent_since
-from gpupool.allocate.policy import Policy
+from gpupool.decisions.fastpath import (JUDGED, FastMove, FastPathTuning, Judged, Settings, age_limit, decide,
+                                        decide_inputs, recent_since)
+from gpupool.decisions.policy import Policy
 from gpupool.config import default_config
 from gpupool.detect import stage as detect_stage
 from gpupool.sources.base import pressure_from_records
@@ -49,20 +49,20 @@ from gpupool.sources.base import pressure_from_records
 _FIELD = {"gpu_pending": "gpus_pending", "gpu_allocated": "gpus_allocated"}
 
 
-def fastpath_settings(policy: Policy, max_moves: int) -> Settings:
+def fastpath_settings(policy: Policy, max_moves: int, tuning: FastPathTuning | None = None) -> Settings:
     """The fast path's :class:`Settings` in a study: the policy's ``min_nodes`` and cool-down,
-    ``max_moves`` per rolling hour (the scenario's ``max_moves_per_decision``), and the plan's
-    age limit of the default configuration (``limits.max_actuation_age_hours``)."""
-    age = default_config().limits.max_actuation_age_hours
+    ``max_moves`` per rolling hour (the scenario's ``max_moves_per_decision``), the plan's age
+    limit of the default configuration (``limits.max_actuation_age_hours``) and ``tuning``
+    (default :class:`FastPathTuning`'s, as production's)."""
     return Settings(min_nodes=dict(policy.min_nodes), max_moves_per_hour=int(max_moves),
                     cooldown=timedelta(hours=policy.cooldown_hours),
-                    plan_max_age=timedelta(hours=age) if age > 0 else None,
-                    headroom=production.FASTPATH_HEADROOM)
+                    plan_max_age=age_limit(default_config().limits.max_actuation_age_hours),
+                    tuning=tuning or FastPathTuning())
 
 
 def plan_row(plan_id: int, at: pd.Timestamp, result, demand) -> dict:
-    """An hourly :class:`~gpupool.allocate.planner.Plan` as ``allocation_plan`` stores it, the
-    fields the fast path reads (``allocate.service.plan_from_staging``'s rounding)."""
+    """An hourly :class:`~gpupool.decisions.planner.Plan` as ``allocation_plan`` stores it, the
+    fields the fast path reads (``jobs.allocation.plan_from_staging``'s rounding)."""
     per = {p: {"demand_upper": [round(float(v), 1) for v in d.upper]} for p, d in demand.items()}
     return {"id": plan_id, "decided_at": at.to_pydatetime(), "summary": {"platforms": per},
             "moves": [{"node": m.node, "from": m.source, "to": m.target} for m in result.moves]}
@@ -71,12 +71,14 @@ def plan_row(plan_id: int, at: pd.Timestamp, result, demand) -> dict:
 class FastPath:
     """The fast path of one study: ticks, the moves both paths started, the latest plan."""
 
-    def __init__(self, policy: Policy, world, source, every: timedelta, judge: bool = True):
+    def __init__(self, policy: Policy, world, source, every: timedelta, judge: bool = True,
+                 tuning: FastPathTuning | None = None, log: list | None = None):
         self.world = world
         self.source = source  # a ChainDemand (its telemetry and models), or None for the oracle
         self.every = pd.Timedelta(every)
         self.judge = judge and source is not None
-        self.settings = fastpath_settings(policy, world.scenario.max_moves_per_decision)
+        self.settings = fastpath_settings(policy, world.scenario.max_moves_per_decision, tuning)
+        self.log = log  # when a list: receives each tick's decisions, as the tick records them
         self.router = default_config().detect.router_config()
         self.lookback = int(detect_stage.detect_lookback(self.router) / world.step)
         self.plan: dict | None = None
@@ -140,6 +142,8 @@ class FastPath:
             for p in sorted(unjudged):
                 flags[p] = self._flags(p, i, readings[p])
             self.judged += len(unjudged)
+        if self.log is not None:
+            self.log.append({"at": at, "decisions": decisions})
         for mv in moves:
             arrive = world.move(mv.node, mv.target)
             if self.power is not None:

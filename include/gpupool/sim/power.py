@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from gpupool.config import IDLE_WATTS, PARKED_WATTS
 from gpupool.decisions.parking import (
     ON, PARKED, PARKING, WAKING, ParkingRule, PlatformPressure, PowerNode, decide_parking)
 
@@ -39,13 +40,14 @@ TREND_TICKS = 3
 
 class ParkingSpec(ParkingRule):
     """The scenario's ``parking:`` mapping: the rule's knobs, the times to park and wake, and
-    each node's draw at the wall (pool-wide; defaults: an 8-GPU A100 server, docs/stages/whatif.md)."""
+    each node's draw at the wall (pool-wide; idle and parked: production's defaults in
+    :mod:`gpupool.config`, an 8-GPU A100 server, docs/stages/whatif.md)."""
 
     wake_minutes: float = Field(10.0, ge=0, le=24 * 60, allow_inf_nan=False)
     park_minutes: float = Field(5.0, ge=0, le=24 * 60, allow_inf_nan=False)
-    idle_watts: float = Field(1400.0, ge=0, le=1e6, allow_inf_nan=False)
+    idle_watts: float = Field(IDLE_WATTS, ge=0, le=1e6, allow_inf_nan=False)
     busy_watts: float = Field(6500.0, ge=0, le=1e6, allow_inf_nan=False)
-    parked_watts: float = Field(40.0, ge=0, le=1e6, allow_inf_nan=False)
+    parked_watts: float = Field(PARKED_WATTS, ge=0, le=1e6, allow_inf_nan=False)
 
 
 def parking_value(value: Any) -> Any:

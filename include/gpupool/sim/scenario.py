@@ -20,10 +20,10 @@ and the scenario ``start`` and ``end`` (a job log defines demand at every instan
 Relative trace paths are relative to the scenario file. Optional keys beyond that format:
 ``start``/``end`` (the simulated window; required when no platform has a trace, otherwise it
 clips the traces), ``seed`` (synthetic platforms), ``policy`` (overrides of
-:class:`gpupool.allocate.policy.Policy` fields), ``faults`` (telemetry faults the pipeline sees,
+:class:`gpupool.decisions.policy.Policy` fields), ``faults`` (telemetry faults the pipeline sees,
 :mod:`gpupool.sim.faults`; absent: clean telemetry), ``fastpath`` (the fast path's cadence between
 the hourly plans, e.g. ``5min``, or ``off`` for hourly decisions only; absent: what the shipped
-``gpupool_fastpath`` DAG does, :data:`gpupool.allocate.cadence.FASTPATH_EVERY`), ``parking``
+``gpupool_fastpath`` DAG does, :data:`gpupool.decisions.cadence.FASTPATH_EVERY`), ``parking``
 (``off``, the default, or a mapping of :class:`gpupool.sim.power.ParkingSpec`: parking idle nodes
 and waking them, pool-wide settings) and, per platform, ``gpu_model`` and ``slice_profile``.
 
@@ -45,13 +45,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpupool import inputfiles, mig
 from gpupool.values import utc_field
-from gpupool.allocate.cadence import FASTPATH_EVERY
-from gpupool.allocate.layouts import GPU_UNIT
+from gpupool.config import PlanLimits
+from gpupool.decisions.cadence import FASTPATH_EVERY
+from gpupool.decisions.layouts import GPU_UNIT
 from gpupool.errors import UserError, one_line, shown
 from gpupool.sim.faults import FaultSpec
 from gpupool.sim.history import HistorySpec
 from gpupool.sim.power import ParkingSpec, parking_value
 from gpupool.sim.synthetic import SyntheticSpec
+
+
+#: the operator's limits as shipped: a scenario's move rules default to them (defined once there)
+_LIMITS = PlanLimits()
 
 
 class ScenarioError(UserError, ValueError):
@@ -140,8 +145,8 @@ class Scenario(BaseModel):
     step: dt.timedelta = dt.timedelta(minutes=5)
     decision_every: dt.timedelta = dt.timedelta(hours=1)
     node_gpus: int = Field(8, gt=0)
-    move_minutes: float = Field(30.0, ge=0, le=366 * 24 * 60, allow_inf_nan=False)  # at most a year
-    max_moves_per_decision: int = Field(4, ge=0)
+    move_minutes: float = Field(_LIMITS.move_minutes, ge=0, le=366 * 24 * 60, allow_inf_nan=False)  # at most a year
+    max_moves_per_decision: int = Field(_LIMITS.max_moves_per_decision, ge=0)
     platforms: dict[str, PlatformSpec]
     start: dt.datetime | None = None
     end: dt.datetime | None = None
@@ -178,7 +183,7 @@ class Scenario(BaseModel):
     @field_validator("policy")
     @classmethod
     def _policy(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from gpupool.allocate.policy import Policy
+        from gpupool.decisions.policy import Policy
 
         from gpupool.config import check_section
 
@@ -218,7 +223,7 @@ class Scenario(BaseModel):
 
     def demand_units(self) -> dict[str, tuple[str, int]]:
         """Each platform's demand unit and the factor from its demand to it, as
-        :func:`gpupool.allocate.service.demand_units` gives them (``slice_demand: requests``:
+        :func:`gpupool.jobs.allocation.demand_units` gives them (``slice_demand: requests``:
         one unit of demand is one request, so the factor is 1)."""
         return {name: (spec.slice_profile or GPU_UNIT, 1) for name, spec in self.platforms.items()}
 

@@ -4,13 +4,13 @@ A platform whose scenario entry has a ``slice_profile`` counts its demand in sli
 that profile (the platform configuration's ``slice_demand: requests``). Every MIG-capable node
 starts ``all-disabled``; a plan's move carries the layout the node gets on arrival, a plan's
 re-layout changes it in place. What a node serves its owner at a step is
-:func:`gpupool.allocate.layouts.node_capacity` of its layout in the owner's unit, the planner's
+:func:`gpupool.decisions.layouts.node_capacity` of its layout in the owner's unit, the planner's
 own rule: a whole GPU serves one request of either kind, a GPU laid out ``all-<profile>`` serves
 ``SLICES_PER_GPU[profile]`` slice requests of a profile no bigger and no whole-GPU request; a node
 that cannot do MIG serves its GPUs to both.
 
 A re-layout in place takes the node out of service for
-:data:`gpupool.allocate.planner.LAYOUT_CHANGE_MINUTES` (the time the planner charges it, shorter
+:data:`gpupool.decisions.planner.LAYOUT_CHANGE_MINUTES` (the time the planner charges it, shorter
 than a move: the node stays on its platform). Only a world with a slice platform serves by
 layout; without one every node serves its GPUs whatever its layout, as it always has.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpupool import mig
-from gpupool.allocate.layouts import GPU_UNIT, NodeRecord, node_capacity
+from gpupool.decisions.layouts import GPU_UNIT, NodeRecord, node_capacity
 
 
 class Layouts:

@@ -12,19 +12,19 @@ Every ``decision_every`` the study runs what ``gpupool_pipeline`` runs, on what 
 3. **forecast** — :func:`gpupool.canonical.demand_of_steps` (what `staging.reads.hourly_demand` runs) and :func:`gpupool.forecast.stage.demand_forecast`
    on the last :data:`~gpupool.forecast.stage.FORECAST_HISTORY` of cleaned telemetry, warm-started from
    the previous hour's model (:func:`gpupool.forecast.stage.warm_start`), as the forecast stage does;
-4. **plan** — :func:`gpupool.allocate.demand.plan_demand`, the plan stage's own function, on
+4. **plan** — :func:`gpupool.decisions.demand.plan_demand`, the plan stage's own function, on
    the hourly demand, the spread inside the hour and demand as it stands (``demand_of_steps``),
-   the forecast and its track record (``predictive``), then :func:`gpupool.allocate.planner.plan`;
+   the forecast and its track record (``predictive``), then :func:`gpupool.decisions.planner.plan`;
 5. the plan's moves are carried out in the world, each node arriving in the plan's
    ``mig_layout``, and its ``layout_changes`` in place (the node out of service for
-   :data:`~gpupool.allocate.planner.LAYOUT_CHANGE_MINUTES`, what the planner charges a re-layout).
+   :data:`~gpupool.decisions.planner.LAYOUT_CHANGE_MINUTES`, what the planner charges a re-layout).
 
 A platform with a ``slice_profile`` is planned in slices as the plan stage plans it: its demand
 in the unit :meth:`Scenario.demand_units` gives (:meth:`PlatformDemand.in_unit`, what
-``allocate.service.platform_demand`` applies), the world's telemetry of it counting slice requests.
+``jobs.allocation.platform_demand`` applies), the world's telemetry of it counting slice requests.
 
 Between the hourly plans, the fast path ticks at the scenario's ``fastpath`` cadence (absent:
-the shipped DAG's), production's :func:`gpupool.allocate.fastpath.decide` on the world's
+the shipped DAG's), production's :func:`gpupool.decisions.fastpath.decide` on the world's
 pressure readings, bound by the last plan (before the first, on its own rules, as production
 with no plan yet; :mod:`gpupool.sim.fastpath`); both paths share the
 move budget of any rolling hour. ``fastpath: off`` is the hourly study alone.
@@ -46,9 +46,10 @@ from tqdm.auto import tqdm
 
 from gpupool.detect import stage as detect_stage
 from gpupool.forecast import stage as forecast_stage
-from gpupool.allocate.demand import DAILY_HISTORY_HOURS, SPREAD_HISTORY_HOURS, PlatformDemand, plan_demand
-from gpupool.allocate.planner import LAYOUT_CHANGE_MINUTES, NodeRecord, plan
-from gpupool.allocate.policy import POLICY_KINDS, Policy
+from gpupool.decisions.demand import DAILY_HISTORY_HOURS, SPREAD_HISTORY_HOURS, PlatformDemand, plan_demand
+from gpupool.decisions.fastpath import FastPathTuning
+from gpupool.decisions.planner import LAYOUT_CHANGE_MINUTES, NodeRecord, plan
+from gpupool.decisions.policy import POLICY_KINDS, Policy
 from gpupool.canonical import DEMAND_METRICS, demand_of_steps, hourly_levels
 from gpupool.config import default_config
 from gpupool.sim.fastpath import FastPath
@@ -94,6 +95,9 @@ def simulate(
     plans: list | None = None,
     clean: bool = True,
     chain_log: list | None = None,
+    fastpath_tuning: FastPathTuning | None = None,
+    forecast_tuning: forecast_stage.ForecastTuning | None = None,
+    fast_log: list | None = None,
 ) -> dict:
     """Run ``policy`` against ``scenario`` and return the study's numbers.
 
@@ -109,18 +113,21 @@ def simulate(
     ``plans``, when given a list, receives every :class:`Plan` made;
     ``clean=False`` skips cleaning (the raw telemetry is forecast from, and the fast path acts on
     unjudged readings); ``chain_log``, when given a list, receives one dict per decision and
-    platform (what the chain saw and decided).
+    platform (what the chain saw and decided); ``fast_log``, when given a list, one dict per
+    fast-path tick (``at``, ``decisions``: its moves and skips with their reasons).
+    ``fastpath_tuning`` and ``forecast_tuning`` are the stages' tuning objects (default: theirs,
+    as production runs); a bench passes other values in.
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     policy = resolve_policy(policy, scenario)
     world = World(scenario, clock="start")
-    source = demand_source(policy, world, clean=clean)
+    source = demand_source(policy, world, clean=clean, forecast_tuning=forecast_tuning)
     every = pd.Timedelta(scenario.decision_every)
     fast = None
     if scenario.fastpath is not None and policy.kind != "static":  # static never moves
         fast = FastPath(policy, world, source if isinstance(source, ChainDemand) else None, scenario.fastpath,
-                        judge=clean)
+                        judge=clean, tuning=fastpath_tuning, log=fast_log)
     tick = every if fast is None else min(every, pd.Timedelta(scenario.fastpath))
     power = None  # parking: the rule ticks with the fast path (the plan, without it), before its decision
     if scenario.parking is not None:
@@ -345,11 +352,13 @@ class PredictiveDemand(ChainDemand):
     weighed on its own track record (the one-hour-ahead forecasts it issued) against what the
     reactive plan would have planned on (demand as it stood at each hour's start); where the
     platform's daily shape has the better record (``demand.daily_record``), demand as it stands
-    moved along that shape: :func:`~gpupool.allocate.demand.plan_demand` decides, as in the plan stage."""
+    moved along that shape: :func:`~gpupool.decisions.demand.plan_demand` decides, as in the plan stage."""
 
-    def __init__(self, policy: Policy, world: World, clean: bool = True):
+    def __init__(self, policy: Policy, world: World, clean: bool = True,
+                 forecast_tuning: forecast_stage.ForecastTuning | None = None):
         super().__init__(policy, world, clean=clean)
         self.issued: dict[str, dict[pd.Timestamp, float]] = {}
+        self.forecast_tuning = forecast_tuning or forecast_stage.ForecastTuning()
 
     def _demand(self, t, i1):
         out = {}
@@ -361,7 +370,7 @@ class PredictiveDemand(ChainDemand):
             issued, summary = self.summaries.get(p, (None, None))
             warm = forecast_stage.warm_start(summary) if issued is not None and issued >= t - pd.Timedelta("1D") else None
             fc, summary = forecast_stage.demand_forecast(history, max(FORECAST_HOURS, self.policy.plan_horizon_hours),
-                                                   FORECAST_LEVEL, warm)
+                                                         FORECAST_LEVEL, warm, tuning=self.forecast_tuning)
             self.summaries[p] = (t, summary)
             past = self.issued.setdefault(p, {})
             levels = hourly_levels(self._wide(p, i1, pd.Timedelta(hours=DAILY_HISTORY_HOURS)))
@@ -377,9 +386,12 @@ class PredictiveDemand(ChainDemand):
         return out
 
 
-def demand_source(policy: Policy, world: World, clean: bool = True) -> DemandSource:
-    """The demand source of ``policy.kind`` reading ``world``."""
-    if policy.kind in ("reactive", "predictive"):
-        cls = ReactiveDemand if policy.kind == "reactive" else PredictiveDemand
-        return cls(policy, world, clean=clean)
+def demand_source(policy: Policy, world: World, clean: bool = True,
+                  forecast_tuning: forecast_stage.ForecastTuning | None = None) -> DemandSource:
+    """The demand source of ``policy.kind`` reading ``world`` (``predictive``'s forecasts with
+    ``forecast_tuning``, default the forecast stage's)."""
+    if policy.kind == "predictive":
+        return PredictiveDemand(policy, world, clean=clean, forecast_tuning=forecast_tuning)
+    if policy.kind == "reactive":
+        return ReactiveDemand(policy, world, clean=clean)
     return {"static": StaticDemand, "oracle": OracleDemand}[policy.kind](policy, world)

@@ -13,7 +13,7 @@ each node (and GPU) a busy count; a platform's idle nodes are therefore its last
 A platform with a ``slice_profile`` counts demand, capacity and the rest in slice requests, and
 each node serves it what its MIG layout of the step holds (:mod:`gpupool.sim.slices`).
 
-Everything here is plain state and arithmetic — the planner lives in ``gpupool.allocate`` and
+Everything here is plain state and arithmetic — the planner lives in ``gpupool.decisions`` and
 the closed loop in :mod:`gpupool.sim.study`; the HTTP facades read and change a World through
 :meth:`World.inventory`, :meth:`World.samples`, :meth:`World.cordon` and :meth:`World.move`.
 """
@@ -658,8 +658,6 @@ def default_world(start: str | pd.Timestamp, end: str | pd.Timestamp, seed: int 
         "step": "5min",
         "decision_every": "1h",
         "node_gpus": 8,
-        "move_minutes": 30,
-        "max_moves_per_decision": 4,
         "start": str(pd.Timestamp(start)),
         "end": str(pd.Timestamp(end)),
         "seed": seed,

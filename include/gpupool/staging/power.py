@@ -25,7 +25,7 @@ from gpupool.staging.handovers import Blocked, audit_json, lock_node_in, node_lo
 from gpupool.staging.schema import action_audit, handover, node_power, power_transition
 
 __all__ = ["Blocked", "node_lock", "ON", "transition", "record_dry", "set_error", "request_wake", "get_power", "power_rows",
-           "transitions", "insert_audit", "audit_rows"]
+           "transitions", "live_transitions", "insert_audit", "audit_rows"]
 
 #: the state of a node that has no row
 ON = "on"
@@ -78,7 +78,7 @@ def _transition(engine: Engine, node: str, platform: str, expected: str, to: str
             raise _Lost
         tid = int(conn.execute(power_transition.insert().values(
             node=node, platform=platform, from_state=expected, to_state=to, at=at, by=by, reason=reason,
-            error=error, dry_run=False)).inserted_primary_key[0])
+            error=error, dry_run=False, deadline=deadline)).inserted_primary_key[0])
         values = dict(platform=platform, state=to, reason=reason, error=error, updated_at=at, deadline=deadline,
                       transition_id=tid, wake_deadline=None)
         if not keep_since:
@@ -147,6 +147,17 @@ def transitions(engine: Engine, node: str | None = None) -> list[dict[str, Any]]
     q = sa.select(power_transition).order_by(power_transition.c.id)
     if node is not None:
         q = q.where(power_transition.c.node == node)
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def live_transitions(engine: Engine, until: datetime) -> list[dict[str, Any]]:
+    """The live ``power_transition`` rows (no dry run's) made at or before ``until``, in the
+    order they were written: node, platform, from_state, to_state, at, by, deadline, id. What
+    the metrics, the pool page and the report rebuild each node's power history from."""
+    t = power_transition.c
+    q = (sa.select(t.id, t.node, t.platform, t.from_state, t.to_state, t.at, t.by, t.deadline, t.error)
+         .where(t.dry_run.is_(False), t.at <= until).order_by(t.id))
     with engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(q)]
 

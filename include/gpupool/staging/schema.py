@@ -287,5 +287,6 @@ power_transition = Table(
     Column("reason", Text),
     Column("error", Text),
     Column("dry_run", Boolean, nullable=False),
+    Column("deadline", TS),  # the deadline the park or wake was given (the metrics' late wakes)
     Index("ix_power_transition_node", "node", "id"),
 )

@@ -12,7 +12,7 @@ import pytest
 
 from gpupool.actuation.power import machine as pm
 from gpupool.actuation.power.base import ForeignHoldError, PowerReading, short
-from gpupool.actuation.power.factory import is_live, pool_names
+from gpupool.platforms import is_live, pool_names
 from gpupool.actuation.power.ironic import IronicPower
 from gpupool.actuation.power.redfish import RedfishPower
 from gpupool.config import ConfigError, parse_config

@@ -356,7 +356,7 @@ def test_a_move_that_outlasts_the_window_is_named(capsys, data, minutes):
 
 def test_a_late_move_that_arrives_after_the_end_keeps_its_target():
     """A move shorter than the window but made near its end is still bound for its target."""
-    from gpupool.allocate.layouts import node_records
+    from gpupool.decisions.layouts import node_records
     from gpupool.sim.scenario import scenario_from_dict
     from gpupool.sim.world import World
 
@@ -433,8 +433,8 @@ def test_every_json_the_cli_writes_is_strict(capsys, data, monkeypatch):
 def test_planner_says_when_bounds_cannot_hold():
     """min_nodes are counted against every node a platform holds (pool members or not), so only the
     inventory can show they cannot all hold: the plan then says so instead of a bare 'optimal'."""
-    from gpupool.allocate.planner import NodeRecord, plan
-    from gpupool.allocate.policy import Policy
+    from gpupool.decisions.planner import NodeRecord, plan
+    from gpupool.decisions.policy import Policy
 
     nodes = [NodeRecord(name=f"n{i}", owner="a" if i < 2 else "b", gpus=8) for i in range(3)]
     result = plan(nodes, {"a": [4.0, 4.0], "b": [4.0, 4.0]}, Policy(min_nodes={"a": 2, "b": 2}))

@@ -160,7 +160,7 @@ def test_a_node_name_with_a_terminal_escape_is_refused(capsys, staging, command)
 
 def test_handovers_show_control_characters_escaped(capsys, upgraded):
     """A node name comes from a platform's API: `handovers` printed it raw to the terminal."""
-    from gpupool.allocate import handover as ho
+    from gpupool.actuation import handover as ho
     from gpupool.staging import db
     from gpupool.staging import fastpath as store
 

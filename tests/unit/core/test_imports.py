@@ -1,10 +1,18 @@
 """The house's layering rules (the README's *Layout*), checked on one import graph that follows
 imports through modules.
 
-Data flows one way: platform APIs -> sources -> staging -> detect -> forecast -> allocate.
-Every import counts, also those inside functions (a lazy import is still a dependency), and a
-rule holds for everything a module reaches, not only what it names: a stage that imports a
-shared module which imports a later stage breaks the rule as surely as a direct import.
+Data flows one way: platform APIs -> sources -> staging -> detect -> forecast -> decisions ->
+actuation -> jobs. Every import counts, also those inside functions (a lazy import is still a
+dependency), and a rule holds for everything a module reaches, not only what it names: a stage
+that imports a shared module which imports a later stage breaks the rule as surely as a direct
+import.
+
+One rule per package of the allocation: ``decisions`` is pure (it reaches no stage, nor
+actuation or the jobs: numbers in, decisions out); ``actuation`` never reaches the jobs that
+drive it, the what-if or the detect and forecast stages; ``jobs`` may reach every stage, the
+decisions and actuation, and nothing built on top of it. The what-if reaches the pure decisions
+only (its own actuator the actuators' interface and marks), the platform-API emulator only the
+marks; and no module reaches itself (no circle of imports).
 """
 
 from __future__ import annotations
@@ -16,14 +24,27 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[3] / "include" / "gpupool"
-STAGES = ["sources", "staging", "detect", "forecast", "allocate"]
+STAGES = ["sources", "staging", "detect", "forecast", "decisions", "actuation", "jobs"]
+#: what each package may not reach beyond a later stage, the layers above and the simulator
+NEVER = {
+    # pure: reads nothing and acts on nothing, so it reaches no other stage at all
+    "decisions": set(STAGES) - {"decisions"},
+    # acts on what the jobs decided: it neither judges telemetry nor forecasts (the platforms'
+    # API clients it shares with the sources are fair)
+    "actuation": {"detect", "forecast"},
+}
 #: built on top of the stages: no stage may reach them
 ABOVE = {"pipeline", "cli", "collector", "poolview", "report", "airflow_glue", "platforms", "summary", "metrics", "notify",
          "config_doc"}
 #: the what-if and the platform-API emulator: the stages never know a platform is simulated
 SIMULATOR = {"sim", "emulator"}
+#: of actuation, what the what-if's own actuator may reach (the interface and the marks), and
+#: what the emulator may (the marks gpupool leaves on a platform, which it plays back)
+SIM_ACTUATOR = "sim.actuator"
+SIM_ACTUATION = {"actuation", "actuation.actuators", "actuation.actuators.base", "actuation.marks"}
+EMULATOR_ACTUATION = {"actuation", "actuation.marks"}
 #: modules every layer may use; they import nothing from gpupool
-LEAVES = {"errors", "values", "k8s_keys"}
+LEAVES = {"errors", "values", "k8s_keys", "actuation.marks", "decisions.cadence"}
 #: the one edge the rules allow against the flow, and why: loading platforms.yaml checks its
 #: ``detect.router`` section against the detect stage's settings models (``detect.settings``, a
 #: leaf that imports nothing of the package, inside a validator: a stage that reads its config
@@ -135,14 +156,92 @@ def _violations(modules, forbidden_of, g) -> list[str]:
     return bad
 
 
-def test_no_stage_reaches_a_later_stage_the_layers_above_or_the_simulator():
-    g = graph()
+def stage_violations(g: dict) -> list[str]:
+    """Import chains by which a stage reaches a later stage, a layer above, the simulator, or
+    what its package's own rule (:data:`NEVER`) forbids."""
 
     def forbidden(mod):
-        i = STAGES.index(_top(mod))
-        return set(STAGES[i + 1:]) | ABOVE | SIMULATOR
+        top = _top(mod)
+        i = STAGES.index(top)
+        return set(STAGES[i + 1:]) | ABOVE | SIMULATOR | NEVER.get(top, set())
 
-    assert _violations([m for m in g if _top(m) in STAGES], forbidden, g) == []
+    return _violations([m for m in g if _top(m) in STAGES], forbidden, g)
+
+
+def whatif_violations(g: dict) -> list[str]:
+    """Modules of the what-if and the emulator that reach more of the allocation than theirs:
+    the what-if the pure decisions (its actuator also the actuators' interface and marks), the
+    emulator the marks alone."""
+    bad = []
+    for mod in sorted(m for m in g if _top(m) in SIMULATOR):
+        reached = reach(mod, g)
+        # a module that builds the what-if's actuator reaches what the actuator may
+        allowed = (SIM_ACTUATION if mod == SIM_ACTUATOR or SIM_ACTUATOR in reached
+                   else EMULATOR_ACTUATION if _top(mod) == "emulator" else set())
+        extra = sorted(m for m in reached if (_top(m) == "actuation" and m not in allowed) or _top(m) == "jobs")
+        if extra:
+            bad.append(f"{mod} reaches {', '.join(extra)}")
+    return bad
+
+
+def circles(g: dict) -> list[list[str]]:
+    """Every circle of imports (strongly connected modules), each sorted. An edge from a module
+    to a package it lies in is not one: the package is initialised before its module runs."""
+    edges = {m: {d for d in deps if not m.startswith(d + ".")} for m, (deps, _) in g.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_stage_reaches_a_later_stage_the_layers_above_or_the_simulator():
+    assert stage_violations(graph()) == []
+
+
+def test_the_decisions_are_pure():
+    """decisions reaches nothing of staging, sources, detect, forecast, actuation or the jobs
+    (and, by the package-wide rule below, no Airflow)."""
+    g = graph()
+    decisions = [m for m in g if _top(m) == "decisions"]
+    assert {"decisions.planner", "decisions.fastpath", "decisions.demand", "decisions.policy"} <= set(decisions)
+    assert _violations(decisions, lambda m: set(STAGES) - {"decisions"} | ABOVE | SIMULATOR, g) == []
+
+
+def test_the_whatif_reaches_the_pure_decisions_only():
+    g = graph()
+    assert whatif_violations(g) == []
+    assert {"decisions.planner", "decisions.fastpath", "decisions.demand"} <= reach("sim.study", g)
+
+
+def test_no_circle_of_imports():
+    assert circles(graph()) == []
 
 
 def test_staging_knows_no_stage():
@@ -230,10 +329,10 @@ def test_no_import_cycle_in_detect():
     assert _cycles(g, detect) == []
 
 
-def test_the_planning_service_reads_staging_through_reads_and_stores_only():
+def test_the_planning_job_reads_staging_through_reads_and_stores_only():
     g = graph()
-    deps = g["allocate.service"][0]
-    assert "pipeline" not in {_top(m) for m in reach("allocate.service", g)}
+    deps = g["jobs.allocation"][0]
+    assert "pipeline" not in {_top(m) for m in reach("jobs.allocation", g)}
     assert "staging.reads" in deps
 
 
@@ -246,12 +345,12 @@ def fake_pkg(tmp_path):
     for rel, text in {
         "__init__.py": "",
         "errors.py": "",
-        "config.py": "def f():\n    from gpupool.allocate import policy\n",
+        "config.py": "def f():\n    from gpupool.decisions import policy\n",
         "detect/__init__.py": "",
         "detect/router.py": "from . import features\nfrom ..config import f\n",
         "detect/features.py": "import numpy\n",
-        "allocate/__init__.py": "",
-        "allocate/policy.py": "import pickle\n",
+        "decisions/__init__.py": "",
+        "decisions/policy.py": "import pickle\n",
     }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
@@ -277,11 +376,11 @@ def test_the_cycle_finder_finds_a_circle_through_a_type_checking_import(tmp_path
 def test_the_scanner_follows_relative_lazy_and_transitive_imports(fake_pkg):
     g = graph(fake_pkg)
     assert g["detect.router"][0] == {"detect", "detect.features", "config"}
-    assert g["config"][0] == {"allocate", "allocate.policy"}
-    # detect reaches allocate only through config, inside a function: still a violation
-    assert "allocate.policy" in reach("detect.router", g)
-    assert _path_to("detect.router", {"allocate"}, g) == ["detect.router", "config", "allocate"]
-    assert g["allocate.policy"][1] == {"pickle"}
+    assert g["config"][0] == {"decisions", "decisions.policy"}
+    # detect reaches decisions only through config, inside a function: still a violation
+    assert "decisions.policy" in reach("detect.router", g)
+    assert _path_to("detect.router", {"decisions"}, g) == ["detect.router", "config", "decisions"]
+    assert g["decisions.policy"][1] == {"pickle"}
     assert g["detect.features"][1] == {"numpy"}
 
 
@@ -290,3 +389,38 @@ def test_inputfiles_reaches_nothing_but_errors():
     error classes."""
     g = graph()
     assert reach("inputfiles", g) == {"errors"}
+
+
+def _fake(tmp_path, files: dict[str, str]) -> dict:
+    root = tmp_path / "gpupool"
+    for rel, text in {"__init__.py": "", **files}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return graph(root)
+
+
+def test_each_package_rule_catches_what_it_forbids(tmp_path):
+    g = _fake(tmp_path, {
+        "staging/__init__.py": "", "staging/reads.py": "",
+        "decisions/__init__.py": "", "decisions/planner.py": "def f():\n    from gpupool.staging import reads\n",
+        "actuation/__init__.py": "", "actuation/marks.py": "",
+        "actuation/actuators/__init__.py": "", "actuation/actuators/base.py": "from gpupool.actuation import marks\n",
+        "actuation/handover.py": "from gpupool.jobs import allocation\n",
+        "jobs/__init__.py": "", "jobs/allocation.py": "from gpupool.decisions import planner\n",
+        "sim/__init__.py": "", "sim/study.py": "from gpupool.actuation import handover\n",
+        "sim/actuator.py": "from gpupool.actuation.actuators.base import marks\n",
+        "emulator/__init__.py": "", "emulator/placement.py": "from gpupool.actuation.actuators import base\n",
+    })
+    assert sorted(stage_violations(g)) == ["actuation.handover -> jobs", "decisions.planner -> staging"]
+    assert whatif_violations(g) == ["emulator.placement reaches actuation.actuators, actuation.actuators.base",
+                                    "sim.study reaches actuation, actuation.handover, jobs, jobs.allocation"]
+
+
+def test_a_circle_of_imports_is_found_and_a_package_init_is_none(tmp_path):
+    g = _fake(tmp_path, {
+        "forecast/__init__.py": "from gpupool.forecast.arima import A\n",
+        "forecast/arima.py": "from gpupool.forecast import _arma\nA = 1\n", "forecast/_arma.py": "",
+        "detect/__init__.py": "", "detect/model.py": "def f():\n    from gpupool.detect import rules\n",
+        "detect/rules.py": "from gpupool.detect.model import f\n",
+    })
+    assert circles(g) == [["detect.model", "detect.rules"]]

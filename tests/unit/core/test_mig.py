@@ -35,8 +35,8 @@ def test_layouts_and_profiles_round_trip():
 
 
 def test_every_user_reads_the_one_table():
-    from gpupool.allocate import planner
-    from gpupool.allocate.actuators import kubernetes as k8s_actuator
+    from gpupool.decisions import planner
+    from gpupool.actuation.actuators import kubernetes as k8s_actuator
     from gpupool.sim import world
     from gpupool.emulator import state
 

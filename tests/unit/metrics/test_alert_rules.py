@@ -38,5 +38,6 @@ def test_every_alert_has_a_case_where_it_fires():
     firing = {case["alertname"] for t in yaml.safe_load(TESTS.read_text())["tests"]
               for case in t.get("alert_rule_test", []) if case.get("exp_alerts")}
     assert set(rules) == {"GpupoolHandoverFailed", "GpupoolHandoverPastDeadline", "GpupoolExtractionStale",
-                          "GpupoolPendingWhileIdleElsewhere", "GpupoolForecastWorseThanNaive", "GpupoolBelowMinNodes"}
+                          "GpupoolPendingWhileIdleElsewhere", "GpupoolForecastWorseThanNaive", "GpupoolBelowMinNodes",
+                          "GpupoolWakeFailed", "GpupoolWakeLate"}
     assert firing == set(rules)

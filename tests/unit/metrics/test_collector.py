@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool import metrics
-from gpupool.allocate import handover as ho
+from gpupool.actuation import handover as ho
 from gpupool.config import default_config
 from gpupool.staging import reads
 from gpupool.staging.schema import allocation_plan, clean_sample, forecast, inventory_node, sample

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "allocate" / "handover"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "actuation"))
 
 from gpupool import notify, pipeline  # noqa: E402
-from gpupool.allocate import handover as ho  # noqa: E402
-from gpupool.allocate import service  # noqa: E402
+from gpupool.actuation import handover as ho  # noqa: E402
+from gpupool.jobs import allocation as service  # noqa: E402
 from gpupool.config import ConfigError, parse_config  # noqa: E402
 from memplatform import make  # noqa: E402
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
-from gpupool.allocate import fastpath as production
-from gpupool.allocate.cadence import FASTPATH_CRON, FASTPATH_EVERY
+from gpupool.decisions import fastpath as production
+from gpupool.decisions.cadence import FASTPATH_CRON, FASTPATH_EVERY
+from gpupool.jobs import fastpath as tick
 from gpupool.sim import fastpath as sim_fastpath
 from gpupool.sim.scenario import ScenarioError, scenario_from_dict
 from gpupool.sim.study import simulate
@@ -35,7 +36,7 @@ def _surge_yaml(tmp_path, helios, burst: float = 40.0, fastpath: str | None = No
 
 
 def test_the_cadence_is_defined_once_for_the_dag_and_the_what_if():
-    assert production.FASTPATH_EVERY is FASTPATH_EVERY
+    assert tick.FASTPATH_EVERY is FASTPATH_EVERY  # the tick judges its readings on this grid
     assert FASTPATH_CRON == f"*/{int(FASTPATH_EVERY.total_seconds() // 60)} * * * *"
     dag = (ROOT / "dags" / "gpupool_fastpath.py").read_text()
     assert "CronDataIntervalTimetable(FASTPATH_CRON" in dag and '"*/5' not in dag
@@ -129,6 +130,30 @@ def test_the_fast_path_decides_with_productions_function(tmp_path, helios, monke
     assert hour["plan_bounds"].plan_id == 1
     moving = [k for k in seen if k["open_handovers"]]
     assert moving and all(h["to_platform"] == "b" for k in moving for h in k["open_handovers"])
+
+
+def test_a_bench_passes_the_fast_paths_tuning_in_and_reads_each_ticks_decisions(tmp_path, helios, monkeypatch):
+    """No module global to patch: the tuning object goes in through simulate, and each tick's
+    decisions (moves and skips, with their reasons) come back in ``fast_log``."""
+    seen = []
+    real = sim_fastpath.decide
+
+    def spy(**kwargs):
+        out = real(**kwargs)
+        seen.append((kwargs["at"], kwargs["settings"], out))
+        return out
+
+    monkeypatch.setattr(sim_fastpath, "decide", spy)
+    ticks: list[dict] = []
+    tuned = production.FastPathTuning(headroom=0.5)
+    simulate(_surge_yaml(tmp_path, helios), "oracle", fastpath_tuning=tuned, fast_log=ticks)
+    assert seen and all(settings.tuning is tuned for _, settings, _ in seen)
+    # the oracle is not judged: one decision per tick, and the log holds exactly it
+    assert [(t["at"].to_pydatetime(), t["decisions"]) for t in ticks] == [(at, out) for at, _, out in seen]
+    assert any(isinstance(d, production.Skip) for t in ticks for d in t["decisions"])
+    seen.clear()
+    simulate(_surge_yaml(tmp_path, helios), "oracle")
+    assert seen and all(settings.tuning == production.FastPathTuning() for _, settings, _ in seen)
 
 
 def test_telemetry_faults_reach_the_fast_path_and_the_judge_holds_them(tmp_path, helios):

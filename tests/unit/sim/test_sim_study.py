@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpupool.allocate.policy import Policy
+from gpupool.decisions.policy import Policy
 from gpupool.config import default_config
 from gpupool.sim.scenario import scenario_from_dict
 from gpupool.sim.study import resolve_policy, simulate
@@ -159,6 +159,29 @@ def test_predictive_runs_the_pipeline_stages_own_functions(monkeypatch):
     assert all(len(e["mean"]) == 2 and all(u >= m for m, u in zip(e["mean"], e["upper"])) for e in log)
     t = out["total"]
     assert t["served_gpu_hours"] + t["unmet_gpu_hours"] == pytest.approx(t["demand_gpu_hours"])
+
+
+def test_a_bench_passes_the_forecast_stages_tuning_in(monkeypatch):
+    """``bench/simulate.py --baseline`` searches orders every hour by passing the forecast stage's
+    tuning object in, not by changing a module global."""
+    from gpupool.forecast import stage as forecast_stage
+
+    tunings = []
+    real = forecast_stage.demand_forecast
+
+    def spy(*args, tuning=forecast_stage.ForecastTuning(), **kwargs):
+        tunings.append(tuning)
+        return real(*args, tuning=tuning, **kwargs)
+
+    monkeypatch.setattr(forecast_stage, "demand_forecast", spy)
+    sc = _synthetic(days=1).model_copy(update={"fastpath": None})
+    every_hour = forecast_stage.ForecastTuning(order_search_every=None)
+    simulate(sc, "predictive", forecast_tuning=every_hour)
+    assert tunings and all(t is every_hour for t in tunings)
+    tunings.clear()
+    simulate(sc, "predictive")
+    assert tunings and all(t == forecast_stage.ForecastTuning() for t in tunings)
+    assert forecast_stage.ForecastTuning().order_search_every == pd.Timedelta("1D")
 
 
 def test_the_sim_package_has_no_forecaster_of_its_own():

@@ -18,7 +18,7 @@ platform's own name where they differ.
 
 Safety rules every means keeps: gpupool's park hold carries :data:`PARK_REASON`; a node that
 someone else drained, cordoned, disabled or powered down (with a reason that is not gpupool's)
-is neither parked nor woken (:class:`~gpupool.allocate.actuators.base.ForeignHoldError`).
+is neither parked nor woken (:class:`~gpupool.actuation.actuators.base.ForeignHoldError`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from gpupool.allocate.actuators.base import REASON_PREFIX, ActuationError, Command, ForeignHoldError
+from gpupool.actuation.actuators.base import REASON_PREFIX, ActuationError, Command, ForeignHoldError
 
 #: the hold reason (drain reason, cordon annotation, service disable reason) of a parked node
 PARK_REASON = f"{REASON_PREFIX} parked"

@@ -5,11 +5,11 @@ or wakes, and the hold is lifted only once the platform reports the node ready a
   hold annotation ``gpupool: parked``, the owner label kept on this platform: a parked node
   wakes here) before it is powered off; once powered on, it is uncordoned when its kubelet
   reports the ``Ready`` condition again. A thin layer over the handover's
-  :class:`~gpupool.allocate.actuators.kubernetes.KubernetesActuator` (its patch, its reads, its
+  :class:`~gpupool.actuation.actuators.kubernetes.KubernetesActuator` (its patch, its reads, its
   refusal of someone else's cordon).
 * OpenStack (:class:`OpenStackHold`): the host's nova-compute service is disabled with the
   reason ``gpupool: parked`` and its GPU inventory reserved, exactly as a handover holds it
-  (:class:`~gpupool.allocate.actuators.openstack.OpenStackActuator`); once powered on, both
+  (:class:`~gpupool.actuation.actuators.openstack.OpenStackActuator`); once powered on, both
   are lifted when the service reports ``up`` again.
 
 :class:`HeldPower` puts a hold and a means together. Parking: hold first; power off only once
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gpupool.actuation.power.base import ON, PARK_REASON, Command, ForeignHoldError, PowerActuator, PowerReading
-from gpupool.allocate.actuators.base import REASON_PREFIX, OwnerState
+from gpupool.actuation.actuators.base import REASON_PREFIX, OwnerState
 from gpupool.k8s_keys import HOLD_ANNOTATION, OWNER_LABEL
 
 _MOVING = f"{REASON_PREFIX} moving to"

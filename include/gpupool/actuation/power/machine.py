@@ -18,7 +18,7 @@ States::
 * ``waking``: the wake's commands (power-on, then the hold lifted once the platform reports the
   node ready) may have been sent; ``on`` once the platform reports it ready and unheld.
 
-Rules, as for handovers (:mod:`gpupool.allocate.handover`):
+Rules, as for handovers (:mod:`gpupool.actuation.handover`):
 
 * one writer per node: :func:`park`, :func:`wake`, :func:`advance_all` and :func:`observe` hold
   the node's writer lock (:func:`gpupool.staging.handovers.node_lock`, the one handovers hold)
@@ -57,8 +57,8 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from gpupool.actuation.power.base import POWERING_ON, ON as POWER_ON, Command, PowerActuator
-from gpupool.allocate.actuators.base import ActuationError, ForeignHoldError
-from gpupool.allocate.handover import BLOCKING_STATES
+from gpupool.actuation.actuators.base import ActuationError, ForeignHoldError
+from gpupool.actuation.handover import BLOCKING_STATES
 from gpupool.errors import UserError
 from gpupool.staging import handovers as audit_store
 from gpupool.staging import power as store
@@ -77,6 +77,11 @@ MAX_ROUNDS = 3
 #: a moment to show what it accepted (Slurm's power-saving thread, a BMC's shutdown), and a
 #: second POWER_UP would run Slurm's ResumeProgram twice
 RESEND_AFTER = timedelta(minutes=5)
+#: how a waking node's ``error`` begins when the wake was refused (someone else's hold or
+#: power-off: left as it is) and when its last command failed (retried by the next pass); the
+#: metrics count failing wakes by them
+REFUSED_PREFIX = "left alone"
+RETRY_PREFIX = "will retry"
 
 
 class PowerError(UserError, ValueError):
@@ -312,10 +317,10 @@ def _advance_locked(engine: Engine, row: dict[str, Any], actuator: PowerActuator
         if parking:  # given up: the node stays in its platform's service, as someone else holds it
             store.transition(engine, node, platform, PARKING, ON, at, by="platform", error=f"park given up: {exc}")
         else:
-            store.set_error(engine, node, WAKING, f"left alone: {exc}", at)
+            store.set_error(engine, node, WAKING, f"{REFUSED_PREFIX}: {exc}", at)
         return _entry(store.get_power(engine, node))
     except ActuationError as exc:
-        store.set_error(engine, node, state, f"will retry: {exc}", at)
+        store.set_error(engine, node, state, f"{RETRY_PREFIX}: {exc}", at)
         return _entry(store.get_power(engine, node))
     if done(r):
         store.transition(engine, node, platform, state, final, at, by="platform", reason=row["reason"])
@@ -393,7 +398,7 @@ def advance_all(engine: Engine, actuators: Mapping[str, PowerActuator], at: date
         report["nodes"].append(entry)
         late = after["state"] in MOVING_STATES and row["deadline"] is not None and at >= utc_datetime(row["deadline"])
         given_up = row["state"] == PARKING and after["state"] == ON
-        refused = after["state"] == WAKING and str(after["error"] or "").startswith("left alone")
+        refused = after["state"] == WAKING and str(after["error"] or "").startswith(REFUSED_PREFIX)
         if late or given_up or refused:
             report["failed"].append({**entry, "error": entry["error"] or f"late: still {after['state']} past its deadline"})
     return report

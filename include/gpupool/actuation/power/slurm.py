@@ -34,8 +34,8 @@ from gpupool.actuation.power.base import (
     PowerActuator,
     PowerReading,
 )
-from gpupool.allocate.actuators.base import ForeignHoldError, is_gpupool_reason
-from gpupool.allocate.actuators.slurm import SlurmActuator
+from gpupool.actuation.actuators.base import ForeignHoldError, is_gpupool_reason
+from gpupool.actuation.actuators.slurm import SlurmActuator
 
 #: flags of a node Slurm will not run new work on, besides the power flags
 _HOLD_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED"}
@@ -46,7 +46,7 @@ ACTIONS = ("power_down_asap", "power_up")
 class SlurmPower(PowerActuator):
     """Park and wake the nodes of one Slurm cluster with its power saving.
 
-    ``slurm`` is the cluster's :class:`~gpupool.allocate.actuators.slurm.SlurmActuator` (its
+    ``slurm`` is the cluster's :class:`~gpupool.actuation.actuators.slurm.SlurmActuator` (its
     ``slurm.conf``, client directory, optional slurmrestd): its plumbing runs the commands and
     reads the nodes. ``names``: pool node id -> Slurm node name, where they differ.
     """
@@ -127,7 +127,7 @@ class SlurmPower(PowerActuator):
     def send(self, command: Command) -> dict[str, Any]:
         """Run the command's argv; a power-up re-checks, right before, that the node is gpupool's."""
         if command.action not in ACTIONS:
-            from gpupool.allocate.actuators.base import ActuationError
+            from gpupool.actuation.actuators.base import ActuationError
 
             raise ActuationError(self.platform, command.node, command.action, "unknown action")
         if command.action == "power_up":

@@ -22,8 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gpupool.allocate.actuators.base import REASON_PREFIX
-from gpupool.allocate.actuators.openstack import HELD_TRAIT
+from gpupool.actuation.marks import HELD_TRAIT, REASON_PREFIX
 from gpupool.emulator.openstack.common import (
     DISABLED_TRAIT,
     PLACEMENT_MAX,

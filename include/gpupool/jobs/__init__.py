@@ -1,0 +1,8 @@
+"""The jobs that read and write, beside :mod:`gpupool.pipeline`: they read staging and the
+platforms, call the pure decisions (:mod:`gpupool.decisions`) and act through
+:mod:`gpupool.actuation`.
+
+``allocation`` (the hourly plan-and-act: plan from staging, actuate a stored plan, advance and
+roll back handovers), ``fastpath`` (one fast-path tick: read, stage, judge, decide, open) and
+``text`` (what the CLI prints of them).
+"""
