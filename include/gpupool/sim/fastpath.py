@@ -84,6 +84,7 @@ class FastPath:
         self.plan: dict | None = None
         self.moves: list[dict] = []  # every move started, both paths: node, from/to_platform, created_at, path
         self.judged = 0  # readings judged (the cost of the judge)
+        self.power = None  # a PowerTrack when the study parks: waking nodes count as on their way
 
     # --- what both paths started
     def record(self, at: pd.Timestamp, node: str, source: str, target: str, path: str) -> None:
@@ -117,9 +118,13 @@ class FastPath:
         if i == 0:  # nothing read yet
             return []
         pool = world.pool(at)
+        if self.power is not None:  # a parked node is its platform's idle node: lent, it wakes on the way
+            pool = self.power.records(pool)
         readings = self._readings(at, i, pool)
         transit = [{"node": n["name"], "to_platform": n["platform"], "state": "releasing", "gpus": n["gpus"]}
                    for n in pool if n["in_transit"]]
+        if self.power is not None:
+            transit += self.power.waking(at)
         since = recent_since(at.to_pydatetime(), self.settings)
         opened = [m for m in self.moves if m["created_at"] >= since]
         flags: dict[str, tuple[str, ...]] = {}
@@ -140,7 +145,9 @@ class FastPath:
         if self.log is not None:
             self.log.append({"at": at, "decisions": decisions})
         for mv in moves:
-            world.move(mv.node, mv.target)
+            arrive = world.move(mv.node, mv.target)
+            if self.power is not None:
+                self.power.moved(mv.node, mv.target, at, arrive)
             self.record(at, mv.node, mv.source, mv.target, "fast")
         return moves
 

@@ -23,8 +23,9 @@ clips the traces), ``seed`` (synthetic platforms), ``policy`` (overrides of
 :class:`gpupool.decisions.policy.Policy` fields), ``faults`` (telemetry faults the pipeline sees,
 :mod:`gpupool.sim.faults`; absent: clean telemetry), ``fastpath`` (the fast path's cadence between
 the hourly plans, e.g. ``5min``, or ``off`` for hourly decisions only; absent: what the shipped
-``gpupool_fastpath`` DAG does, :data:`gpupool.decisions.cadence.FASTPATH_EVERY`) and, per
-platform, ``gpu_model`` and ``slice_profile``.
+``gpupool_fastpath`` DAG does, :data:`gpupool.decisions.cadence.FASTPATH_EVERY`), ``parking``
+(``off``, the default, or a mapping of :class:`gpupool.sim.power.ParkingSpec`: parking idle nodes
+and waking them, pool-wide settings) and, per platform, ``gpu_model`` and ``slice_profile``.
 
 ``slice_profile`` (a MIG profile such as ``1g.10gb``; absent: whole GPUs) is the platform
 configuration's key of the same name with its default ``slice_demand: requests``: the platform's
@@ -50,6 +51,7 @@ from gpupool.decisions.layouts import GPU_UNIT
 from gpupool.errors import UserError, one_line, shown
 from gpupool.sim.faults import FaultSpec
 from gpupool.sim.history import HistorySpec
+from gpupool.sim.power import ParkingSpec, parking_value
 from gpupool.sim.synthetic import SyntheticSpec
 
 
@@ -152,6 +154,7 @@ class Scenario(BaseModel):
     policy: dict[str, Any] = Field(default_factory=dict)
     faults: FaultSpec | None = Field(None, description="telemetry faults the pipeline sees (gpupool.sim.faults)")
     fastpath: dt.timedelta | None = Field(FASTPATH_EVERY, description="the fast path's cadence; None: off (hourly only)")
+    parking: ParkingSpec | None = Field(None, description="parking idle nodes (gpupool.sim.power); None: off")
     name: str = ""
     source: Path | None = Field(None, exclude=True, description="the file this scenario was read from")
 
@@ -171,6 +174,11 @@ class Scenario(BaseModel):
         if value is None:
             raise ValueError("give the fast path's cadence as a duration such as '5min', or 'off'")
         return _timedelta(value)
+
+    @field_validator("parking", mode="before")
+    @classmethod
+    def _parking(cls, value: Any) -> Any:
+        return parking_value(value)
 
     @field_validator("policy")
     @classmethod

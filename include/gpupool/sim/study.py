@@ -54,6 +54,7 @@ from gpupool.canonical import DEMAND_METRICS, demand_of_steps, hourly_levels
 from gpupool.config import default_config
 from gpupool.sim.fastpath import FastPath
 from gpupool.sim.faults import FaultSpec, corrupt, fault_plan
+from gpupool.sim.power import PowerTrack, energy
 from gpupool.sim.scenario import Scenario, load_scenario
 from gpupool.sim.world import World
 
@@ -128,6 +129,12 @@ def simulate(
         fast = FastPath(policy, world, source if isinstance(source, ChainDemand) else None, scenario.fastpath,
                         judge=clean, tuning=fastpath_tuning, log=fast_log)
     tick = every if fast is None else min(every, pd.Timedelta(scenario.fastpath))
+    power = None  # parking: the rule ticks with the fast path (the plan, without it), before its decision
+    if scenario.parking is not None:
+        power = PowerTrack(world, scenario.parking, policy.min_nodes,
+                           source if isinstance(source, ChainDemand) else None)
+        if fast is not None:
+            fast.power = power
     times = pd.date_range(world.start, world.end, freq=tick, inclusive="left")
     decided = 0
     units = scenario.demand_units()
@@ -142,7 +149,8 @@ def simulate(
                 if chain_log is not None:
                     chain_log.extend({"at": t, "platform": p, "mean": d.mean, "upper": d.upper,
                                       **source.notes.get(p, {})} for p, d in demand.items())
-                records = [NodeRecord.from_mapping(n) for n in world.pool(t)]
+                pool = world.pool(t) if power is None else power.records(world.pool(t))
+                records = [NodeRecord.from_mapping(n) for n in pool]
                 # both paths share the move budget of the rolling hour
                 bound = policy if fast is None else policy.model_copy(
                     update={"max_moves_per_decision": min(policy.max_moves_per_decision, fast.budget_left(t))})
@@ -150,7 +158,9 @@ def simulate(
                 if plans is not None:
                     plans.append(result)
                 for mv in result.moves:
-                    world.move(mv.node, mv.target, layout=mv.mig_layout)
+                    arrive = world.move(mv.node, mv.target, layout=mv.mig_layout)
+                    if power is not None:
+                        power.moved(mv.node, mv.target, t, arrive)
                     if fast is not None:
                         fast.record(t, mv.node, mv.source, mv.target, "plan")
                 for change in result.layout_changes:
@@ -159,12 +169,18 @@ def simulate(
                 if fast is not None:
                     decided += 1
                     fast.planned(decided, t, result, demand)
+                if power is not None:
+                    power.planned(t, demand)
+        if power is not None:
+            power.step(t, tick / pd.Timedelta("1min"))
         if fast is not None and (t - world.start) % pd.Timedelta(scenario.fastpath) == pd.Timedelta(0):
             fast.tick(t)
     world.advance(world.end)
     out = world.summary()
     result = {"total": out["total"], "platforms": out["platforms"], "policy": policy.kind,
               "scenario": scenario.label()}
+    for name, block in energy(world, scenario.parking, power).items():  # in every study, parking or not
+        (result["total"] if name == "total" else result["platforms"][name]).update(block)
     if world.sliced:  # a world with a slice platform: the plans' in-place MIG changes, per platform
         for p, n in relayouts.items():
             result["platforms"][p]["relayouts"] = n

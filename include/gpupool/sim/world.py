@@ -96,6 +96,7 @@ class World:
         for j, node in enumerate(self.nodes):
             self.owner_[j, :] = self._pidx[node.home]
         self.cordoned_ = np.zeros((n_nodes, n_steps), dtype=bool)
+        self.off_: np.ndarray | None = None  # powered off (parking, parked, waking): sim.power sets it
         self.mig_layout_: dict[str, str | None] = {
             n.name: (mig.DISABLED if n.mig_capable else None) for n in self.nodes
         }
@@ -312,8 +313,13 @@ class World:
         transit aside (the owner arrays say who holds it): its GPUs unless cordoned, or in a
         world with a slice platform what its layout holds."""
         if self.layouts_ is not None:
-            return self.layouts_.capacity(self.owner_[:, i0:i1], self.cordoned_[:, i0:i1], i0, i1)
-        return np.array([n.gpus for n in self.nodes], dtype=float)[:, None] * ~self.cordoned_[:, i0:i1]
+            return self.layouts_.capacity(self.owner_[:, i0:i1], self._closed(i0, i1), i0, i1)
+        return np.array([n.gpus for n in self.nodes], dtype=float)[:, None] * ~self._closed(i0, i1)
+
+    def _closed(self, i0: int, i1: int) -> np.ndarray:
+        """Nodes (rows) serving nobody per step of ``[i0, i1)``: cordoned, or powered off."""
+        closed = self.cordoned_[:, i0:i1]
+        return closed if self.off_ is None else closed | self.off_[:, i0:i1]
 
     def capacity(self) -> np.ndarray:
         """Schedulable capacity per platform and step in its unit, shape (platforms, steps)."""
@@ -349,7 +355,7 @@ class World:
         """GPUs busy per node and step in ``[i0, i1)``: served work packed onto nodes by name (a
         node serving slices is busy in proportion: the requests it holds over those it can)."""
         owner = self.owner_[:, i0:i1]
-        cordoned = self.cordoned_[:, i0:i1]
+        cordoned = self._closed(i0, i1)
         live = self.node_capacity(i0, i1)
         if self._cap_cache is not None:
             cap = self._cap_cache[:, i0:i1]
@@ -428,7 +434,7 @@ class World:
                 stop = look + (int(ahead[0]) if len(ahead) else n - look)
                 owner = int(self.owner_[j, stop]) if stop < n else self._pidx[bound_for[node.name]]
                 remaining = (stop - i) * self.step_hours * 60.0
-            cordoned = bool(self.cordoned_[j, look])
+            cordoned = bool(self.cordoned_[j, look]) or (self.off_ is not None and bool(self.off_[j, look]))
             layout = self.mig_layout_[node.name]
             if self.layouts_ is not None:
                 layout = self.layouts_.at(j, look)
