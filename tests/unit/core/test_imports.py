@@ -283,42 +283,6 @@ def test_the_config_edge_into_detect_reaches_a_leaf_only():
     assert g["detect"][0] == frozenset()
 
 
-def _cycles(g: dict, members: set[str]) -> list[list[str]]:
-    """The import cycles among ``members`` (strongly connected components of more than one module,
-    or a module importing itself), each sorted (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(g.get(v, (frozenset(),))[0] & members):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1 or v in g.get(v, (frozenset(),))[0]:
-                found.append(sorted(component))
-
-    for v in sorted(members):
-        if v not in index:
-            visit(v)
-    return found
-
-
 def test_no_import_cycle_in_detect():
     """The detect stage's modules import one another in one direction: settings, then the rules
     and detectors, the fitted model, the stream (every import counts, also under TYPE_CHECKING
@@ -326,7 +290,7 @@ def test_no_import_cycle_in_detect():
     g = graph()
     detect = {m for m in g if _top(m) == "detect"}
     assert len(detect) > 15
-    assert _cycles(g, detect) == []
+    assert [c for c in circles(g) if set(c) & detect] == []
 
 
 def test_the_planning_job_reads_staging_through_reads_and_stores_only():
@@ -370,7 +334,7 @@ def test_the_cycle_finder_finds_a_circle_through_a_type_checking_import(tmp_path
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     g = graph(root)
-    assert _cycles(g, set(g)) == [["detect.model", "detect.rules.stuck"]]
+    assert circles(g) == [["detect.model", "detect.rules.stuck"]]
 
 
 def test_the_scanner_follows_relative_lazy_and_transitive_imports(fake_pkg):
