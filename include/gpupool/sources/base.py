@@ -357,3 +357,22 @@ def records_to_samples(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     from gpupool.canonical import SAMPLE_COLUMNS
 
     return pd.DataFrame(list(rows), columns=SAMPLE_COLUMNS)
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether a requests ConnectionError stands for a timeout (urllib3's read timeout raised while
+    the body streamed, which requests wraps as a ConnectionError), not a refused connection."""
+    import urllib3
+
+    seen, cause = set(), exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        reason = getattr(cause, "reason", None)
+        for e in (cause, reason):
+            if isinstance(e, urllib3.exceptions.NewConnectionError):  # a ConnectTimeoutError subclass
+                return False
+            if isinstance(e, (urllib3.exceptions.TimeoutError, TimeoutError)):
+                return True
+        nxt = cause.args[0] if cause.args and isinstance(cause.args[0], BaseException) else None
+        cause = nxt or cause.__cause__ or cause.__context__
+    return False

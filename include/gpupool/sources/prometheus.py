@@ -38,6 +38,7 @@ from gpupool.sources.base import (
     TransientError,
     aligned_points,
     call_with_retry,
+    timed_out,
     chunk_range,
     format_window,
     redact_url,
@@ -298,6 +299,8 @@ class PrometheusReader:
         except requests.Timeout as exc:  # ConnectTimeout is a ConnectionError too: this first
             raise TransientError(f"{type(exc).__name__}: no answer within {self.timeout}s") from exc
         except requests.ConnectionError as exc:
+            if timed_out(exc):  # a read that timed out inside the body comes wrapped as a ConnectionError
+                raise TransientError(f"ReadTimeout: no answer within {self.timeout}s") from exc
             raise TransientError(f"connection refused or unreachable ({type(exc).__name__})") from exc
         except PrometheusApiClientException as exc:
             status, detail = _status_of(str(exc))
@@ -530,3 +533,4 @@ def _result_to_frame(
         },
         index=pd.RangeIndex(n),
     )
+

@@ -18,7 +18,7 @@ from typing import Any
 
 import requests
 
-from gpupool.sources.base import PermanentError, TransientError, redact_url
+from gpupool.sources.base import PermanentError, TransientError, redact_url, timed_out
 
 UNIX_PREFIX = "unix:"
 
@@ -103,6 +103,8 @@ class SlurmRestd:
             except requests.Timeout as exc:  # ConnectTimeout is a ConnectionError too: this first
                 raise TransientError(f"{type(exc).__name__}: no answer within {self.timeout}s") from exc
             except requests.ConnectionError as exc:
+                if timed_out(exc):  # a read that timed out inside the body comes wrapped as a ConnectionError
+                    raise TransientError(f"ReadTimeout: no answer within {self.timeout}s") from exc
                 raise TransientError(f"connection refused or unreachable ({type(exc).__name__})") from exc
             return resp.status_code, resp.text
         conn = _UnixHTTPConnection(self.socket_path, self.timeout)
@@ -145,3 +147,4 @@ def expand_hostlist(text: str) -> list[str]:
             for i in range(int(lo), int(hi or lo) + 1):
                 out.append(f"{m.group('pre')}{i:0{width}d}{m.group('post')}")
     return [n for n in out if n]
+

@@ -13,6 +13,8 @@ from gpupool.sim.study import simulate
 from gpupool.sim.world import World
 
 METRICS = {"demand_gpu_hours", "served_gpu_hours", "unmet_gpu_hours", "capacity_gpu_hours", "utilization", "moves"}
+#: what every study reports of energy, parking or not (docs/stages/whatif.md)
+ENERGY = {"idle_kwh", "parked_kwh", "energy_kwh", "parked_node_hours", "wakes", "late_wakes"}
 
 
 def hourly(values) -> np.ndarray:
@@ -59,8 +61,8 @@ def test_slices_leave_fewer_unmet_slice_hours_than_whole_gpus_on_the_same_demand
 
 def test_without_the_key_the_output_is_the_gpu_studys():
     out = simulate(scenario_from_dict(_synthetic(None)), "static")
-    assert set(out["total"]) == METRICS
-    assert all(set(block) == METRICS for block in out["platforms"].values())
+    assert set(out["total"]) == METRICS | ENERGY
+    assert all(set(block) == METRICS | ENERGY for block in out["platforms"].values())
     assert World(scenario_from_dict(_synthetic(None))).layouts_ is None
 
 

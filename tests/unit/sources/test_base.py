@@ -123,3 +123,20 @@ def test_source_class_lookup():
     assert source_class("slurm") is SlurmSource
     with pytest.raises(ValueError, match="unknown platform kind 'lsf'"):
         source_class("lsf")
+
+
+def test_a_read_timeout_wrapped_as_a_connection_error_is_a_timeout_and_a_refusal_is_not():
+    """requests wraps urllib3's read timeout raised while a body streams as a ConnectionError; a
+    source must still say it had no answer in time, and say "refused" only of a refusal (urllib3's
+    NewConnectionError is a ConnectTimeoutError subclass, so the order matters)."""
+    import requests
+    import urllib3
+
+    from gpupool.sources.base import timed_out
+
+    read = requests.ConnectionError(urllib3.exceptions.ReadTimeoutError(None, "/api/v1/query_range", "Read timed out."))
+    refused = urllib3.exceptions.NewConnectionError(None, "Connection refused")
+    assert timed_out(read)
+    assert not timed_out(requests.ConnectionError(refused))
+    assert not timed_out(requests.ConnectionError(urllib3.exceptions.MaxRetryError(None, "/", refused)))
+    assert not timed_out(requests.ConnectionError("Connection aborted."))
