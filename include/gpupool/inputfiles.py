@@ -27,7 +27,7 @@ from yaml.constructor import SafeConstructor
 from yaml.events import AliasEvent
 from yaml.resolver import Resolver
 
-from gpupool.errors import UserError, shown
+from gpupool.errors import UserError, one_line, shown
 
 MiB = 1 << 20
 #: the most bytes a platforms.yaml may hold: the listed pool nodes of a fleet of tens of thousands
@@ -134,7 +134,7 @@ def parse_yaml(text: str, where: str, error: ErrorType = InputFileError) -> Any:
     except yaml.YAMLError as exc:
         raise error(f"{where}: not valid YAML ({_yaml_reason(exc)})") from None
     except (ValueError, OverflowError) as exc:  # a scalar YAML cannot build: a 13th month, a 5,000-digit integer
-        raise error(f"{where}: not valid YAML ({_short(str(exc))})") from None
+        raise error(f"{where}: not valid YAML ({one_line(str(exc), 200)})") from None
     finally:
         loader.dispose()
 
@@ -193,7 +193,7 @@ def _decompressed(data: bytes, method: str, max_bytes: int, what: str, refuse) -
     except _Refused as exc:
         raise refuse(str(exc)) from None
     except (OSError, EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile, tarfile.TarError, ValueError) as exc:
-        raise refuse(f"not a valid {method} file ({_short(str(exc))})") from None
+        raise refuse(f"not a valid {method} file ({one_line(str(exc), 200)})") from None
     if len(out) > max_bytes:
         raise refuse(f"holds more than {max_bytes:,} bytes once decompressed, the most a {what} may hold")
     return out
@@ -211,20 +211,14 @@ def _decoded(data: bytes, method: str | None, refuse) -> str:
                      f"line {line:,})") from None
 
 
-def _short(text: str, limit: int = 200) -> str:
-    """``text`` on one line, at most ``limit`` characters."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _yaml_reason(exc: yaml.YAMLError) -> str:
     """A YAML error as one short line: what is wrong and at which line and column."""
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         context = f" ({exc.context})" if exc.context else ""
-        return _short(f"{exc.problem}{where}{context}")
-    return _short(str(exc))
+        return one_line(f"{exc.problem}{where}{context}", 200)
+    return one_line(str(exc), 200)
 
 
 try:

@@ -48,8 +48,9 @@ wall-clock times at which commands really went out.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -172,6 +173,18 @@ def _backfill(engine: Engine, node: str, platform: str, kind: str) -> dict[str, 
 # ------------------------------------------------------------------------------------ park / wake
 
 
+
+@contextlib.contextmanager
+def _node_held(engine: Engine, node: str) -> Iterator[Mapping[str, Any] | None]:
+    """Hold ``node``'s writer lock (the handovers' too) and yield its power row as it stands
+    under the lock; :class:`PowerConflict` when another writer holds it."""
+    with store.node_lock(engine, node) as held:
+        if not held:
+            raise PowerConflict(f"node {node!r} is being changed by another writer (a handover, a park or a wake); "
+                                "nothing sent, try again")
+        yield store.get_power(engine, node)
+
+
 def park(engine: Engine, node: str, platform: str, actuator: PowerActuator | None, at: datetime, *,
          dry_run: bool = True, backfill: bool = False, reason: str | None = None, by: str = "operator",
          timeout: timedelta = DEFAULT_TIMEOUT) -> dict[str, Any]:
@@ -186,11 +199,7 @@ def park(engine: Engine, node: str, platform: str, actuator: PowerActuator | Non
     at = utc_datetime(at)
     if backfill:
         return _backfill(engine, node, platform, "park")
-    with store.node_lock(engine, node) as held:
-        if not held:
-            raise PowerConflict(f"node {node!r} is being changed by another writer (a handover, a park or a wake); "
-                                "nothing sent, try again")
-        row = store.get_power(engine, node)
+    with _node_held(engine, node) as row:
         state = ON if row is None else row["state"]
         if state in (PARKING, PARKED):
             return {"node": node, "platform": row["platform"], "state": state, "action": "none", "dry_run": dry_run,
@@ -198,7 +207,7 @@ def park(engine: Engine, node: str, platform: str, actuator: PowerActuator | Non
         if state != ON:
             raise PowerConflict(f"node {node!r} is {state}: not parked")
         if dry_run or actuator is None:
-            blocking = [h for h in audit_store.handover_rows(engine, BLOCKING_STATES, node=node)]
+            blocking = audit_store.handover_rows(engine, BLOCKING_STATES, node=node)
             if blocking:
                 raise PowerConflict(f"node {node!r} has handover #{blocking[0]['id']} in state {blocking[0]['state']!r}: "
                                     "not parked")
@@ -234,11 +243,7 @@ def wake(engine: Engine, node: str, actuator: PowerActuator | None, at: datetime
     platform = row["platform"] if row is not None else (actuator.platform if actuator is not None else "?")
     if backfill:
         return _backfill(engine, node, platform, "wake")
-    with store.node_lock(engine, node) as held:
-        if not held:
-            raise PowerConflict(f"node {node!r} is being changed by another writer (a handover, a park or a wake); "
-                                "nothing sent, try again")
-        row = store.get_power(engine, node)
+    with _node_held(engine, node) as row:
         state = ON if row is None else row["state"]
         if state in (ON, WAKING):
             return {"node": node, "platform": platform, "state": state, "action": "none", "dry_run": dry_run,
