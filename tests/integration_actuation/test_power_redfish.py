@@ -33,12 +33,15 @@ def _power_state(bmc, system: str) -> str:
     return r.json()["PowerState"]
 
 
-def _until(engine, actuators, node: str, state: str, timeout: float = 40.0, each=None) -> None:
+def _until(engine, actuators, node: str, state: str, start: datetime = T0, timeout: float = 40.0,
+           each=None) -> None:
     """Advance the state machine (as the fast path's ticks would) until ``node`` is ``state``;
-    the fake driver applies a power change 1 to 11 s after it was asked."""
-    at, deadline = T0, time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        at += timedelta(seconds=30)
+    the fake driver applies a power change 1 to 11 s after it was asked. The passes' clock runs
+    with the wall clock from ``start`` (the time of the park or wake), so a BMC slowed by a busy
+    machine is never taken for one that lost the command (which the machine sends again)."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        at = start + timedelta(seconds=1 + time.monotonic() - began)
         pm.advance_all(engine, actuators, at, dry_run=False)
         if pm.power_of(engine, node) == state:
             return
@@ -60,7 +63,7 @@ def test_park_and_wake_a_node_through_its_bmc(redfish_bmc, sqlite_engine):
     assert _power_state(bmc, "gpu-r01") == "Off" and _power_state(bmc, "gpu-r02") == "On"
 
     pm.wake(sqlite_engine, "gpu-r01", act, T0 + timedelta(hours=1), dry_run=False, by="fastpath")
-    _until(sqlite_engine, {"lab": act}, "gpu-r01", pm.ON)
+    _until(sqlite_engine, {"lab": act}, "gpu-r01", pm.ON, start=T0 + timedelta(hours=1))
     assert _power_state(bmc, "gpu-r01") == "On"
     assert [(a["action"], a["request"]["ResetType"], a["status"]) for a in store.audit_rows(sqlite_engine, node="gpu-r01")] == [
         ("redfish_reset", "GracefulShutdown", "ok"), ("redfish_reset", "On", "ok")]
@@ -147,7 +150,7 @@ def test_a_kubernetes_node_is_cordoned_before_power_off_and_uncordoned_when_read
                 kube.patch("nodes", None, "k8s-node-k01",
                            {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
 
-    _until(sqlite_engine, acts, "gpu-k01", pm.ON, each=kubelet)
+    _until(sqlite_engine, acts, "gpu-k01", pm.ON, start=T0 + timedelta(hours=2), each=kubelet)
     assert len(ready) >= 2  # on and not Ready yet: the node stayed cordoned meanwhile
     node = kube.get("nodes", None, "k8s-node-k01")
     assert not node["spec"].get("unschedulable") and HOLD_ANNOTATION not in (node["metadata"].get("annotations") or {})

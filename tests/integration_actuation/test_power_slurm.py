@@ -70,13 +70,15 @@ def _power(c) -> SlurmPower:
     return SlurmPower(SlurmActuator("slurm", slurm_conf=c.slurm_conf))
 
 
-def _until(engine, act, c, state: str, timeout: float = 60.0) -> None:
-    """Advance the state machine (as the fast path's ticks would) until the node is ``state``."""
-    at = [T0]
+def _until(engine, act, c, state: str, start: datetime = T0, timeout: float = 60.0) -> None:
+    """Advance the state machine (as the fast path's ticks would) until the node is ``state``;
+    the passes' clock runs with the wall clock from ``start`` (the park's or wake's time), so a
+    Slurm slowed by a busy machine is never taken for one that lost the command."""
+    began = time.monotonic()
 
     def moved() -> bool:
-        at[0] += timedelta(seconds=30)
-        pm.advance_all(engine, {"slurm": act}, at[0], dry_run=False)
+        at = start + timedelta(seconds=1 + time.monotonic() - began)
+        pm.advance_all(engine, {"slurm": act}, at, dry_run=False)
         return pm.power_of(engine, c.node) == state
 
     assert _wait(moved, timeout, 1.0), (store.get_power(engine, c.node), sorted(_flags(c)))
@@ -98,7 +100,7 @@ def test_park_powers_the_node_down_through_slurm_and_wake_brings_it_back(slurm_p
 
     out = pm.wake(sqlite_engine, c.node, act, T0 + timedelta(hours=1), dry_run=False, by="operator")
     assert out["state"] in (pm.WAKING, pm.ON)
-    _until(sqlite_engine, act, c, pm.ON)
+    _until(sqlite_engine, act, c, pm.ON, start=T0 + timedelta(hours=1))
     assert _calls(c)[calls:] == [f"suspend {c.node}", f"resume {c.node}"]
     assert [(a["action"], a["status"]) for a in store.audit_rows(sqlite_engine, node=c.node)] == [
         ("power_down_asap", "ok"), ("power_up", "ok")]
@@ -118,7 +120,7 @@ def test_a_busy_node_parks_after_its_job_and_a_wake_meanwhile_follows(slurm_powe
     assert {"DRAIN", "POWER_DOWN"} <= _flags(c)  # Slurm drains it and lets the job finish
     out = pm.wake(sqlite_engine, c.node, act, T0 + timedelta(minutes=1), dry_run=False)
     assert out["action"] == "wake after park"  # Slurm cannot take a POWER_DOWN_ASAP back
-    _until(sqlite_engine, act, c, pm.ON, timeout=90)
+    _until(sqlite_engine, act, c, pm.ON, start=T0 + timedelta(minutes=1), timeout=90)
     assert [t["to_state"] for t in store.transitions(sqlite_engine, c.node)] == ["parking", "parked", "waking", "on"]
     assert next(j for j in c.jobs() if j["job_id"] == job)["job_state"] == "COMPLETED"
 
