@@ -4,6 +4,7 @@ with the fast path beside the hourly plan (as shipped) and without it.
     nice -n 10 .venv/bin/python bench/allocate_helios.py [--days 31] [--jobs 2]
         [--tune G1,G2] [--report G3,G4,G5] [--pools 100,115,130] [--no-faults] [--fault-seeds 3]
         [--fault-pools 100] [--hourly-faults] [--regimes "static,greedy 5min,reactive off,reactive"]
+        [--no-energy] [--energy-regime predictive] [--wake 10] [--slurm-buffers 2,4]
 
 The six traces (demand = running_gpu_num + pending_gpu_num) are grouped into three platforms of
 two traces each. The groupings are the five rounds of a 1-factorization (round-robin pairing):
@@ -33,6 +34,15 @@ greedy rule deciding at the same cadence, and at or below themselves without it;
 predictive with the fast path and cleaning within 5 % of its fault-free unmet with at most 10 %
 more moves. A month of the whole chain: the wall time of one predictive run with the fast path is
 printed (bar: under 10 minutes on 2 cores).
+
+Energy beside unmet (issue 41): every study reports the idle nodes' energy; for each regime
+(grouping and pool) the ``--energy-regime`` (the shipped ``predictive`` with the fast path) runs
+again with gpupool's parking (the product defaults of the scenario's ``parking:`` key, wake
+``--wake`` minutes) and with the Slurm-style rule per platform (``scope: platform``, a warm buffer
+of N idle nodes per platform for each N of ``--slurm-buffers``, idle 30 minutes, the same wake)
+as the baseline: idle kWh with parking off, then each rule's share of the idle nodes' energy
+saved and the unmet it adds (``bench/_parking.py``, shared with ``bench/parking_helios.py``).
+``--no-energy`` leaves those runs out.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from _parking import GPUPOOL, OFF, SLURM_BUFFERS, WAKE_MINUTES, buffers, energy_bars, energy_table, rules, with_parking
 from gpupool.sim.scenario import Scenario, scenario_from_dict
 from gpupool.sim.study import simulate
 from gpupool.sim.traces import read_helios
@@ -222,11 +233,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--from-log", help="render the tables from the per-run lines an earlier run wrote to stderr")
     ap.add_argument("--regimes", default=",".join(POLICIES),
                     help="the regimes run (a subset writes a table of its own; the bars need their regimes)")
+    ap.add_argument("--no-energy", action="store_true", help="skip the parking runs (the energy columns)")
+    ap.add_argument("--energy-regime", default="predictive",
+                    help="the gpupool regime (among --regimes) run again with each parking rule")
+    ap.add_argument("--wake", type=float, default=WAKE_MINUTES, help="minutes to wake a node, every rule")
+    ap.add_argument("--slurm-buffers", default=",".join(map(str, SLURM_BUFFERS)),
+                    help="warm buffers of the Slurm-style rule per platform (the baseline)")
     args = ap.parse_args(argv)
     policies = [r.strip() for r in args.regimes.split(",") if r.strip()]
     if set(policies) - set(POLICIES):
         ap.error(f"unknown regimes {sorted(set(policies) - set(POLICIES))}; there are {list(POLICIES)}")
     policies = [r for r in POLICIES if r in policies]
+    energy = not args.no_energy and args.energy_regime in policies
+    if energy and REGIMES[args.energy_regime][0] == "greedy":
+        ap.error(f"--energy-regime {args.energy_regime!r}: the greedy rule does not park; give a gpupool regime")
+    parking = {k: v for k, v in rules(args.wake, {}, buffers(args.slurm_buffers)).items() if k != OFF}
     data = Path(args.data)
     rounds = groupings()
     report = [g.strip() for g in args.report.split(",") if g.strip()]
@@ -251,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
             scen[(g, pct)] = sc
             for regime in policies:
                 jobs.append(((g, pct, regime, "clean"), sc, regime, True))
+            for name, spec in (parking.items() if energy else ()):
+                jobs.append(((g, pct, args.energy_regime, f"parking {name}"), with_parking(sc, spec),
+                             args.energy_regime, True))
             if not args.no_faults and pct in fault_pools and "predictive" in policies:
                 for seed in seeds:
                     spec = {**FAULTS, "seed": seed}
@@ -281,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     _bars(rows, policies)
     if not args.no_faults and "predictive" in policies:
         _fault_table(scen, res, report, fault_pools, seeds, fault_regimes)
+    if energy:
+        _energy(scen, res, args.energy_regime, list(parking), args.wake)
     chain = next((p for p in ("predictive", "reactive") if p in policies), None)
     if chain is None:
         return 0
@@ -388,6 +414,26 @@ def _fault_table(scen, res, report, fault_pools, seeds, fault_regimes) -> None:
         print(f"- {regime} with cleaning within 5% of fault-free (mean over seeds): worst {worst:+.1%} "
               f"{'MET' if worst <= 0.05 else 'NOT MET'}; at most 10% more moves: worst {worst_moves:+.1%} "
               f"{'MET' if worst_moves <= 0.10 else 'NOT MET'}")
+
+
+def _energy(scen, res, regime: str, names: list[str], wake: float) -> None:
+    """Idle-node energy beside unmet, per regime: parking off, gpupool's rule and the Slurm-style
+    rule per platform (``bench/_parking.py``), with issue 41's bars."""
+    keys = [k for k in scen if all((*k, regime, f"parking {r}") in res for r in names)]
+    if not keys:
+        return
+    totals = {(*k, OFF): res[(*k, regime, "clean")][0] for k in keys}
+    totals.update({(*k, r): res[(*k, regime, f"parking {r}")][0] for k in keys for r in names})
+    print()
+    print(f"energy beside unmet ({regime}{' (hourly only)' if regime.endswith('off') else ' with the fast path'}): "
+          f"idle kWh with parking off; gpupool: the product defaults of `parking:`, wake {wake:g} min; "
+          f"slurm bN: the Slurm-style rule per platform (`scope: platform`, N idle nodes kept per platform, "
+          f"idle 30 min, wake on shortage, the same wake); saved = 1 - (idle + parked kWh) / idle kWh off; "
+          "+unmet: GPU-h above parking off; late: wakes whose platform was short before the node served")
+    print()
+    fig = energy_table(totals, keys, names)
+    if GPUPOOL in names:
+        energy_bars(fig, keys, [r for r in names if r != GPUPOOL])
 
 
 def fault_seeds(n: int) -> list[int]:

@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from allocate_helios import DATA, REPORT, TUNE, groupings, pool_nodes, scenario
-
-from gpupool.sim.power import ParkingSpec
-from gpupool.sim.study import simulate
+from _parking import (GPUPOOL, OFF, SLURM_BUFFERS, WAKE_MINUTES, buffers, energy_bars, energy_table, rules,
+                      with_parking)
+from allocate_helios import DATA, REGIMES, REPORT, TUNE, groupings, pool_nodes, run_jobs, scenario
 
 #: the settings tried on the tune groupings (each merged over the product defaults)
 TUNE_CANDIDATES = {
@@ -45,39 +42,6 @@ TUNE_CANDIDATES = {
 }
 
 
-def run_one(job):
-    key, sc, parking, policy = job
-    t0 = time.perf_counter()
-    sc = sc.model_copy(update={"parking": None if parking is None else ParkingSpec(**parking)})
-    total = simulate(sc, policy)["total"]
-    return key, total, time.perf_counter() - t0
-
-
-def run_jobs(jobs, n_jobs):
-    out = {}
-
-    def note(key, total, wall):
-        out[key] = total
-        print(f"[{len(out)}/{len(jobs)}] {json.dumps({'key': key, 'total': total, 'wall': round(wall, 1)})}",
-              file=sys.stderr, flush=True)
-
-    if n_jobs > 1:
-        with ProcessPoolExecutor(n_jobs) as ex:
-            for fut in as_completed([ex.submit(run_one, j) for j in jobs]):
-                note(*fut.result())
-    else:
-        for j in jobs:
-            note(*run_one(j))
-    return out
-
-
-def figures(res, key, rule):
-    """(saved fraction, unmet added, wakes, late wakes) of ``rule`` against ``off``."""
-    off, on = res[(*key, "off")], res[(*key, rule)]
-    saved = 1 - (on["idle_kwh"] + on["parked_kwh"]) / off["idle_kwh"] if off["idle_kwh"] > 0 else 0.0
-    return saved, on["unmet_gpu_hours"] - off["unmet_gpu_hours"], on["wakes"], on["late_wakes"]
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--days", type=float, default=6)
@@ -85,73 +49,41 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(DATA))
     ap.add_argument("--report", default=",".join(REPORT))
     ap.add_argument("--pools", default="100")
-    ap.add_argument("--policy", default="predictive")
-    ap.add_argument("--wake", type=float, default=10.0)
-    ap.add_argument("--slurm-buffers", default="2,4")
+    ap.add_argument("--policy", default="predictive", help="the gpupool regime of allocate_helios the rules run under")
+    ap.add_argument("--wake", type=float, default=WAKE_MINUTES)
+    ap.add_argument("--slurm-buffers", default=",".join(map(str, SLURM_BUFFERS)))
     ap.add_argument("--gpupool", default="{}", help="gpupool's parking settings (JSON) over the defaults")
     ap.add_argument("--tune", action="store_true", help="run TUNE_CANDIDATES on the tune groupings")
     args = ap.parse_args(argv)
+    if args.policy not in REGIMES or REGIMES[args.policy][0] == "greedy":
+        ap.error(f"--policy {args.policy!r}: give one of gpupool's regimes of allocate_helios "
+                 f"{[r for r, (p, _) in REGIMES.items() if p != 'greedy']}")
     data, rounds = Path(args.data), groupings()
     groups = list(TUNE) if args.tune else [g.strip() for g in args.report.split(",") if g.strip()]
     pools = [int(p) for p in args.pools.split(",")]
-    base = {"wake_minutes": args.wake}
-    rules = {"off": None}
-    if args.tune:
-        rules.update({name: {**base, **c} for name, c in TUNE_CANDIDATES.items()})
-    else:
-        rules["gpupool"] = {**base, **json.loads(args.gpupool)}
-    for n in [int(b) for b in args.slurm_buffers.split(",") if b.strip()]:
-        rules[f"slurm b{n}"] = {**base, "scope": "platform", "buffer": n, "idle_minutes": 30, "cooldown_minutes": 0}
+    named = rules(args.wake, None if args.tune else json.loads(args.gpupool), buffers(args.slurm_buffers))
+    if args.tune:  # the candidates before the baselines, as the tables have always listed them
+        tried = {name: {"wake_minutes": args.wake, **c} for name, c in TUNE_CANDIDATES.items()}
+        named = {OFF: None, **tried, **{k: v for k, v in named.items() if k != OFF}}
     jobs = []
     for pct in pools:
         for g in groups:
             sc = scenario(rounds[g], pool_nodes(rounds[g], data, pct), args.days, data, f"{g}-{pct}")
-            for name, parking in rules.items():
-                jobs.append(((g, pct, name), sc, parking, args.policy))
+            for name, parking in named.items():
+                jobs.append(((g, pct, name), with_parking(sc, parking), args.policy, True))
     t0 = time.perf_counter()
-    res = run_jobs(jobs, args.jobs)
+    res = {key: total for key, (total, _) in run_jobs(jobs, args.jobs).items()}
     print(f"Helios parking: {args.days:g} days, policy {args.policy} with the fast path, wake {args.wake:g} min, "
           f"park 5 min, idle 1.4 kW, parked 40 W per 8-GPU node; "
           f"{'tune groupings ' + ','.join(groups) if args.tune else 'held-out groupings ' + ','.join(groups)}")
     print()
-    names = [r for r in rules if r != "off"]
-    print("| grouping | pool | idle kWh off | unmet off | " + " | ".join(
-        f"{r}: saved / +unmet / wakes (late)" for r in names) + " |")
-    print("|---|---:|---:|---:|" + "---:|" * len(names))
+    names = [r for r in named if r != OFF]
     keys = [(g, pct) for pct in pools for g in groups]
-    fig = {(k, r): figures(res, k, r) for k in keys for r in names}
-    for k in keys:
-        off = res[(*k, "off")]
-        print(f"| {k[0]} | {k[1]}% | {off['idle_kwh']:.0f} | {off['unmet_gpu_hours']:.0f} | " + " | ".join(
-            f"{fig[(k, r)][0]:.0%} / {fig[(k, r)][1]:+.0f} / {fig[(k, r)][2]} ({fig[(k, r)][3]})" for r in names) + " |")
-    print("| mean | | | | " + " | ".join(
-        f"{sum(fig[(k, r)][0] for k in keys) / len(keys):.0%} / {sum(fig[(k, r)][1] for k in keys) / len(keys):+.1f}"
-        f" / {sum(fig[(k, r)][2] for k in keys) / len(keys):.0f} ({sum(fig[(k, r)][3] for k in keys) / len(keys):.0f})"
-        for r in names) + " |")
+    fig = energy_table(res, keys, names)
     if not args.tune:
-        _bars(fig, keys, [r for r in names if r.startswith("slurm")])
+        energy_bars(fig, keys, [r for r in names if r != GPUPOOL])
     print(f"\nbench wall {(time.perf_counter() - t0) / 60:.1f} min, {args.jobs} job(s)")
     return 0
-
-
-def _bars(fig, keys, slurms):
-    print()
-    mean = {r: (sum(fig[(k, r)][0] for k in keys) / len(keys), sum(fig[(k, r)][1] for k in keys) / len(keys))
-            for r in ["gpupool", *slurms]}
-    s, u = mean["gpupool"]
-    worst = max(keys, key=lambda k: (fig[(k, 'gpupool')][1], -fig[(k, 'gpupool')][0]))
-    print(f"- mean: gpupool saves {s:.0%} (bar >= 55 %) with {u:+.1f} GPU-h unmet (bar <= +15): "
-          + ("MET" if s >= 0.55 and u <= 15 else "NOT MET"))
-    print(f"- worst held-out regime for unmet: {worst[0]} {worst[1]}%: saved {fig[(worst, 'gpupool')][0]:.0%}, "
-          f"{fig[(worst, 'gpupool')][1]:+.1f} GPU-h")
-    for r in slurms:
-        rs, ru = mean[r]
-        both = s > rs and u < ru
-        print(f"- mean against {r} ({rs:.0%}, {ru:+.1f}): better on both counts: {'MET' if both else 'NOT MET'}")
-        bad = [f"{k[0]} {k[1]}%" for k in keys
-               if not (fig[(k, 'gpupool')][0] >= fig[(k, r)][0] and fig[(k, 'gpupool')][1] < fig[(k, r)][1])]
-        print(f"  every regime at least its saving with less unmet added: "
-              + ("MET" if not bad else f"NOT MET in {len(bad)}/{len(keys)}: {', '.join(bad)}"))
 
 
 if __name__ == "__main__":
