@@ -1,0 +1,30 @@
+"""The parking benches' shared rules and figures (bench/_parking.py), on cases worked out by hand."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+
+from _parking import GPUPOOL, OFF, figures, rules, slurm_name  # noqa: E402
+
+from gpupool.sim.power import ParkingSpec  # noqa: E402
+
+
+def test_the_rules_compared_share_the_wake_time():
+    named = rules(7.0, {}, (2, 4))
+    assert list(named) == [OFF, GPUPOOL, slurm_name(2), slurm_name(4)]
+    assert named[OFF] is None
+    gp, b4 = ParkingSpec(**named[GPUPOOL]), ParkingSpec(**named[slurm_name(4)])
+    assert gp.model_dump() == ParkingSpec(wake_minutes=7.0).model_dump()  # the product defaults
+    assert (b4.scope, b4.buffer, b4.idle_minutes, b4.cooldown_minutes, b4.wake_minutes) == ("platform", 4, 30, 0, 7.0)
+    assert GPUPOOL not in rules(10.0, None, (2,))
+
+
+def test_saved_charges_the_parked_draw_against_idle_energy_off():
+    off = {"idle_kwh": 100.0, "parked_kwh": 0.0, "unmet_gpu_hours": 10.0, "wakes": 0, "late_wakes": 0}
+    on = {"idle_kwh": 30.0, "parked_kwh": 5.0, "unmet_gpu_hours": 14.5, "wakes": 9, "late_wakes": 2}
+    saved, added, wakes, late = figures(off, on)
+    assert saved == pytest.approx(0.65) and added == pytest.approx(4.5) and (wakes, late) == (9, 2)
+    assert figures({**off, "idle_kwh": 0.0}, on)[0] == 0.0  # nothing idle: nothing to save
