@@ -301,8 +301,8 @@ def decide_leg(ctx, world: World, at: datetime) -> dict:
     from gpupool.sim.power import ParkingSpec
 
     rule = ParkingSpec()
-    members = {p: [(n, world.gpus, 0.0 if n in set(world.idle[p]) else float(world.gpus)) for n in world.names[p]]
-               for p in PLATFORMS}
+    idle = {n for p in PLATFORMS for n in world.idle[p]}
+    members = {p: [(n, world.gpus, 0.0 if n in idle else float(world.gpus)) for n in world.names[p]] for p in PLATFORMS}
     nodes = power_nodes(ctx.engine, members, at)
     pressures = {p: pressure_of(ctx.engine, p, world.allocated(p) + world.pending[p], None, at, rule, rule.wake_minutes)
                  for p in PLATFORMS}
