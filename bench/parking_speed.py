@@ -351,7 +351,9 @@ def main() -> int:
               f"Slurm short {args.short} nodes, {args.idle} idle powered nodes on OpenStack and Kubernetes; "
               f"plan policy {args.policy}; seeded in {time.perf_counter() - t:.0f} s: "
               + ", ".join(f"{k} {v:,}" for k, v in rows.items()))
-        print(f"tick with parking: {'run_fastpath with the production power step (gpupool.jobs.power) inside' if production_step else 'run_fastpath, then the bench stand-in of the power step (gpupool.jobs.power is not there yet)'}")
+        print("tick with parking: " + ("run_fastpath with production's power step inside" if production_step else
+                                       "run_fastpath, then the bench's stand-in of the power step (production's "
+                                       "power_step is not in this checkout)"))
 
         plan_today, plan_park, ticks_today, ticks_park, decides = [], [], [], [], []
         for i in range(args.repeat):
