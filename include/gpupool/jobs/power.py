@@ -269,3 +269,73 @@ def _pressures(ctx, at: datetime, names: list[str], settings, tick: timedelta) -
         out[p] = pressure_from_readings([v for _, v in readings], settings, wake_minutes=settings.wake_minutes,
                                         tick_minutes=minutes, forecast_upper=upper, daily=max(then) if then else None)
     return out
+
+
+def plan_power_step(ctx, at: datetime, *, dry_run: bool = True, backfill: bool = False, lookup=None,
+                    actuators: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The power step of the hourly plan's actuation: run at the plan's cadence when the fast path
+    does not run (:func:`fastpath_running`); otherwise the fast path's ticks run it, and this says so."""
+    at = utc_datetime(at)
+    if not power_platforms(ctx.config):
+        return power_step(ctx, at, backfill=backfill)
+    if not backfill and fastpath_running(ctx.engine, at):
+        return {"at": at.isoformat(), "by": "plan", "note": "the fast path runs the power step (it ticked within "
+                f"{FASTPATH_SEEN_WITHIN}); the plan leaves parking to it", "wakes": [], "parks": [], "refused": []}
+    return power_step(ctx, at, dry_run=dry_run, backfill=backfill, tick=PLAN_EVERY, by="plan", lookup=lookup,
+                      actuators=actuators)
+
+
+# ------------------------------------------------------------------------------------ the operator
+
+
+def power_status(engine) -> list[dict[str, Any]]:
+    """Every node gpupool parked or woke: its power state, since when, the platform it wakes on,
+    the transition in flight (``pending``: where it goes and by when) and the last error."""
+    from gpupool.staging import power as store
+
+    out = []
+    for r in store.power_rows(engine):
+        pending = None
+        if r["state"] in pm.MOVING_STATES:
+            to = pm.PARKED if r["state"] == pm.PARKING else ON
+            pending = {"to": to, "deadline": None if r["deadline"] is None else utc_datetime(r["deadline"]).isoformat()}
+            if r.get("wake_deadline") is not None:
+                pending["then_wake_by"] = utc_datetime(r["wake_deadline"]).isoformat()
+        out.append({"node": r["node"], "platform": r["platform"], "state": r["state"],
+                    "since": utc_datetime(r["since"]).isoformat(), "pending": pending, "error": r["error"]})
+    return out
+
+
+def operator_power(ctx, action: str, node: str, at: datetime, *, dry_run: bool = True, reason: str | None = None,
+                   lookup=None) -> dict[str, Any]:
+    """``gpupool power park|wake NODE``: one park or wake by the operator, through the power
+    machine (audited; a dry run, the default, sends nothing and records what it would send).
+    A node of a platform without ``power:`` is refused, as is a node the pool does not know."""
+    from gpupool.staging import power as store
+
+    at = utc_datetime(at)
+    config, engine = ctx.config, ctx.engine
+    row = store.get_power(engine, node)
+    if row is not None and row["state"] != ON:
+        platform = row["platform"]
+    else:
+        from gpupool.jobs.allocation import pool_nodes
+
+        records, excluded = pool_nodes(engine, at, ctx.platforms(), config)
+        owner = {r.name: r.owner for r in records}
+        if node not in owner:
+            why = next((e["why"] for e in excluded if e["node"] == node), "not in the latest inventory of any platform")
+            raise pm.PowerError(f"node {node!r} is not a pool node gpupool may {action}: {why}")
+        platform = owner[node]
+    pcfg = config.platform(platform)
+    if pcfg.power is None:
+        raise pm.PowerError(f"node {node!r} is on platform {platform!r}, which has no power: section; gpupool "
+                            "never parks or wakes its nodes")
+    live = (not dry_run) and (not config.dry_run) and pcfg.actuation
+    actuator = ctx.build_power_actuators([platform], dry_run=False, lookup=lookup).get(platform) if live else None
+    timeout = timedelta(minutes=pcfg.power.timeout_minutes)
+    why = reason or f"operator: gpupool power {action}"
+    if action == "park":
+        return pm.park(engine, node, platform, actuator, at, dry_run=actuator is None, by="operator", reason=why,
+                       timeout=timeout)
+    return pm.wake(engine, node, actuator, at, dry_run=actuator is None, by="operator", reason=why, timeout=timeout)
