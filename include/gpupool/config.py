@@ -387,8 +387,7 @@ class GpupoolConfig(_Strict):
         "the sampling step of the staged series: a duration with a unit, whole seconds from 1 s to 1 h"))
     parking: dict = Field(default_factory=dict, description=(
         "the parking rule of the plan and the fast path (which idle nodes park, which parked "
-        "nodes wake), for the platforms with `power:` only; defaults the what-if's "
-        "([operations/power.md](operations/power.md))"))
+        "nodes wake), for the platforms with `power:` only; its defaults are the what-if's"))
     dry_run: StrictBool = Field(default=True, description=(
         "true: nothing is sent anywhere. Actuation needs this false *and* the platform's "
         "`actuation: true` *and* a run that is no backfill; only a YAML boolean, a string such as "
