@@ -206,10 +206,9 @@ def _nodes(ctx, at: datetime, names: list[str], pressures: Mapping[str, Any], se
     engine = ctx.engine
     records, _ = pool_nodes(engine, at, ctx.platforms(), ctx.config)
     states = {r["node"]: r for r in store.power_rows(engine)}
-    woken: dict[str, datetime] = {}
-    for t in store.live_transitions(engine, at):
-        if t["to_state"] == "waking" or (t["from_state"] == "parked" and t["to_state"] == ON):
-            woken[t["node"]] = utc_datetime(t["at"])
+    # a wake older than the cool-down and a tick is as good as none to the rule
+    woken = {n: utc_datetime(t) for n, t in store.woken_since(
+        engine, at - timedelta(minutes=settings.cooldown_minutes) - tick, at).items()}
     window = timedelta(minutes=settings.idle_minutes) + 2 * tick
     idle_since = _idle_since(engine, names, at, window, pressures)
     gpus = {n: g for pr in pressures.values() for n, g in pr.node_gpus.items()}
