@@ -108,7 +108,8 @@ def _idle_since(engine, names: list[str], at: datetime, window: timedelta, press
         seen.append((r.snapshot_at.to_pydatetime(), str(r.node), bool(r.schedulable) and busy <= 0))
     for p, pr in (pressures or {}).items():
         if p in names:
-            seen += [(at, n, n in set(pr.idle_nodes)) for n in pr.node_gpus]
+            idle = set(pr.idle_nodes)
+            seen += [(at, n, n in idle) for n in pr.node_gpus]
     first_idle: dict[str, datetime] = {}
     last_busy: dict[str, datetime] = {}
     for t, n, idle in sorted(seen):
@@ -212,6 +213,7 @@ def _nodes(ctx, at: datetime, names: list[str], pressures: Mapping[str, Any], se
     window = timedelta(minutes=settings.idle_minutes) + 2 * tick
     idle_since = _idle_since(engine, names, at, window, pressures)
     gpus = {n: g for pr in pressures.values() for n, g in pr.node_gpus.items()}
+    idle_now = {p: set(pr.idle_nodes) for p, pr in pressures.items()}
     out, seen = [], set()
     for r in records:
         row = states.get(r.name)
@@ -222,7 +224,7 @@ def _nodes(ctx, at: datetime, names: list[str], pressures: Mapping[str, Any], se
         reading = pressures.get(platform)
         busy = r.busy_gpus
         if reading is not None and r.name in reading.node_gpus:  # the reading of this step says
-            busy = 0.0 if r.name in set(reading.idle_nodes) else float(r.gpus)
+            busy = 0.0 if r.name in idle_now[platform] else float(r.gpus)
         moved = None if r.last_moved_at is None else utc_datetime(r.last_moved_at)
         changed = max((t for t in (moved, woken.get(r.name)) if t is not None), default=None)
         state = row["state"] if row is not None else ON
