@@ -4,7 +4,7 @@ One step at ``at`` (the fast path's tick runs it before its decision; the hourly
 actuation runs it when the fast path does not run):
 
 1. the parks and wakes in flight are carried forward (:func:`gpupool.actuation.power.machine.advance_all`)
-   and parked nodes their platform woke by itself recorded (``observe``);
+   and, once an hour, parked nodes their platform woke by itself recorded (``observe``);
 2. the rule's inputs are read from staging, as the what-if builds them from its world
    (:mod:`gpupool.sim.power`): each pool node of a platform that parks (``power:`` and
    ``actuation: true``) with its power state, whether it has work (the reading of this step:
@@ -146,7 +146,10 @@ def power_step(ctx, at: datetime, *, dry_run: bool = True, backfill: bool = Fals
     if actuators is None:
         actuators, unbuilt = _build(ctx, names, live_ok, lookup)
     actuators = {p: a for p, a in actuators.items() if p in names} if live_ok else {}
-    if actuators:
+    if actuators and (tick >= PLAN_EVERY or at.minute * 60 + at.second < tick.total_seconds()):
+        # a parked node its platform woke by itself (a Slurm job sent to it): observed once an
+        # hour, as asking each parked node's platform (a BMC each) every tick costs more than
+        # the rule loses by counting such a node parked a little longer
         out["observed"] = pm.observe(engine, actuators, at)
     out["advance"] = pm.advance_all(engine, actuators, at, dry_run=not live_ok)
     if pressures is None:
