@@ -163,10 +163,20 @@ def power_step(ctx, at: datetime, *, dry_run: bool = True, backfill: bool = Fals
     out["need"] = dict(decision.need)
     timeouts = {p.name: timedelta(minutes=p.power.timeout_minutes) for p in config.platforms if p.power is not None}
     owner = {n.name: n.platform for n in nodes}
+    # a dry run leaves the node as it was, so the next step decides the same: what it would do is
+    # recorded once an hour per node, not at every tick
+    from gpupool.staging import power as store
+
+    recorded = store.dry_recorded_since(engine, at - PLAN_EVERY, at) if len(actuators) < len(names) else set()
     for kind, chosen in (("wake", decision.wakes), ("park", decision.parks)):  # wakes first: faster than a move
         for node in chosen:
             platform = owner[node]
             act = actuators.get(platform)
+            if act is None and (node, ON if kind == "wake" else "parked") in recorded:
+                out[kind + "s"].append({"node": node, "platform": platform, "action": f"would {kind}",
+                                        "dry_run": True, "state": "unchanged",
+                                        "reason": "dry run: recorded within the hour already"})
+                continue
             reason = (f"{by}: {platform} needs {decision.need.get(platform, 0)} powered node(s) "
                       f"({'short of them' if kind == 'wake' else 'idle beyond the warm buffer'})")
             timeout = timeouts.get(platform, pm.DEFAULT_TIMEOUT)

@@ -112,6 +112,11 @@ def test_a_dry_run_sends_nothing_and_records_what_it_would(rig):
     assert [(p["node"], p["action"]) for p in out["power"]["parks"]] == [("h3", "would park")]
     assert act.sent == [] and store.get_power(engine, "h3") is None
     assert [(t["to_state"], t["dry_run"]) for t in store.transitions(engine, "h3")] == [("parked", True)]
+    # the next ticks decide the same (nothing changed): recorded once within the hour, not each tick
+    for i in range(7, 10):
+        out = _tick(ctx, T0 + timedelta(minutes=5 * i), _sources(), act, dry_run=False)
+        assert [(p["node"], p["state"]) for p in out["power"]["parks"]] == [("h3", "unchanged")]
+    assert len(store.transitions(engine, "h3")) == 1 and act.sent == []
 
 
 def test_a_backfill_never_parks_or_wakes(rig):
