@@ -220,6 +220,8 @@ def test_the_cli_checks_the_node_before_staging_and_shows_status(tmp_path, capsy
     url = f"sqlite:///{tmp_path / 'never.db'}"
     assert main(["power", "park", "bad\x1bname", "--staging-url", url]) == 2
     assert "--node" in capsys.readouterr().err and not (tmp_path / "never.db").exists()
+    assert main(["power", "wake", "h1", "--reason", "a\nb", "--staging-url", url]) == 2
+    assert "--reason" in capsys.readouterr().err and not (tmp_path / "never.db").exists()
     url = f"sqlite:///{tmp_path / 's.db'}"
     assert main(["power", "status", "--staging-url", url]) == 0
     assert "every node is on" in capsys.readouterr().out
