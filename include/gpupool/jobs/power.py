@@ -202,7 +202,7 @@ def _read_and_stage(ctx, at: datetime, names: list[str], lookup, out: dict) -> d
     from gpupool.jobs.pressure import _pool_ids, read_pressures
     from gpupool.staging import fastpath as store
 
-    read, unread, _ = read_pressures(ctx, at, lookup=lookup)
+    read, unread, _ = read_pressures(ctx, at, lookup=lookup, only=names)
     out["unread"] = {p: why for p, why in unread.items() if p in names}
     mine = {}
     for p, pr in read.items():

@@ -18,13 +18,14 @@ def _pool_ids(config, p: Pressure) -> Pressure:
                    node_gpus={ids[n]: g for n, g in p.node_gpus.items()})
 
 
-def read_pressures(ctx, at: datetime, sources: Mapping[str, Any] | None = None,
-                   lookup=None) -> tuple[dict[str, Pressure], dict[str, str], dict[str, str]]:
+def read_pressures(ctx, at: datetime, sources: Mapping[str, Any] | None = None, lookup=None,
+                   only: list[str] | None = None) -> tuple[dict[str, Pressure], dict[str, str], dict[str, str]]:
     """Each configured platform's pressure at ``at`` through its source (built from the
     configuration unless ``sources`` gives it); why for the platforms that failed to be read;
-    and the platforms whose source has no instant read (they take no part, and that is no error)."""
+    and the platforms whose source has no instant read (they take no part, and that is no error).
+    ``only``: those platforms alone."""
     read, unread, without = {}, {}, {}
-    for name in ctx.platforms():
+    for name in ctx.platforms(only):
         pcfg = ctx.config.platform(name)
         try:
             source = (sources or {}).get(name) or ctx.build_source(name, lookup)

@@ -76,4 +76,4 @@ def format_power(rows: Sequence[Mapping[str, Any]]) -> str:
             note = f"{note}  {printable(r['error'])}".strip()
         lines.append(f"{printable(r['node']):<20} {printable(r['platform']):<12} {r['state']:<8} "
                      f"{utc(r['since']).strftime('%Y-%m-%d %H:%M'):<17} {note}")
-    return "\n".join(lines)
+    return "\n".join(lines + ["(a node not listed is on)"])
