@@ -4,7 +4,9 @@
 Every five minutes one light task reads each platform's pressure through its own API (GPUs
 allocated and pending now, idle whole nodes: an instant read, not the hourly extraction),
 judges the newest reading alone with the detect stage's streaming rules, by the model of its
-refit anchor from staging's model store (an exporter glitch is not acted on), and where pending demand exceeds free capacity starts the handover of one idle whole node
+refit anchor from staging's model store (an exporter glitch is not acted on), parks and wakes
+nodes where a platform has `power:` (wakes first: a wake is faster than a move), and where
+pending demand exceeds free capacity starts the handover of one idle whole node
 from the platform with the largest surplus — only a platform the latest hourly plan lets lend,
 keeping what the plan reserves for it and `min_nodes`, within the move budget (both paths
 together, per rolling hour) and the cool-downs. Every decision, move or not, is recorded in

@@ -21,6 +21,8 @@ EARLIEST_AT, LATEST_AT = "1970-01-01T00:00Z", "2200-01-01T00:00Z"
 MAX_MOVE_MINUTES = 366 * 24 * 60.0
 #: a platform's name as platforms.yaml allows it (gpupool.config.PlatformConfig.name)
 PLATFORM_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+#: the longest ``--reason`` an operator's park or wake is audited with
+MAX_REASON = 200
 #: what a message echoes of a bad value, at most
 ECHO = 60
 
@@ -70,7 +72,7 @@ def platform_name(value: Any, option: str = "--platform") -> str:
 
 def check_options(args) -> None:
     """Every option of the parsed ``args`` that can be checked without staging or a file:
-    times, the what-if's step and move time, platform and node names. Raises the first
+    times, the what-if's step and move time, platform and node names, an audit's reason. Raises the first
     UsageError."""
     for option in ("at", "start", "end"):
         value = getattr(args, option, None)
@@ -85,6 +87,9 @@ def check_options(args) -> None:
         check_node(args.node)
     if getattr(args, "step", None) is not None:
         duration(args.step, "--step")
+    reason = getattr(args, "reason", None)
+    if reason is not None and (not reason.strip() or not reason.isprintable() or len(reason) > MAX_REASON):
+        raise UsageError(f"--reason {echo(reason)}: give a short printable line (at most {MAX_REASON} characters)")
     minutes = getattr(args, "move_minutes", None)
     if minutes is not None and not (math.isfinite(minutes) and 0 <= minutes <= MAX_MOVE_MINUTES):
         raise UsageError(f"--move-minutes {minutes}: give minutes from 0 to {MAX_MOVE_MINUTES:.0f} (a year)")

@@ -25,7 +25,7 @@ from gpupool.staging.handovers import Blocked, audit_json, lock_node_in, node_lo
 from gpupool.staging.schema import action_audit, handover, node_power, power_transition
 
 __all__ = ["Blocked", "node_lock", "ON", "transition", "record_dry", "set_error", "request_wake", "get_power", "power_rows",
-           "transitions", "live_transitions", "insert_audit", "audit_rows"]
+           "transitions", "live_transitions", "woken_since", "dry_recorded_since", "insert_audit", "audit_rows"]
 
 #: the state of a node that has no row
 ON = "on"
@@ -160,6 +160,25 @@ def live_transitions(engine: Engine, until: datetime) -> list[dict[str, Any]]:
          .where(t.dry_run.is_(False), t.at <= until).order_by(t.id))
     with engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def woken_since(engine: Engine, start: datetime, until: datetime) -> dict[str, datetime]:
+    """node -> the time of its last live wake (a transition to ``waking``, or ``parked`` to ``on``)
+    in ``(start, until]``: what a cool-down after a wake reads."""
+    t = power_transition.c
+    q = (sa.select(t.node, sa.func.max(t.at)).where(
+        t.dry_run.is_(False), t.at > start, t.at <= until,
+        sa.or_(t.to_state == "waking", sa.and_(t.from_state == "parked", t.to_state == ON))).group_by(t.node))
+    with engine.connect() as conn:
+        return {r[0]: r[1] for r in conn.execute(q)}
+
+
+def dry_recorded_since(engine: Engine, start: datetime, until: datetime) -> set[tuple[str, str]]:
+    """``(node, to_state)`` of the dry-run transitions recorded in ``(start, until]``."""
+    t = power_transition.c
+    q = sa.select(t.node, t.to_state).where(t.dry_run.is_(True), t.at > start, t.at <= until).distinct()
+    with engine.connect() as conn:
+        return {(r[0], r[1]) for r in conn.execute(q)}
 
 
 def insert_audit(engine: Engine, values: dict[str, Any], node_state: str | None = None) -> int | None:
