@@ -287,10 +287,15 @@ class World:
         its own track, :mod:`gpupool.sim.power`)."""
         j = self._node(node)
         t = self._require_open("power")
-        if self.powered(node, t) == bool(on):
-            return self.clock  # already so: a BMC answers a repeated reset with nothing to do
         if self.off_ is None:
+            if on:
+                return self.clock  # already on: a BMC answers a repeated reset with nothing to do
             self.off_ = np.zeros(self.owner_.shape, dtype=bool)
+        ahead = self.off_[j, t:]
+        if not on and ahead.all():
+            return self.clock  # already off
+        if on and not ahead.all():  # on, or booting: when it serves
+            return self.clock + int(np.argmin(ahead)) * self.step
         k = int(math.ceil(pd.Timedelta(minutes=minutes) / self.step - 1e-9)) if on else 0
         self.off_[j, t:] = not on
         self.off_[j, t : t + k] = True

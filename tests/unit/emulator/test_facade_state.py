@@ -145,6 +145,7 @@ def test_a_bmc_powers_an_empty_node_off_and_it_serves_again_after_its_boot(state
     assert done == state.now + np.timedelta64(10, "m")
     state.advance("5min")
     assert state.node("kubernetes", idle)["powered"] is False  # still booting
+    assert state.power(idle, on=True, minutes=10) == done  # a repeated reset does not boot it again
     state.advance("5min")
     back = state.node("kubernetes", idle)
     assert back["powered"] is True and back["schedulable"]
