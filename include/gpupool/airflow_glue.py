@@ -83,6 +83,7 @@ def actuate_from_context(context: Any, window: dict, plan_result: dict, lookup=N
     """Turn the plan into handovers. Backfills and stale windows never actuate. ``lookup`` is
     Airflow's connection lookup (the same the extract uses). Raises when a handover failed."""
     from gpupool.jobs.allocation import actuate_plan
+    from gpupool.jobs.power import plan_power_step
 
     ctx = pipeline.Context.load()
     w = pipeline.Window.from_dict(window)
@@ -93,8 +94,17 @@ def actuate_from_context(context: Any, window: dict, plan_result: dict, lookup=N
     backfill = is_backfill(context)
     too_old = age_h > ctx.config.limits.max_actuation_age_hours
     dry_run = bool(plan_result.get("dry_run", True)) or backfill or too_old
-    return actuate_plan(ctx, plan_result["plan_id"], dry_run=dry_run, backfill=backfill,
-                        allow_evict=ctx.config.limits.allow_evict, lookup=lookup)
+    try:
+        out = actuate_plan(ctx, plan_result["plan_id"], dry_run=dry_run, backfill=backfill,
+                           allow_evict=ctx.config.limits.allow_evict, lookup=lookup)
+    finally:  # parks and wakes are the plan's too when the fast path does not run (a failed handover included)
+        power = plan_power_step(ctx, w.end, dry_run=dry_run, backfill=backfill, lookup=lookup)
+    out["power"] = power
+    if ((power.get("advance") or {}).get("failed")):
+        from gpupool.actuation.power.machine import PowerFailed
+
+        raise PowerFailed(power["advance"])
+    return out
 
 
 

@@ -119,6 +119,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "the configuration and both platforms allow")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("power", help="parked nodes: each node's power state, or park / wake one (operator)")
+    psub = p.add_subparsers(dest="power_command", required=True)
+    pp = psub.add_parser("status", help="each node gpupool parked or woke: state, since when, transition in flight")
+    _add_common(pp)
+    pp.add_argument("--json", action="store_true")
+    for name, what in (("park", "park NODE (power it off through its platform's power: means)"),
+                       ("wake", "wake NODE on the platform it was parked on")):
+        pp = psub.add_parser(name, help=what)
+        _add_common(pp)
+        pp.add_argument("node", help="the pool node id")
+        pp.add_argument("--at", help="the action's time (ISO 8601; default now)")
+        pp.add_argument("--reason", help="why, for the audit (default: the command)")
+        pp.add_argument("--dry-run", action=argparse.BooleanOptionalAction, default=True,
+                        help="audit what would be sent and send nothing (default); --no-dry-run sends where the "
+                             "configuration and the platform allow")
+
     p = sub.add_parser("rollback", help="roll a handover back (lift gpupool's hold, or send the node back)")
     _add_common(p)
     p.add_argument("handover_id", type=int)
@@ -328,13 +344,29 @@ def _dispatch(args: argparse.Namespace) -> int:
         from datetime import datetime, timezone
 
         from gpupool.jobs.fastpath import run_fastpath
-        from gpupool.jobs.text import format_decisions
+        from gpupool.jobs.text import format_decisions, format_power_step
 
         db.upgrade(ctx.engine)
         at = _at(args.at) if args.at is not None else pipeline.parse_time(datetime.now(timezone.utc))
         out = run_fastpath(ctx, at.replace(microsecond=0), dry_run=args.dry_run, allow_evict=ctx.config.limits.allow_evict)
         print(_json(out, indent=2) if args.json
-              else format_decisions(out["decisions"], title=f"fast path at {out['at']}"))
+              else "\n".join(t for t in (format_power_step(out.get("power")),
+                                           format_decisions(out["decisions"], title=f"fast path at {out['at']}")) if t))
+        return 0
+    if args.command == "power":
+        from gpupool.jobs import power as power_job
+        from gpupool.jobs.text import format_power
+
+        db.upgrade(ctx.engine)
+        if args.power_command == "status":
+            rows = power_job.power_status(ctx.engine)
+            print(_json(rows, indent=2) if args.json else format_power(rows))
+            return 0
+        from datetime import datetime, timezone
+
+        at = _at(args.at) if args.at is not None else pipeline.parse_time(datetime.now(timezone.utc))
+        print(_json(power_job.operator_power(ctx, args.power_command, args.node, at.replace(microsecond=0),
+                                             dry_run=args.dry_run, reason=args.reason), indent=2))
         return 0
     if args.command == "rollback":
         from gpupool.jobs.allocation import rollback_handover

@@ -385,6 +385,9 @@ class GpupoolConfig(_Strict):
     notify: NotifyConfig = Field(default_factory=NotifyConfig, description="mail on failures")
     step: str = Field(default="5min", description=(
         "the sampling step of the staged series: a duration with a unit, whole seconds from 1 s to 1 h"))
+    parking: dict = Field(default_factory=dict, description=(
+        "the parking rule of the plan and the fast path (which idle nodes park, which parked "
+        "nodes wake), for the platforms with `power:` only; its defaults are the what-if's"))
     dry_run: StrictBool = Field(default=True, description=(
         "true: nothing is sent anywhere. Actuation needs this false *and* the platform's "
         "`actuation: true` *and* a run that is no backfill; only a YAML boolean, a string such as "
@@ -394,6 +397,19 @@ class GpupoolConfig(_Strict):
     @classmethod
     def _step(cls, value: str) -> str:
         return check_step(value)
+
+    @field_validator("parking")
+    @classmethod
+    def _parking(cls, value: dict) -> dict:
+        from gpupool.decisions.parking import ParkingSettings
+
+        return check_section(ParkingSettings, value)
+
+    def parking_settings(self):
+        """``parking:`` as :class:`gpupool.decisions.parking.ParkingSettings`."""
+        from gpupool.decisions.parking import ParkingSettings
+
+        return ParkingSettings(**self.parking)
 
     @field_validator("pool")
     @classmethod

@@ -56,9 +56,10 @@ booleans only: a string such as `"off"` is refused, not guessed.
 def _links() -> dict[tuple[str, str], type[BaseModel]]:
     """Sections whose YAML is a plain mapping checked against another model by a validator:
     (section, key) -> that model, documented as a section of its own."""
+    from gpupool.decisions.parking import ParkingSettings
     from gpupool.detect.router import RouterConfig
 
-    return {("detect", "router"): RouterConfig}
+    return {("detect", "router"): RouterConfig, ("", "parking"): ParkingSettings}
 
 
 def _text(s: str | None) -> str:

@@ -71,6 +71,14 @@ class Context:
 
         return build_actuators(self.config, platforms, lookup=lookup)
 
+    def build_power_actuators(self, platforms: list[str] | None = None, dry_run: bool = True, lookup=None) -> dict:
+        """Power actuators of the platforms whose parks and wakes are live (of ``platforms`` if
+        given; :func:`gpupool.platforms.build_power_actuators`), taking pool node ids."""
+        from gpupool.platforms import build_power_actuator, is_live
+
+        return {p.name: build_power_actuator(p, self.config, lookup) for p in self.config.platforms
+                if (platforms is None or p.name in platforms) and is_live(self.config, p, dry_run)}
+
     def build_source(self, platform: str, lookup=None):
         """The source of one configured platform (:func:`gpupool.platforms.build_source`)."""
         from gpupool.platforms import build_source

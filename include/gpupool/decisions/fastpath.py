@@ -203,6 +203,46 @@ def decide_inputs(judged: Mapping[str, Judged], plan_row: Any, platforms: Iterab
             "open_handovers": list(open_handovers), "at": at, "settings": settings}
 
 
+def with_power(pressures: Mapping[str, Judged], power: Mapping[str, tuple[str, str]],
+               gpus: Mapping[str, int]) -> tuple[dict[str, Judged], list[dict[str, Any]]]:
+    """The readings as the decision must take them where nodes are powered down, and the nodes
+    waking as capacity on its way (entries for ``open_handovers``).
+
+    ``power``: node -> (power state, platform) of the nodes not ``on``; ``gpus``: node -> GPUs.
+    As in the what-if (:mod:`gpupool.sim.power`): a ``parked`` node is its platform's capacity
+    (open, counted free: the parking rule decided it is not needed, and wakes it when it is), a
+    ``parking`` one is nobody's, a ``waking`` one is on its way to its platform. None of them is
+    an idle node to lend: a handover opens only on a node that is on (the what-if lends a parked
+    node and wakes it on the way; production does not). Pure.
+    """
+    from dataclasses import replace
+
+    out: dict[str, Judged] = {}
+    for p, judged in pressures.items():
+        r = judged.pressure
+        capacity, open_ = float(r.gpus_capacity), int(r.nodes_open)
+        idle = []
+        for n in r.idle_nodes:
+            if n in power:  # reported open and idle, yet powered down or on its way: not lent
+                state, _ = power[n]
+                if state != "parked" or power[n][1] != p:
+                    capacity -= float(r.node_gpus.get(n, gpus.get(n, 0)))
+                    open_ -= 1
+            else:
+                idle.append(n)
+        listed = set(r.idle_nodes)
+        for n, (state, platform) in power.items():  # parked and not reported open: its platform's
+            if state == "parked" and platform == p and n not in listed:
+                capacity += float(gpus.get(n, r.node_gpus.get(n, 0)))
+                open_ += 1
+        if (capacity, open_, len(idle)) != (float(r.gpus_capacity), int(r.nodes_open), len(r.idle_nodes)):
+            r = replace(r, gpus_capacity=max(0.0, capacity), nodes_open=max(0, open_), idle_nodes=tuple(idle))
+        out[p] = Judged(r, judged.anomalous)
+    waking = [{"node": n, "to_platform": platform, "state": "waking", "gpus": gpus.get(n)}
+              for n, (state, platform) in sorted(power.items()) if state == "waking"]
+    return out, waking
+
+
 # ------------------------------------------------------------------------------ the decision
 
 

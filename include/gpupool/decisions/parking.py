@@ -35,6 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 #: power states of a node (production's staging uses the same words)
 ON, PARKING, PARKED, WAKING = "on", "parking", "parked", "waking"
+#: readings of the rise the rule reads (the last ``TREND_TICKS`` ticks)
+TREND_TICKS = 3
+#: minutes a wake takes unless told (the what-if's ``parking.wake_minutes`` and production's
+#: ``parking.wake_minutes``): the rule looks this far ahead
+WAKE_MINUTES = 10.0
 
 
 class ParkingRule(BaseModel):
@@ -55,6 +60,16 @@ class ParkingRule(BaseModel):
     rise_quantile: float = Field(0.95, ge=0, le=1, allow_inf_nan=False,
                                  description="need demand now plus this quantile of its rises over the wake "
                                              "time in the last day; 0: off")
+
+
+class ParkingSettings(ParkingRule):
+    """Production's ``parking:`` of platforms.yaml: the rule's knobs (their defaults are the
+    what-if's, one model) and the time a wake takes, which the rule looks ahead by. It parks
+    only the nodes of platforms with ``power:``."""
+
+    wake_minutes: float = Field(WAKE_MINUTES, gt=0, le=24 * 60, allow_inf_nan=False,
+                                description="minutes a wake takes (power on, boot, back in service): the rule "
+                                            "wakes this far ahead of the demand it expects")
 
 
 @dataclass(frozen=True)
@@ -110,6 +125,46 @@ def wanted_gpus(pressure: PlatformPressure, rule: ParkingRule, wake_minutes: flo
         at = min(len(ranked) - 1, max(0, math.ceil(rule.rise_quantile * len(ranked)) - 1))
         want = max(want, pressure.demand + max(0.0, ranked[at]))
     return max(0.0, want)
+
+
+def kept_readings(tick_minutes: float) -> int:
+    """How many readings (one a tick, the newest now) :func:`pressure_from_readings` reads: a day
+    of them and the one before."""
+    return int(24 * 60 / max(tick_minutes, 1e-9)) + 1
+
+
+def daily_window(at: datetime, wake_minutes: float, tick_minutes: float) -> tuple[datetime, datetime]:
+    """The readings that say demand "a day ago over the wake time": those taken in ``(start, end]``."""
+    start = at - timedelta(days=1)
+    return start, start + timedelta(minutes=wake_minutes + tick_minutes)
+
+
+def plan_upper(upper: Sequence[float], plan_at: datetime, at: datetime, wake_minutes: float) -> float | None:
+    """The plan's upper bound (one per hour from ``plan_at``) for the hour a wake started at
+    ``at`` serves; None without bounds."""
+    if upper is None or len(upper) == 0:
+        return None
+    hour = int((at + timedelta(minutes=wake_minutes) - plan_at) / timedelta(hours=1))
+    return float(upper[min(max(hour, 0), len(upper) - 1)])
+
+
+def pressure_from_readings(readings: Sequence[float], rule: ParkingRule, *, wake_minutes: float,
+                           tick_minutes: float, forecast_upper: float | None = None,
+                           daily: float | None = None) -> PlatformPressure:
+    """A platform's :class:`PlatformPressure` from its demand read at each tick (allocated plus
+    pending GPUs, oldest first, the last one now; those beyond :func:`kept_readings` ignored): the
+    last :data:`TREND_TICKS` readings as its rise, and the rises over the wake time and a tick
+    across the day when ``rule.rise_quantile`` is on. The what-if and production both build it
+    here, so they read a platform's pressure alike."""
+    past = [float(v) for v in readings][-kept_readings(tick_minutes):]
+    if not past:
+        raise ValueError("no reading: a platform without one takes no part")
+    lag = max(1, math.ceil((wake_minutes + tick_minutes) / max(tick_minutes, 1e-9) - 1e-9))
+    rises: tuple[float, ...] = ()
+    if rule.rise_quantile > 0 and len(past) > lag:
+        rises = tuple(b - a for a, b in zip(past[:-lag], past[lag:]))
+    return PlatformPressure(demand=past[-1], recent=tuple(past[-TREND_TICKS:]), forecast_upper=forecast_upper,
+                            daily=daily, rises=rises)
 
 
 def decide_parking(nodes: Sequence[PowerNode], pressures: Mapping[str, PlatformPressure], rule: ParkingRule,
@@ -191,5 +246,6 @@ def _neg(name: str) -> tuple[int, ...]:
     return tuple(-ord(c) for c in name) + (1,)
 
 
-__all__ = ["ON", "PARKING", "PARKED", "WAKING", "ParkingRule", "PowerNode", "PlatformPressure", "ParkingDecision",
-           "decide_parking", "wanted_gpus"]
+__all__ = ["ON", "PARKING", "PARKED", "WAKING", "TREND_TICKS", "WAKE_MINUTES", "ParkingRule", "ParkingSettings", "PowerNode",
+           "PlatformPressure", "ParkingDecision", "decide_parking", "wanted_gpus", "pressure_from_readings",
+           "kept_readings", "daily_window", "plan_upper"]

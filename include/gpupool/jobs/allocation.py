@@ -74,8 +74,13 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
     out of the pool (it serves nobody and gpupool must not touch it). Nodes outside an explicit
     ``pool.nodes`` list are fixed capacity (planned as in a handover: they never move).
     Inventory rows carry each platform's own node name; with ``config`` they are mapped back to
-    pool node ids (``pool.nodes[].names``) so one machine is one node.
+    pool node ids (``pool.nodes[].names``) so one machine is one node. A node gpupool parked (or
+    is parking or waking) is its platform's capacity that never moves (planned as in a handover):
+    a handover opens only on a node that is on, so the plan leaves it to the power step to wake
+    (the what-if moves a parked node and wakes it on the way).
     """
+    from gpupool.staging import power as power_store
+
     inv = reads.read_inventory(engine, at, platforms)
     if config is not None:  # each platform reports its own name of a machine: plan on pool ids
         inv = inv.assign(node=[config.pool.node_id(p, n) for p, n in zip(inv["platform"], inv["node"])])
@@ -87,11 +92,20 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
     rows_by_node: dict[str, list[dict]] = {}
     for r in inv.to_dict("records"):
         rows_by_node.setdefault(str(r["node"]), []).append(r)
+    powered_down = {r["node"]: r["platform"] for r in power_store.power_rows(engine) if r["state"] != power_store.ON}
     nodes, excluded = [], []
     for name in sorted(rows_by_node):
         rows = rows_by_node[name]
         h = open_h.get(name)
         own = [r for r in rows if bool(r["schedulable"]) or not is_gpupool_reason(r.get("drain_reason"))]
+        if name in powered_down and h is None:  # parked by gpupool: held at its platform, and stays there
+            owner = powered_down[name]
+            owner_row = next((r for r in rows if r["platform"] == owner), rows[0])
+            gpus, capable, layout = layout_from_inventory(owner_row.get("mig_layout"), int(owner_row["gpus"]),
+                                                          owner_row.get("gpu_model"))
+            nodes.append(NodeRecord(name=name, owner=str(owner), gpus=gpus, busy_gpus=0.0, in_handover=True,
+                                    last_moved_at=last_move.get(name), mig_capable=capable, mig_layout=layout))
+            continue
         if h is not None:
             owner_row = next((r for r in rows if r["platform"] == h.to_platform), rows[0])
             owner = h.to_platform

@@ -19,9 +19,11 @@ import pandas as pd
 
 from gpupool.decisions.cadence import FASTPATH_EVERY  # the cadence, defined once (the DAG reads it too)
 from gpupool.decisions.fastpath import (JUDGED, READING_METRICS, FastMove, Judged, PlanBounds, Skip, decide,
-                                        decide_inputs, recent_since, settings_from_config)
+                                        decide_inputs, recent_since, settings_from_config, with_power)
 from gpupool.errors import UserError
-from gpupool.sources.base import Pressure, SourceError
+from gpupool.jobs.power import power_states, power_step
+from gpupool.jobs.pressure import _pool_ids, read_pressures  # noqa: F401  (the tick's reads, shared with the power step)
+from gpupool.sources.base import Pressure
 from gpupool.values import utc, utc_datetime
 
 
@@ -102,41 +104,10 @@ class FastPathReadError(UserError, RuntimeError):
     after the tick was recorded and its moves started, so the task fails and Airflow alerts."""
 
 
-def _pool_ids(config, p: Pressure) -> Pressure:
-    """``p`` with its node names as pool node ids (``pool.nodes[].names``)."""
-    from dataclasses import replace
-
-    ids = {n: config.pool.node_id(p.platform, n) for n in p.node_gpus}
-    return replace(p, idle_nodes=tuple(ids[n] for n in p.idle_nodes),
-                   node_gpus={ids[n]: g for n, g in p.node_gpus.items()})
-
-
-def read_pressures(ctx, at: datetime, sources: Mapping[str, Any] | None = None,
-                   lookup=None) -> tuple[dict[str, Pressure], dict[str, str], dict[str, str]]:
-    """Each configured platform's pressure at ``at`` through its source (built from the
-    configuration unless ``sources`` gives it); why for the platforms that failed to be read;
-    and the platforms whose source has no instant read (they take no part, and that is no error)."""
-    read, unread, without = {}, {}, {}
-    for name in ctx.platforms():
-        pcfg = ctx.config.platform(name)
-        try:
-            source = (sources or {}).get(name) or ctx.build_source(name, lookup)
-        except Exception as exc:  # a missing connection: this platform is out of the tick, and said so
-            unread[name] = f"source not built: {exc}"
-            continue
-        if not hasattr(source, "pressure"):
-            without[name] = f"a {pcfg.kind} source has no instant pressure read: this platform takes no part"
-            continue
-        try:
-            read[name] = source.pressure(at)
-        except (SourceError, ValueError) as exc:
-            unread[name] = f"pressure not read: {exc}"
-    return read, unread, without
-
-
 def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False,
                  actuators: Mapping[str, Any] | None = None, sources: Mapping[str, Any] | None = None,
-                 lookup=None, allow_evict: bool = False) -> dict[str, Any]:
+                 lookup=None, allow_evict: bool = False,
+                 power_actuators: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One fast-path tick at ``at``: read, stage and judge each platform's pressure, decide,
     record every decision in ``fastpath_decision``, open the moves' handovers and advance all.
 
@@ -144,8 +115,14 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
     (``dry_run: false``) and both platforms (``actuation: true``, not ``simulator``) say so;
     otherwise its handover is a dry run: audited, never sent. A backfill records why it did
     nothing. A tick is decided once: a re-run at the same ``at`` returns what was recorded.
-    Raises :class:`~gpupool.actuation.handover.HandoverFailed` when a handover failed and
-    :class:`FastPathReadError` when a platform could not be read, after the rest was done.
+    Before deciding, the tick runs the power step (:func:`gpupool.jobs.power.power_step`: parks
+    and wakes, wakes first, ``power_actuators`` or the configuration's), and decides on what it
+    leaves: a parked, parking or waking node is never lent, a parked one is its platform's
+    capacity and a waking one capacity on its way (:func:`gpupool.decisions.fastpath.with_power`).
+    Raises :class:`~gpupool.actuation.handover.HandoverFailed` when a handover failed,
+    :class:`FastPathReadError` when a platform could not be read and
+    :class:`~gpupool.actuation.power.machine.PowerFailed` when a park or wake failed, after the
+    rest was done.
     """
     from gpupool.jobs import allocation
     from gpupool.staging import handovers as handover_store
@@ -154,17 +131,22 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
     # read, decide and open under the pool's move-budget lock: a CLI tick beside the DAG's, or
     # a plan's actuation beside either, waits, so no two spend the same rolling-hour budget
     with handover_store.moves_lock(ctx.engine):
-        out = _decide_and_open(ctx, at, dry_run, backfill, actuators, sources, lookup)
+        out = _decide_and_open(ctx, at, dry_run, backfill, actuators, sources, lookup, power_actuators)
     if out.get("repeat") or out.get("backfill"):
         return out
     out["advance"] = allocation.advance_handovers(ctx, at, dry_run=dry_run, actuators=actuators,
                                                   allow_evict=allow_evict, lookup=lookup)
     if out["unread"]:
         raise FastPathReadError("; ".join(f"{p}: {why}" for p, why in sorted(out["unread"].items())))
+    if ((out.get("power") or {}).get("advance") or {}).get("failed"):
+        from gpupool.actuation.power.machine import PowerFailed
+
+        raise PowerFailed(out["power"]["advance"])
     return out
 
 
-def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators, sources, lookup) -> dict[str, Any]:
+def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators, sources, lookup,
+                     power_actuators=None) -> dict[str, Any]:
     """The part of a tick that spends the move budget: read, judge, decide, record, open."""
     from gpupool.actuation import handover as ho
     from gpupool.staging import fastpath as store
@@ -178,7 +160,8 @@ def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators
     if backfill:
         decisions = decide({}, PlanBounds(None, None), [], [], at, settings)
         store.record_decisions(engine, at, [_row(d, None, True) for d in decisions])
-        return {"at": at.isoformat(), "backfill": True, "decisions": store.decisions_at(engine, at), "opened": []}
+        return {"at": at.isoformat(), "backfill": True, "decisions": store.decisions_at(engine, at), "opened": [],
+                "power": power_step(ctx, at, backfill=True)}
     read, unread, without = read_pressures(ctx, at, sources, lookup)
     router = config.detect.router_config()
     judged, refits = {}, 0
@@ -195,6 +178,15 @@ def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators
         known = {config.pool.node_id(r.platform, r.node): int(r.gpus) for r in inv.itertuples()}
         for h in open_h:
             h.setdefault("gpus", known.get(h["node"]))
+    # the power step first (a wake is faster than a move); the decision takes what it leaves
+    power = power_step(ctx, at, dry_run=dry_run, actuators=power_actuators, by="fastpath", lookup=lookup,
+                       pressures={name: j.pressure for name, j in judged.items()})
+    states = power_states(engine)
+    if states:
+        gpus = {n: g for j in judged.values() for n, g in j.pressure.node_gpus.items()}
+        gpus.update({h["node"]: h["gpus"] for h in open_h if h.get("gpus") is not None})
+        judged, waking = with_power(judged, states, gpus)
+        open_h += [w for w in waking if w["node"] not in {h["node"] for h in open_h}]
     decisions = decide(**decide_inputs(judged, reads.latest_plan(engine, at), ctx.platforms(), recent, open_h,
                                        at, settings))
     decisions += [Skip(name, why) for name, why in sorted({**unread, **without}.items())]
@@ -222,7 +214,7 @@ def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators
         store.set_handover(engine, did, hid)
         opened.append({"id": hid, "node": d.node, "from": d.source, "to": d.target, "dry_run": not live(d)})
     return {"at": at.isoformat(), "live": live_ok, "decisions": store.decisions_at(engine, at), "opened": opened,
-            "unread": unread, "refits": refits}
+            "unread": unread, "refits": refits, "power": power}
 
 
 def _row(d: FastMove | Skip, seen: Mapping[str, Any] | None, dry_run: bool) -> dict[str, Any]:

@@ -39,3 +39,41 @@ def format_handovers(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{r['id']:>5}  {node:<20} {source:<12} {target:<12} "
                      f"{state:<12} {age_s:>8}  {'dry-run' if r['dry_run'] else 'live':<7} {note}")
     return "\n".join(lines)
+
+
+def format_power_step(step: Mapping[str, Any] | None) -> str:
+    """What a power step (the fast path's or the plan's) parked and woke, as lines; nothing where
+    no platform parks (a fresh install's output is as before)."""
+    if not step or not step.get("platforms", True):
+        return ""
+    if step.get("note") and not (step.get("wakes") or step.get("parks") or step.get("refused")):
+        return f"power: {step['note']}"
+    lines = [f"power ({'live' if step.get('live') else 'dry-run'}):"]
+    for kind in ("wakes", "parks"):
+        for r in step.get(kind) or []:
+            what = "WAKE" if kind == "wakes" else "PARK"
+            r_ = {k: printable(r.get(k)) for k in ("node", "platform", "state", "action", "reason")}
+            lines.append(f"  {what} {r_['node']} on {r_['platform']} ({r_['action']}; now {r_['state']}): {r_['reason']}")
+    for r in step.get("refused") or []:
+        lines.append(f"  {r['action'].upper()} {printable(r['node'])} on {printable(r['platform'])} refused: "
+                     f"{printable(r['why'])}")
+    if len(lines) == 1:
+        need = ", ".join(f"{p} {n}" for p, n in sorted((step.get("need") or {}).items()))
+        lines[0] += " nothing to park or wake" + (f" (powered nodes needed: {need})" if need else "")
+    return "\n".join(lines)
+
+
+def format_power(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A table for ``gpupool power status``."""
+    if not rows:
+        return "no node parked or woken by gpupool: every node is on"
+    lines = [f"{'NODE':<20} {'PLATFORM':<12} {'STATE':<8} {'SINCE':<17} PENDING / ERROR"]
+    for r in rows:
+        pend = r.get("pending")
+        note = f"-> {pend['to']} by {utc(pend['deadline']).strftime('%Y-%m-%d %H:%M')}" if pend and pend.get("deadline") else (
+            f"-> {pend['to']}" if pend else "")
+        if r.get("error"):
+            note = f"{note}  {printable(r['error'])}".strip()
+        lines.append(f"{printable(r['node']):<20} {printable(r['platform']):<12} {r['state']:<8} "
+                     f"{utc(r['since']).strftime('%Y-%m-%d %H:%M'):<17} {note}")
+    return "\n".join(lines)

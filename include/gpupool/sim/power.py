@@ -29,13 +29,12 @@ from pydantic import Field
 
 from gpupool.config import IDLE_WATTS, PARKED_WATTS
 from gpupool.decisions.parking import (
-    ON, PARKED, PARKING, WAKING, ParkingRule, PlatformPressure, PowerNode, decide_parking)
+    ON, PARKED, PARKING, WAKE_MINUTES, WAKING, ParkingRule, PlatformPressure, PowerNode, decide_parking,
+    kept_readings, plan_upper, pressure_from_readings)
 
 #: codes of the power states on the step grid
 _CODE = {ON: 0, PARKING: 1, PARKED: 2, WAKING: 3}
 _STATE = {v: k for k, v in _CODE.items()}
-#: readings of the rise the rule reads (the last ``TREND_TICKS`` ticks)
-TREND_TICKS = 3
 
 
 class ParkingSpec(ParkingRule):
@@ -43,7 +42,7 @@ class ParkingSpec(ParkingRule):
     each node's draw at the wall (pool-wide; idle and parked: production's defaults in
     :mod:`gpupool.config`, an 8-GPU A100 server, docs/stages/whatif.md)."""
 
-    wake_minutes: float = Field(10.0, ge=0, le=24 * 60, allow_inf_nan=False)
+    wake_minutes: float = Field(WAKE_MINUTES, ge=0, le=24 * 60, allow_inf_nan=False)
     park_minutes: float = Field(5.0, ge=0, le=24 * 60, allow_inf_nan=False)
     idle_watts: float = Field(IDLE_WATTS, ge=0, le=1e6, allow_inf_nan=False)
     busy_watts: float = Field(6500.0, ge=0, le=1e6, allow_inf_nan=False)
@@ -75,7 +74,6 @@ class PowerTrack:
         self.changed: dict[str, pd.Timestamp] = {}
         self.last_busy = np.full(n_nodes, -1, dtype=np.int64)  # the last step each node ran work
         self.seen_until = 0
-        self.readings: dict[str, list[float]] = {p: [] for p in world.platforms}
         self.history: dict[str, list[float]] = {p: [] for p in world.platforms}  # a day of readings
         self.wakes: list[tuple[int, int, int, int]] = []  # (node, platform, first step, first step serving)
         self.plan: tuple[pd.Timestamp, dict] | None = None
@@ -185,24 +183,14 @@ class PowerTrack:
             demand = float(allocated + pending)
         else:
             demand = float(w.demand_[k, i - 1])
-        recent = self.readings[p]
-        recent.append(demand)
-        del recent[:-TREND_TICKS]
         past = self.history[p]
         past.append(demand)
-        del past[:-int(24 * 60 / max(tick_minutes, 1e-9)) - 1]
-        lag = max(1, math.ceil((self.spec.wake_minutes + tick_minutes) / max(tick_minutes, 1e-9) - 1e-9))
-        rises = ()
-        if self.spec.rise_quantile > 0 and len(past) > lag:
-            seen = np.asarray(past)
-            rises = tuple((seen[lag:] - seen[:-lag]).tolist())
-        lead = pd.Timedelta(minutes=self.spec.wake_minutes)
+        del past[:-kept_readings(tick_minutes)]
         upper = None
         if self.plan is not None:
             plan_at, plan_demand = self.plan
-            hour = int((at + lead - plan_at) / pd.Timedelta("1h"))
-            bounds = plan_demand[p].upper if p in plan_demand else ()
-            upper = float(bounds[min(hour, len(bounds) - 1)]) if bounds else None
+            upper = plan_upper(plan_demand[p].upper if p in plan_demand else (), plan_at.to_pydatetime(),
+                               at.to_pydatetime(), self.spec.wake_minutes)
         daily = None
         day = int(pd.Timedelta("1D") / w.step)
         if i - day >= 0:
@@ -213,7 +201,8 @@ class PowerTrack:
             else:
                 then = w.demand_[k, lo:hi]
             daily = float(then.max()) if len(then) else None
-        return PlatformPressure(demand=demand, recent=tuple(recent), forecast_upper=upper, daily=daily, rises=rises)
+        return pressure_from_readings(past, self.spec, wake_minutes=self.spec.wake_minutes, tick_minutes=tick_minutes,
+                                      forecast_upper=upper, daily=daily)
 
 
 def energy(world, spec: ParkingSpec | None, track: PowerTrack | None) -> dict[str, dict]:

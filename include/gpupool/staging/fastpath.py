@@ -115,6 +115,37 @@ def recent_decisions(engine: Engine, limit: int = 10, moves_only: bool = False,
     return _rows(engine, q.limit(limit))
 
 
+def readings_between(engine: Engine, platform: str, start: datetime, end: datetime) -> list[tuple[datetime, float]]:
+    """The platform's demand read at each tick in ``(start, end]`` (GPUs allocated plus pending:
+    the readings staged under ``gpu_allocated_now`` and ``gpu_pending_now``), oldest first; a
+    tick with either missing is left out."""
+    c = pressure_sample.c
+    q = (sa.select(c.metric, c.at, c.value)
+         .where(c.platform == platform, c.metric.in_(["gpu_allocated_now", "gpu_pending_now"]),
+                c.at > utc_datetime(start), c.at <= utc_datetime(end)))
+    seen: dict[datetime, dict[str, float]] = {}
+    with engine.connect() as conn:
+        for r in conn.execute(q):
+            seen.setdefault(utc_datetime(r.at), {})[r.metric] = float(r.value)
+    return [(t, v["gpu_allocated_now"] + v["gpu_pending_now"]) for t, v in sorted(seen.items()) if len(v) == 2]
+
+
+def pressures_seen(engine: Engine, start: datetime, end: datetime) -> list[tuple[datetime, str, dict]]:
+    """``(decided_at, platform, pressure)`` of every reading the fast path's decisions in
+    ``(start, end]`` recorded (a move records both platforms'), oldest first."""
+    c = fastpath_decision.c
+    q = (sa.select(c.decided_at, c.platform, c.pressure)
+         .where(c.decided_at > utc_datetime(start), c.decided_at <= utc_datetime(end), c.pressure.is_not(None))
+         .order_by(c.decided_at, c.id))
+    out = []
+    with engine.connect() as conn:
+        for r in conn.execute(q):
+            p = r.pressure or {}
+            for one in ([p] if "idle_nodes" in p else [v for v in p.values() if isinstance(v, dict)]):
+                out.append((utc_datetime(r.decided_at), str(one.get("platform", r.platform)), one))
+    return out
+
+
 def handovers_opened_between(engine: Engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
     """Handovers (either path's) created in ``[start, end]``: node, from/to platform, state,
     dry_run, created_at (UTC), plan_id, oldest first — the moves a rolling budget and cool-downs count."""

@@ -197,6 +197,17 @@ def read_inventory(engine: Engine, at: datetime, platforms: list[str]) -> pd.Dat
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[c.name for c in inventory_node.columns])
 
 
+def inventory_between(engine: Engine, start: datetime, end: datetime, platforms: list[str]) -> pd.DataFrame:
+    """Every inventory snapshot row of ``platforms`` taken in ``(start, end]``: node, platform,
+    snapshot_at, schedulable, busy_gpus (what says when a node last ran work)."""
+    c = inventory_node.c
+    q = sa.select(c.platform, c.node, c.snapshot_at, c.schedulable, c.busy_gpus).where(
+        c.platform.in_(list(platforms)), c.snapshot_at > start, c.snapshot_at <= end)
+    with engine.connect() as conn:
+        frame = pd.read_sql(q, conn)
+    return _utc_column(frame, "snapshot_at")
+
+
 def inventory_totals(engine: Engine, platform: str, at: datetime) -> tuple[int, int]:
     """(nodes, GPUs) of the platform's latest snapshot at or before `at`; (0, 0) if none."""
     with engine.connect() as conn:

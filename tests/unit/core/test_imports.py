@@ -45,11 +45,13 @@ SIM_ACTUATION = {"actuation", "actuation.actuators", "actuation.actuators.base",
 EMULATOR_ACTUATION = {"actuation", "actuation.marks"}
 #: modules every layer may use; they import nothing from gpupool
 LEAVES = {"errors", "values", "k8s_keys", "actuation.marks", "decisions.cadence"}
-#: the one edge the rules allow against the flow, and why: loading platforms.yaml checks its
+#: the edges the rules allow against the flow, and why: loading platforms.yaml checks its
 #: ``detect.router`` section against the detect stage's settings models (``detect.settings``, a
 #: leaf that imports nothing of the package, inside a validator: a stage that reads its config
 #: loads no detector)
-ALLOWED_EDGES = {("config", "detect.settings")}
+#: and, the same way, its ``parking`` section against the parking rule's knobs
+#: (``decisions.parking``, which imports nothing of the package), whose defaults the what-if shares
+ALLOWED_EDGES = {("config", "detect.settings"), ("config", "decisions.parking")}
 #: what a fitted model must never be read back through
 UNPICKLERS = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "joblib", "marshal", "shelve"}
 
@@ -108,8 +110,11 @@ def graph(root: Path = PKG) -> dict[str, tuple[frozenset, frozenset]]:
             continue
         name = _module_name(path, root)
         internal, external = scan(path, root)
-        internal = {m for m in internal if not any(src == name and (dst == m or dst.startswith(m + "."))
-                                                   for src, dst in ALLOWED_EDGES)}
+        allowed = {dst for src, dst in ALLOWED_EDGES if src == name}
+        internal = {m for m in internal if m not in allowed}
+        # a package is reached through an allowed edge alone when nothing else of it is imported
+        internal = {m for m in internal if not (any(a.startswith(m + ".") for a in allowed)
+                                                and not any(k.startswith(m + ".") for k in internal))}
         out[name] = (frozenset(internal - {name}), frozenset(external))
     return out
 

@@ -129,3 +129,14 @@ def test_the_scan_finds_a_second_home(tmp_path):
                                    "    return g(move_minutes=m, cooldown=timedelta(hours=1))\n")
     assert literal_bindings(tmp_path, {"move_minutes", "cooldown"}) == {
         "move_minutes": ["a.py:4", "b.py:1"], "cooldown": ["b.py:4"]}
+
+
+def test_the_parking_rules_defaults_are_written_once_for_production_and_the_whatif():
+    """The rule's knobs live in :class:`gpupool.decisions.parking.ParkingRule`, which production's
+    ``parking:`` (``ParkingSettings``) and the what-if's (``ParkingSpec``) both are; the wake time
+    is one named constant. (``trend``, ``forecast`` and ``daily`` are words other stages use too:
+    the models' shared defaults are checked in tests/unit/decisions/test_parking_inputs.py.)"""
+    names = {"scope", "buffer", "idle_minutes", "cooldown_minutes", "rise_quantile"}
+    found = literal_bindings(PKG, names | {"wake_minutes", "WAKE_MINUTES"})
+    assert {n: len(found.get(n, [])) for n in names | {"wake_minutes", "WAKE_MINUTES"}} == {
+        **{n: 1 for n in names}, "wake_minutes": 0, "WAKE_MINUTES": 1}
