@@ -161,16 +161,19 @@ class DatacenterBMC(PowerActuator):
     there, serving (and Ready) the scenario's ``parking.wake_minutes`` later. The BMC emulator
     keeps power state in memory and nothing else; this is the one link between the two."""
 
-    def __init__(self, inner: PowerActuator, control_url: str):
+    def __init__(self, inner: PowerActuator, control_url: str, boot_minutes: float | None = None):
         super().__init__(inner.names)
-        self.inner, self.control = inner, control_url.rstrip("/")
+        self.inner, self.control, self.boot_minutes = inner, control_url.rstrip("/"), boot_minutes
         self.platform, self.means, self.actions = inner.platform, inner.means, inner.actions
 
     def _follow(self, node: str, reading: PowerReading) -> None:
         if reading.present and reading.power in (POWER_OFF, POWER_ON):
             entry = pool(self.control).get(node)
             if entry is not None and entry["powered"] != (reading.power == POWER_ON):
-                requests.post(f"{self.control}/sim/v1/nodes/{node}/power", json={"on": reading.power == POWER_ON},
+                body = {"on": reading.power == POWER_ON}
+                if self.boot_minutes is not None:
+                    body["minutes"] = self.boot_minutes
+                requests.post(f"{self.control}/sim/v1/nodes/{node}/power", json=body,
                               timeout=10)  # a 409 (work on it) is read again on the next pass
 
     def state(self, node: str) -> PowerReading:
@@ -189,6 +192,19 @@ class DatacenterBMC(PowerActuator):
         if command.action == "redfish_reset":
             self._follow(command.node, self.inner.state(command.node))
         return out
+
+
+def powered(monkeypatch, control_url: str, boot_minutes: float | None = None) -> None:
+    """Every power actuator the product builds gets the datacenter following its BMCs."""
+    from gpupool import pipeline
+
+    built = pipeline.Context.build_power_actuators
+
+    def build_power_actuators(self, platforms=None, dry_run=True, lookup=None):
+        return {p: DatacenterBMC(a, control_url, boot_minutes)
+                for p, a in built(self, platforms, dry_run=dry_run, lookup=lookup).items()}
+
+    monkeypatch.setattr(pipeline.Context, "build_power_actuators", build_power_actuators)
 
 
 def provisioned(monkeypatch, control_url: str) -> None:
