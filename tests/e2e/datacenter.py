@@ -28,6 +28,7 @@ import requests
 import yaml
 
 from gpupool.actuation.actuators.base import REASON_PREFIX, ActuationError, Actuator, Command, OwnerState
+from gpupool.actuation.power.base import OFF as POWER_OFF, ON as POWER_ON, PowerActuator, PowerReading
 
 
 def write_trace(path: Path, start: datetime, running: list[float], pending: list[float], total: float) -> Path:
@@ -151,6 +152,59 @@ class ProvisionedActuator(Actuator):
         if r.status_code != 202:
             raise ActuationError(self.platform, command.node, "provision", f"HTTP {r.status_code}: {r.text[:200]}")
         return r.json()
+
+
+class DatacenterBMC(PowerActuator):
+    """A platform's real power actuator (its BMCs are sushy-tools' Redfish emulator), with the
+    datacenter following the BMCs: a node whose BMC reads Off is powered off in the served world
+    (it serves nobody; its Kubernetes node goes NotReady), and one whose BMC reads On again boots
+    there, serving (and Ready) the scenario's ``parking.wake_minutes`` later. The BMC emulator
+    keeps power state in memory and nothing else; this is the one link between the two."""
+
+    def __init__(self, inner: PowerActuator, control_url: str, boot_minutes: float | None = None):
+        super().__init__(inner.names)
+        self.inner, self.control, self.boot_minutes = inner, control_url.rstrip("/"), boot_minutes
+        self.platform, self.means, self.actions = inner.platform, inner.means, inner.actions
+
+    def _follow(self, node: str, reading: PowerReading) -> None:
+        if reading.present and reading.power in (POWER_OFF, POWER_ON):
+            entry = pool(self.control).get(node)
+            if entry is not None and entry["powered"] != (reading.power == POWER_ON):
+                body = {"on": reading.power == POWER_ON}
+                if self.boot_minutes is not None:
+                    body["minutes"] = self.boot_minutes
+                requests.post(f"{self.control}/sim/v1/nodes/{node}/power", json=body,
+                              timeout=10)  # a 409 (work on it) is read again on the next pass
+
+    def state(self, node: str) -> PowerReading:
+        reading = self.inner.state(node)  # a Kubernetes node's hold reads Ready from the booted datacenter
+        self._follow(node, reading)
+        return reading
+
+    def park_commands(self, node: str) -> list[Command]:
+        return self.inner.park_commands(node)
+
+    def wake_commands(self, node: str) -> list[Command]:
+        return self.inner.wake_commands(node)
+
+    def send(self, command: Command):
+        out = self.inner.send(command)
+        if command.action == "redfish_reset":
+            self._follow(command.node, self.inner.state(command.node))
+        return out
+
+
+def powered(monkeypatch, control_url: str, boot_minutes: float | None = None) -> None:
+    """Every power actuator the product builds gets the datacenter following its BMCs."""
+    from gpupool import pipeline
+
+    built = pipeline.Context.build_power_actuators
+
+    def build_power_actuators(self, platforms=None, dry_run=True, lookup=None):
+        return {p: DatacenterBMC(a, control_url, boot_minutes)
+                for p, a in built(self, platforms, dry_run=dry_run, lookup=lookup).items()}
+
+    monkeypatch.setattr(pipeline.Context, "build_power_actuators", build_power_actuators)
 
 
 def provisioned(monkeypatch, control_url: str) -> None:

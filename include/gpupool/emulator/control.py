@@ -12,6 +12,8 @@ target. This API plays that system:
 * ``POST /sim/v1/nodes/{name}/mig`` ``{"layout": "all-1g.10gb"}`` — a node-side MIG tool run on the
   node (what ``python -m gpupool.emulator.migparted`` sends): 409 unless the node is held and empty
   at its platform, 422 for a GPU without MIG; answers once the layout is applied
+* ``POST /sim/v1/nodes/{name}/power`` ``{"on": false}`` — a BMC's reset: off at once (409 while the
+  node runs work), on after ``minutes`` (default the scenario's ``parking.wake_minutes``, else 10)
 * ``GET  /sim/v1/summary`` — the study's numbers so far (``World.summary``)
 """
 
@@ -113,6 +115,29 @@ def make_app(state: SimState) -> Starlette:
                 return _error(409, str(exc))
             return JSONResponse({"node": name, "layout": layout, "now": state.now.isoformat()})
 
+    async def node_power(request: Request):
+        name = request.path_params["name"]
+        try:
+            body = json.loads(await request.body() or b"{}")
+            on, minutes = body["on"], body.get("minutes")
+            if not isinstance(on, bool) or (minutes is not None and (isinstance(minutes, bool)
+                                                                     or not isinstance(minutes, (int, float)))):
+                raise TypeError
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return _error(400, 'body must be {"on": true|false} with an optional "minutes": <number>')
+        with state.lock:
+            state.sync()
+            try:
+                done = state.power(name, on, None if minutes is None else float(minutes))
+            except SimNotFound:
+                return _error(404, f"node {name} not found")
+            except SimInvalid as exc:
+                return _error(422, str(exc))
+            except SimConflict as exc:
+                return _error(409, str(exc))
+            return JSONResponse({"node": name, "on": on, "done": done.isoformat(), "now": state.now.isoformat()},
+                                status_code=202)
+
     async def summary(request: Request):
         with state.lock:
             state.sync()
@@ -124,5 +149,6 @@ def make_app(state: SimState) -> Starlette:
         Route("/sim/v1/pool", pool, methods=["GET"]),
         Route("/sim/v1/nodes/{name}/move", move, methods=["POST"]),
         Route("/sim/v1/nodes/{name}/mig", node_mig, methods=["POST"]),
+        Route("/sim/v1/nodes/{name}/power", node_power, methods=["POST"]),
         Route("/sim/v1/summary", summary, methods=["GET"]),
     ])

@@ -189,7 +189,10 @@ def node_object(state: SimState, rec: dict) -> dict:
                         ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
                         ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"))
     ] + [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
-          "lastHeartbeatTime": heartbeat, "lastTransitionTime": created}]
+          "lastHeartbeatTime": heartbeat, "lastTransitionTime": created} if rec.get("powered", True) else
+         {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+          "message": "Kubelet stopped posting node status.", "lastHeartbeatTime": heartbeat,
+          "lastTransitionTime": heartbeat}]
     return {
         "metadata": {
             "name": name, "uid": stable_uuid("k8s-node", name, created), "resourceVersion": str(meta.resource_version),

@@ -355,6 +355,29 @@ class SimState:
         self._bump(w.node)
         return w
 
+    def power(self, name: str, on: bool, minutes: float | None = None) -> pd.Timestamp:
+        """A BMC's power reset of ``name``: off stops it at once (refused while it runs work: the
+        parking that asks for it waits for the node to empty), on boots it and it serves again
+        ``minutes`` later (default: the scenario's ``parking.wake_minutes``, else 10). Returns
+        when the change is complete. A node in transit has no BMC anyone can reach."""
+        j = self.node_index(name)
+        rec = next(n for n in self.pool() if n["name"] == name)
+        if rec["in_transit"]:
+            raise SimConflict(f"node {name} is moving")
+        if not on and rec["powered"] and not rec["empty"]:
+            raise SimConflict(f"node {name} still runs {rec['busy_gpus']} GPU job(s): powering it off would kill them")
+        if minutes is None:
+            spec = self.world.scenario.parking
+            minutes = spec.wake_minutes if spec is not None else 10.0
+        if not (0 <= minutes <= 24 * 60):
+            raise SimInvalid("minutes must be between 0 and 1440")
+        try:
+            done = self.world.power(name, on, minutes)
+        except WorldError as exc:
+            raise SimConflict(str(exc)) from exc
+        self._bump(self.world.nodes[j].name)
+        return done
+
     def move(self, name: str, to: str) -> pd.Timestamp:
         """Hand a released, empty node to platform ``to``; returns when it arrives there."""
         j = self.node_index(name)

@@ -182,6 +182,9 @@ def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators
     power = power_step(ctx, at, dry_run=dry_run, actuators=power_actuators, by="fastpath", lookup=lookup,
                        pressures={name: j.pressure for name, j in judged.items()})
     states = power_states(engine)
+    for n in (power.get("advance") or {}).get("nodes") or ():  # woken during this step: the reading,
+        if n.get("before") == "waking" and n.get("state") == "on":  # taken before it, saw them held
+            states.setdefault(n["node"], ("waking", n["platform"]))
     if states:
         gpus = {n: g for j in judged.values() for n, g in j.pressure.node_gpus.items()}
         gpus.update({h["node"]: h["gpus"] for h in open_h if h.get("gpus") is not None})

@@ -244,6 +244,17 @@ def _nodes(ctx, at: datetime, names: list[str], pressures: Mapping[str, Any], se
         # a node powered down is planned as fixed (in_handover) but is in no handover: one never opens on it
         out.append(PowerNode(r.name, platform, int(r.gpus), float(busy) if state == ON else 0.0, state,
                              bool(r.in_handover) and state == ON, idle_since.get(r.name, at), changed))
+    for platform in names:  # listed by this step's reading, not yet by an inventory (no hourly run yet)
+        reading = pressures.get(platform)
+        if reading is None:
+            continue
+        idle = set(reading.idle_nodes)
+        for name, g in sorted(reading.node_gpus.items()):
+            if name in seen or name in states:
+                continue
+            seen.add(name)
+            out.append(PowerNode(name, platform, int(g), 0.0 if name in idle else float(g), ON, False,
+                                 idle_since.get(name, at), woken.get(name)))
     for name, row in sorted(states.items()):  # powered down: held by gpupool, so out of the plan's pool
         if name in seen or row["state"] == ON or row["platform"] not in names:
             continue

@@ -118,3 +118,56 @@ def test_promql_subset_evaluates_and_refuses():
     for bad in ("rate(m[5m])", "m > 1", "m + m", '{node=""}', "m offset 5m"):
         with pytest.raises(PromQLError):
             evaluate(parse(bad), resolve, 2)
+
+
+def test_a_bmc_powers_an_empty_node_off_and_it_serves_again_after_its_boot(state):
+    from gpupool.emulator.kubernetes_objects import node_object
+
+    nodes = state.nodes("kubernetes")
+    idle = next(n for n in nodes if n["busy_gpus"] == 0)["name"]
+    busy = next(n for n in nodes if n["busy_gpus"] > 0)["name"]
+    with pytest.raises(SimConflict, match="would kill"):
+        state.power(busy, on=False)  # work on it: parking waits for the node to empty
+    with pytest.raises(SimNotFound):
+        state.power("gpu-nope", on=False)
+    state.power(idle, on=False)
+    off = state.node("kubernetes", idle)
+    assert off["powered"] is False and not off["schedulable"] and off["platform"] == "kubernetes"  # it stays its owner's
+    ready = next(c for c in node_object(state, off)["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "Unknown"
+    assert state.power(idle, on=False) == state.now  # a repeated reset: nothing to do
+    for _ in range(6):
+        state.advance("5min")
+        assert state.node("kubernetes", idle)["busy_gpus"] == 0  # nothing runs on a powered-off node
+    with pytest.raises(SimInvalid):
+        state.power(idle, on=True, minutes=-1)
+    done = state.power(idle, on=True, minutes=10)
+    assert done == state.now + np.timedelta64(10, "m")
+    state.advance("5min")
+    assert state.node("kubernetes", idle)["powered"] is False  # still booting
+    assert state.power(idle, on=True, minutes=10) == done  # a repeated reset does not boot it again
+    state.advance("5min")
+    back = state.node("kubernetes", idle)
+    assert back["powered"] is True and back["schedulable"]
+    ready = next(c for c in node_object(state, back)["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+
+
+def test_the_control_api_takes_a_power_reset_and_names_what_is_wrong(state):
+    from starlette.testclient import TestClient
+
+    from gpupool.emulator.control import make_app
+
+    client = TestClient(make_app(state))
+    idle = next(n for n in state.nodes("kubernetes") if n["busy_gpus"] == 0)["name"]
+    busy = next(n for n in state.nodes("kubernetes") if n["busy_gpus"] > 0)["name"]
+    assert client.post(f"/sim/v1/nodes/{idle}/power", content=b'{"on": "no"}').status_code == 400
+    assert client.post(f"/sim/v1/nodes/{idle}/power", content=b"[]").status_code == 400
+    assert client.post("/sim/v1/nodes/gpu-nope/power", json={"on": False}).status_code == 404
+    assert client.post(f"/sim/v1/nodes/{busy}/power", json={"on": False}).status_code == 409
+    r = client.post(f"/sim/v1/nodes/{idle}/power", json={"on": False})
+    assert r.status_code == 202 and r.json()["on"] is False
+    assert next(n for n in client.get("/sim/v1/pool").json()["nodes"] if n["name"] == idle)["powered"] is False
+    r = client.post(f"/sim/v1/nodes/{idle}/power", json={"on": True, "minutes": 0})
+    assert r.status_code == 202
+    assert next(n for n in client.get("/sim/v1/pool").json()["nodes"] if n["name"] == idle)["powered"] is True
