@@ -120,10 +120,11 @@ def _limit(ownership: Mapping[str, Ownership], platform: str, which: str) -> int
 def need_since(previous: Mapping[str, datetime], short: Mapping[str, float], nodes: Iterable[HeldNode],
                at: datetime, ownership: Mapping[str, Ownership]) -> dict[str, datetime]:
     """When each owner's need for its lent nodes began: kept while it is short with a node of its
-    own lent out (or on its way back), from ``at`` where it begins now; dropped where it ended."""
+    own lent out (or on its way back), from ``at`` where it begins now; dropped where it ended. An
+    owner not read this tick (absent from ``short``) keeps what it had."""
     at = utc_datetime(at)
     away = {n.home for n in nodes if n.home is not None and (n.holder != n.home or n.moving)}
-    out = {}
+    out = {p: t for p, t in previous.items() if p not in short}
     for p, gap in short.items():
         own = ownership.get(p)
         if own is None or own.reclaim_minutes is None or gap <= 1e-9 or p not in away:
