@@ -12,6 +12,7 @@ import yaml
 
 from gpupool.sim.scenario import ScenarioError, scenario_from_dict
 from gpupool.sim.study import simulate
+from gpupool.sim.whatif import whatif_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 BASELINE = Path(__file__).parent / "data" / "ownership_off_baseline.json"
@@ -67,6 +68,11 @@ def test_static_reports_no_regret_and_a_bad_key_is_refused(tmp_path, helios):
     assert all(block["regret_gpu_hours"] == 0 and block["lent_gpu_hours"] == 0 for block in out["platforms"].values())
     with pytest.raises(ScenarioError, match="lend_limit"):
         simulate(_lend_then_need(tmp_path, helios, "lend_limit: -1"), "static")
+    # `gpupool whatif`'s scenario takes the same keys per platform
+    sc, raw = whatif_scenario({"slurm": [str(tmp_path / "a.csv")]}, {"slurm": None},
+                              ownership={"slurm": {"reclaim_minutes": 30, "owns": 2}})
+    assert raw["platforms"]["slurm"]["reclaim_minutes"] == 30
+    assert sc.ownership()["slurm"].owns == 2 and sc.ownership()["slurm"].reclaim_minutes == 30
 
 
 def test_without_ownership_keys_the_figures_are_those_before_ownership():
