@@ -135,7 +135,8 @@ def need_since(previous: Mapping[str, datetime], short: Mapping[str, float], nod
 
 def reclaim(short: Mapping[str, float], nodes: Sequence[HeldNode], ownership: Mapping[str, Ownership],
             since: Mapping[str, datetime], recent_moves: Sequence[Mapping[str, Any]], at: datetime,
-            max_moves_per_hour: int, move_minutes: float) -> tuple[list[Reclaim], list[tuple[str, str]]]:
+            max_moves_per_hour: int, move_minutes: float, flagged: Mapping[str, float] | None = None,
+            ) -> tuple[list[Reclaim], list[tuple[str, str]]]:
     """The reclaims to start at ``at``, and ``(owner, why)`` for each owner still waiting.
 
     ``short``: platform -> GPUs of its pending work it cannot place (pending - free - on their
@@ -143,7 +144,10 @@ def reclaim(short: Mapping[str, float], nodes: Sequence[HeldNode], ownership: Ma
     ``recent_moves``: moves started within the budget window (``created_at``, and
     ``outside_budget`` true for a reclaim that took no slot). Owners most short go first; each
     takes back enough GPUs to cover its shortage: idle nodes first, then busy ones whose borrowed
-    work has run ``min_runtime_minutes``, the least work ended first.
+    work has run ``min_runtime_minutes``, the least work ended first. ``flagged``: owner -> minutes
+    to its next reading, for the owners whose reading the detect rules flag (the first reading of a
+    burst is an alarm): such an owner waits for that reading unless waiting would bring its node
+    back after ``reclaim_minutes``, as it waits for the move budget.
     """
     at = utc_datetime(at)
     counted = sorted(utc_datetime(m["created_at"]) for m in recent_moves
@@ -159,6 +163,12 @@ def reclaim(short: Mapping[str, float], nodes: Sequence[HeldNode], ownership: Ma
         ready = [n for n in lent if n.busy_gpus <= 1e-9 or n.ran_minutes >= promise.min_runtime_minutes]
         ready.sort(key=lambda n: (n.busy_gpus > 1e-9, n.busy_gpus * n.ran_minutes, n.node))
         deadline = utc_datetime(since[owner]) + timedelta(minutes=float(promise.reclaim_minutes))
+        if ready and owner in (flagged or {}):
+            back = at + timedelta(minutes=flagged[owner] + move_minutes)
+            if back <= deadline:
+                waits.append((owner, f"short {need:g} GPUs by a reading the detect rules flag; the next reading "
+                                     f"decides, in time for reclaim_minutes {promise.reclaim_minutes:g}"))
+                continue
         for n in ready:
             if need <= 1e-9:
                 break
@@ -179,8 +189,9 @@ def reclaim(short: Mapping[str, float], nodes: Sequence[HeldNode], ownership: Ma
             work = (f"ending {n.busy_gpus:g} GPUs of {n.holder}'s work that ran {n.ran_minutes:g} min "
                     f"(min_runtime_minutes {promise.min_runtime_minutes:g})" if n.busy_gpus > 1e-9 else "idle")
             waited = (at - utc_datetime(since[owner])).total_seconds() / 60.0
+            seen = " (a reading the detect rules flag: the next one is too late)" if owner in (flagged or {}) else ""
             out.append(Reclaim(n.node, n.holder, owner, n.gpus, n.busy_gpus, n.ran_minutes, outside,
-                               f"reclaim: {owner} short {need:g} GPUs for {waited:g} min; its node {n.node} "
+                               f"reclaim: {owner} short {need:g} GPUs{seen} for {waited:g} min; its node {n.node} "
                                f"comes back from {n.holder}, {work}"
                                + ("; outside the move budget, which would bring it back after "
                                   f"reclaim_minutes {promise.reclaim_minutes:g}" if outside else "")))

@@ -9,7 +9,8 @@ without ``owns``. The study then:
 * before each fast-path tick (each hourly decision with ``fastpath: off``) runs the production
   reclaim (:func:`gpupool.decisions.ownership.reclaim`) on the same readings the fast path reads:
   an owner short (pending GPUs it cannot place, less those on their way) with a node of its own
-  lent out takes it back. The borrowed work on a node "has run" for as long as the node was busy
+  lent out takes it back; where the detect rules flag its reading, only if waiting for the next
+  would make the reclaim late. The borrowed work on a node "has run" for as long as the node was busy
   on its borrower without a break (the world's fluid packing); a reclaim of a busy node ends it;
 * reports per platform (:func:`report`): ``owned_gpus``, ``lent_gpu_hours`` and
   ``borrowed_gpu_hours`` (GPU-hours its own nodes served others, and others' nodes served it,
@@ -68,17 +69,20 @@ class OwnershipTrack:
             return []
         ready = [self._with_runtime(n) for n in nodes]
         checked: set[str] = set()
-        while True:  # an owner whose reading the detect rules flag reclaims nothing this tick
+        flagged: dict[str, float] = {}
+        tick = fast.every / pd.Timedelta("1min")
+        while True:  # judge the readings of the owners that would reclaim; a flagged one waits if it can
             need = {p: t for p, t in self.need.items() if p in short}
             moves, self.waits = reclaim(short, ready, self.ownership, need, fast.recent(at), at.to_pydatetime(),
-                                        fast.settings.max_moves_per_hour, float(self.world.scenario.move_minutes))
+                                        fast.settings.max_moves_per_hour, float(self.world.scenario.move_minutes),
+                                        flagged)
             unchecked = {mv.target for mv in moves} - checked
             if not unchecked:
                 break
             for p in sorted(unchecked):
                 checked.add(p)
                 if not fast.trusted(p, readings[p]):
-                    short.pop(p)
+                    flagged[p] = tick
         for mv in moves:
             arrive = fast.start(at, mv.node, mv.source, mv.target, "reclaim", outside_budget=mv.outside_budget)
             since = pd.Timestamp(self.need[mv.target])

@@ -198,3 +198,14 @@ def test_the_most_short_owner_reclaims_first():
     moves, _ = reclaim({"a": 8.0, "c": 16.0}, nodes, own, {"a": AT, "c": AT}, [], AT, 1, 30.0)
     # one slot: c (more short) takes it; a's would wait past its deadline, so it goes outside
     assert [(m.node, m.outside_budget) for m in moves] == [("c1", False), ("a1", True)]
+
+
+def test_a_flagged_reading_waits_for_the_next_unless_that_is_too_late():
+    nodes = [HeldNode("a1", "a", "b", 8)]
+    since = {"a": AT}
+    # the next reading in 5 minutes, back by 12:40: within 60 minutes, it waits
+    moves, waits = reclaim({"a": 8.0}, nodes, {"a": Ownership(reclaim_minutes=60)}, since, [], AT, 4, 30.0, {"a": 5.0})
+    assert moves == [] and "the next reading decides" in waits[0][1]
+    # within 30 minutes it cannot: the flagged reading reclaims
+    (m,), _ = reclaim({"a": 8.0}, nodes, {"a": Ownership(reclaim_minutes=30)}, since, [], AT, 4, 30.0, {"a": 5.0})
+    assert m.node == "a1" and "flag" in m.reason

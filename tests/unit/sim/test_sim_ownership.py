@@ -48,8 +48,11 @@ def test_an_owner_reclaims_its_lent_nodes_within_its_deadline(tmp_path, helios):
     # regret: a's unmet against keeping its nodes (0 unmet); b gained from borrowing
     assert a["regret_gpu_hours"] == pytest.approx(a["unmet_gpu_hours"]) and b["regret_gpu_hours"] < 0
     assert a["unmet_gpu_hours"] == pytest.approx(32 * 40 / 60, abs=1e-3)
-    # the deadline of 30 minutes is past: each reclaim is late
-    late = simulate(_lend_then_need(tmp_path, helios, "reclaim_minutes: 30"), "reactive")
+    # a deadline of 30 minutes cannot wait for the next reading: the flagged one reclaims at 03:05
+    tight = simulate(_lend_then_need(tmp_path, helios, "reclaim_minutes: 30"), "reactive")["platforms"]["a"]
+    assert tight["reclaims"] == {"count": 4, "late": 0, "p50_minutes": 30.0, "p95_minutes": 30.0, "max_minutes": 30.0}
+    # 20 minutes no move can keep: each reclaim is late
+    late = simulate(_lend_then_need(tmp_path, helios, "reclaim_minutes: 20"), "reactive")
     assert late["platforms"]["a"]["reclaims"]["late"] == 4
 
 
