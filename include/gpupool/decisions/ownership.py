@@ -133,6 +133,15 @@ def need_since(previous: Mapping[str, datetime], short: Mapping[str, float], nod
     return out
 
 
+def covered(short: Mapping[str, float], reclaims: Sequence[Reclaim]) -> set[str]:
+    """The owners whose shortage ``reclaims`` cover: their need is met once those nodes arrive,
+    and a shortage read later (net of the GPUs on their way) is a new need with its own start."""
+    back: dict[str, float] = {}
+    for r in reclaims:
+        back[r.target] = back.get(r.target, 0.0) + r.gpus
+    return {p for p, g in back.items() if g >= short.get(p, 0.0) - 1e-9}
+
+
 def reclaim(short: Mapping[str, float], nodes: Sequence[HeldNode], ownership: Mapping[str, Ownership],
             since: Mapping[str, datetime], recent_moves: Sequence[Mapping[str, Any]], at: datetime,
             max_moves_per_hour: int, move_minutes: float, flagged: Mapping[str, float] | None = None,

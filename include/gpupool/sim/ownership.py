@@ -16,7 +16,8 @@ without ``owns``. The study then:
   ``borrowed_gpu_hours`` (GPU-hours its own nodes served others, and others' nodes served it,
   moves aside), ``regret_gpu_hours`` (its unmet minus its unmet under ``static`` on the same
   scenario: what pooling cost it, negative where it gained), ``reclaims`` (``count``, ``late``:
-  back later than ``reclaim_minutes`` after the need began, and the latency's ``p50_minutes``,
+  back later than ``reclaim_minutes`` after the need began (the first reading of a shortage no
+  reclaim on its way covers), and the latency's ``p50_minutes``,
   ``p95_minutes``, ``max_minutes``; each counted for the owner) and ``preempted_gpu_hours`` (the
   borrowed work reclaims ended on its borrowed nodes: busy GPUs times the hours that work had run,
   all lost where the work does not checkpoint).
@@ -28,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from gpupool.config import Ownership
-from gpupool.decisions.ownership import HeldNode, first_sight_homes, need_since, reclaim
+from gpupool.decisions.ownership import HeldNode, covered, first_sight_homes, need_since, reclaim
 from gpupool.sim.world import TRANSIT
 
 
@@ -92,6 +93,8 @@ class OwnershipTrack:
             self.reclaims.append({"owner": mv.target, "node": mv.node, "borrower": mv.source, "minutes": minutes,
                                   "late": minutes > promise.reclaim_minutes + 1e-9,
                                   "preempted_gpu_hours": mv.busy_gpus * ran / 60.0})
+        for p in covered(short, moves):  # met once they arrive: a later shortage is a new need
+            self.need.pop(p, None)
         return moves
 
     def _held(self, n: dict) -> HeldNode:

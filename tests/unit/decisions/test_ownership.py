@@ -11,7 +11,7 @@ import pytest
 
 from gpupool.config import Ownership
 from gpupool.decisions.fastpath import FastMove, Judged, PlanBounds, Settings, decide
-from gpupool.decisions.ownership import (HeldNode, first_sight_homes, lent_and_borrowed, may_move, need_since,
+from gpupool.decisions.ownership import (HeldNode, covered, first_sight_homes, lent_and_borrowed, may_move, need_since,
                                          reclaim)
 from gpupool.decisions.planner import NodeRecord, plan
 from gpupool.decisions.policy import Policy
@@ -209,3 +209,14 @@ def test_a_flagged_reading_waits_for_the_next_unless_that_is_too_late():
     # within 30 minutes it cannot: the flagged reading reclaims
     (m,), _ = reclaim({"a": 8.0}, nodes, {"a": Ownership(reclaim_minutes=30)}, since, [], AT, 4, 30.0, {"a": 5.0})
     assert m.node == "a1" and "flag" in m.reason
+
+
+def test_a_need_the_reclaims_cover_ends_and_a_larger_shortage_later_is_a_new_need():
+    nodes = [HeldNode(f"a{i}", "a", "b", 8) for i in range(4)]
+    own = {"a": Ownership(reclaim_minutes=30)}
+    moves, _ = reclaim({"a": 15.6}, nodes, own, {"a": AT}, [], AT, 4, 30.0)
+    assert [m.node for m in moves] == ["a0", "a1"] and covered({"a": 15.6}, moves) == {"a"}
+    assert covered({"a": 20.0}, moves) == set()  # 16 GPUs on their way do not cover 20
+    # the caller ends the covered need; the next reading, short net of the 16 on their way, starts a new one
+    later = AT + timedelta(minutes=5)
+    assert need_since({}, {"a": 28.4}, nodes, later, own) == {"a": later}
