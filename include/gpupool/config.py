@@ -8,7 +8,7 @@ environment. A bad file fails with one message naming the file, the key and the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator,
                       model_validator)
@@ -134,6 +134,46 @@ class PowerConfig(_Strict):
         return self
 
 
+#: A platform's ownership promises (docs/stages/ownership.md), one home for their defaults and
+#: descriptions: platforms[] of platforms.yaml and a what-if scenario's platforms take the same
+#: keys, and :class:`Ownership` gathers them for the plan and the fast path. The defaults promise
+#: nothing, so a pool without them moves nodes as before
+Owns = Annotated[int | None, Field(default=None, ge=0, description=(
+    "how many of the nodes it holds it owns: the first N (by pool node id) of what it holds when "
+    "gpupool first sees it, unless `pool.nodes[].owner` names an owner; null: none in platforms.yaml "
+    "(a what-if scenario: every node it holds at the start)"))]
+LendLimit = Annotated[int | None, Field(default=None, ge=0, description=(
+    "the most of its owned nodes other platforms may hold at once; null: no limit, 0: it never lends"))]
+BorrowLimit = Annotated[int | None, Field(default=None, ge=0, description=(
+    "the most nodes owned by other platforms it may hold at once; null: no limit, 0: it never borrows"))]
+ReclaimMinutes = Annotated[float | None, Field(default=None, gt=0, le=MAX_DURATION_HOURS * 60, description=(
+    "the promise of a reclaim: when its work queues and a node it owns is lent out, that node comes back "
+    "first, within this many minutes of the need (outside the move budget where the budget would make it "
+    "later); null: no reclaim, its lent nodes come back only when the plan or the fast path moves them"))]
+MinRuntimeMinutes = Annotated[float, Field(default=0.0, ge=0, le=MAX_DURATION_HOURS * 60, description=(
+    "borrowed work on a node it lent runs at least this many minutes before a reclaim may end it; "
+    "an idle lent node comes back at once"))]
+
+
+class Ownership(_Strict):
+    """One platform's ownership promises, as the plan, the fast path and the reclaim read them."""
+
+    owns: Owns
+    lend_limit: LendLimit
+    borrow_limit: BorrowLimit
+    reclaim_minutes: ReclaimMinutes
+    min_runtime_minutes: MinRuntimeMinutes
+
+    def promises(self) -> bool:
+        """Whether it promises anything beyond the defaults (a limit or a reclaim)."""
+        return any(getattr(self, k) != f.default for k, f in Ownership.model_fields.items() if k != "owns")
+
+
+def ownership_of(spec: BaseModel) -> Ownership:
+    """The :class:`Ownership` fields of a platform's configuration or scenario entry."""
+    return Ownership(**{k: getattr(spec, k) for k in Ownership.model_fields})
+
+
 class PlatformConfig(_Strict):
     """One platform instance gpupool extracts from and may actuate."""
 
@@ -182,6 +222,11 @@ class PlatformConfig(_Strict):
         "`SLICES_PER_GPU` slices)"))
     power: PowerConfig | None = Field(default=None, description=(
         "how idle nodes are parked and woken (power off / on); null: never ([operations/power.md](operations/power.md))"))
+    owns: Owns
+    lend_limit: LendLimit
+    borrow_limit: BorrowLimit
+    reclaim_minutes: ReclaimMinutes
+    min_runtime_minutes: MinRuntimeMinutes
 
     @field_validator("slice_profile")
     @classmethod
@@ -229,6 +274,9 @@ class PoolNode(_Strict):
     names: dict[str, str] = Field(default_factory=dict, description=(
         "platform -> the node's name there (default: `node`), e.g. {cloud: compute-gpu-a01.dc1, "
         "hpc: a01}; each key must be a configured platform, and a name given to two nodes is refused"))
+    owner: str | None = Field(default=None, description=(
+        "the platform that owns it (a configured platform), whichever holds it; null: the first N a "
+        "platform's `owns` takes, else nobody's ([stages/ownership.md](stages/ownership.md))"))
 
     def name_on(self, platform: str) -> str:
         return self.names.get(platform, self.node)
@@ -425,6 +473,17 @@ class GpupoolConfig(_Strict):
                 if key not in known:
                     raise ValueError(f"nodes[{n.node}].names: {key!r} is not a configured platform; "
                                      f"platforms: {', '.join(platforms)}")
+        return pool
+
+    @field_validator("pool")
+    @classmethod
+    def _pool_owners_are_platforms(cls, pool: PoolConfig, info: ValidationInfo) -> PoolConfig:
+        """An ``owner`` must be a configured platform: a typo would leave the node nobody's."""
+        known = [p.name for p in info.data.get("platforms") or []]
+        for n in pool.nodes if known else ():
+            if n.owner is not None and n.owner not in known:
+                raise ValueError(f"nodes[{n.node}].owner: {n.owner!r} is not a configured platform; "
+                                 f"platforms: {', '.join(known)}")
         return pool
 
     @field_validator("platforms")

@@ -31,7 +31,12 @@ Rules :func:`decide` keeps, each a named reason when it says no:
 * cool-downs: a node moved within ``limits.cooldown_hours`` does not move again, and a platform
   does not reverse direction within it (one that lent does not borrow, one that borrowed does
   not lend), so two bursts in turn cannot swap a node back and forth;
-* never a node with an open handover; only pool members; backfill runs never actuate.
+* never a node with an open handover; only pool members; backfill runs never actuate;
+* ownership (where ``Settings.homes`` names owners): no lend past a platform's ``lend_limit`` nor
+  borrow past its ``borrow_limit``; a lender gives a node back to its owner first, then one nobody
+  or a third platform owns, its own last; and of two platforms short, the one holding the least
+  of what it owns (its nominal share) is served first. The reclaim runs before this decision
+  (:func:`gpupool.decisions.ownership.reclaim`); its moves outside the budget take no slot.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from gpupool.config import LimitsConfig
+from gpupool.config import LimitsConfig, Ownership, ownership_of
+from gpupool.decisions.ownership import lent_and_borrowed, may_move
 from gpupool.values import utc_datetime
 
 #: the window of the move budget (issue 30: "at most N moves in any hour", both paths)
@@ -118,6 +124,8 @@ class Settings:
     tuning: FastPathTuning = FastPathTuning()
     members: frozenset[str] | None = None  # pool node ids that may move (None: any)
     backfill: bool = False
+    ownership: Mapping[str, Ownership] = field(default_factory=dict)  # platform -> its promises
+    homes: Mapping[str, str] = field(default_factory=dict)  # pool node id -> its owner (absent: nobody's)
 
 
 @dataclass(frozen=True)
@@ -170,6 +178,8 @@ def settings_from_config(config, backfill: bool = False, tuning: FastPathTuning 
     if config.pool.nodes and not config.pool.all_nodes:
         members = frozenset(n.node for n in config.pool.nodes)
     return Settings(
+        ownership={p.name: ownership_of(p) for p in config.platforms},
+        homes={n.node: n.owner for n in config.pool.nodes if n.owner is not None},
         min_nodes={p.name: p.min_nodes for p in config.platforms},
         max_moves_per_hour=lim.max_moves_per_decision,
         cooldown=timedelta(hours=lim.cooldown_hours),
@@ -295,7 +305,8 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
         gpus = h.get("gpus") if h.get("gpus") is not None else node_gpus.get(h["node"], 0)
         transit[h["to_platform"]] = transit.get(h["to_platform"], 0.0) + float(gpus)
     hour_ago, cool_since = at - BUDGET_WINDOW, at - settings.cooldown
-    budget = settings.max_moves_per_hour - sum(1 for m in recent_moves if utc_datetime(m["created_at"]) > hour_ago)
+    budget = settings.max_moves_per_hour - sum(1 for m in recent_moves if utc_datetime(m["created_at"]) > hour_ago
+                                               and not m.get("outside_budget"))
     cooling = [m for m in recent_moves if utc_datetime(m["created_at"]) > cool_since]
     moved_nodes = {m["node"] for m in cooling}
     lent = {m["from_platform"] for m in cooling}
@@ -313,6 +324,14 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
             on_way = f" + {transit[p]:g} on their way" if transit.get(p) else ""
             out.append(Skip(p, f"no shortage: {pending[p]:g} GPUs pending, {free[p]:g} free{on_way}"))
     wanting = sorted((p for p in usable if short[p] > 0), key=lambda p: (-short[p], p))
+    homes = settings.homes
+    if homes:  # ownership: who lent and borrowed what; the platform furthest below its nominal share first
+        holder = {n: p for p, pr in pressures.items() for n in pr.pressure.node_gpus}
+        holder.update({h["node"]: h["to_platform"] for h in open_handovers if h.get("state") != "failed"})
+        lent_n, borrowed_n = lent_and_borrowed((homes.get(n), p) for n, p in holder.items())
+        owned = {p: sum(node_gpus.get(n, 0) for n, o in homes.items() if o == p) for p in usable}
+        share = {p: (capacity[p] + transit.get(p, 0.0)) / owned[p] if owned[p] else float("inf") for p in usable}
+        wanting.sort(key=lambda p: (share[p], -short[p], p))
     started = 0
     for q in wanting:
         if started >= settings.max_moves_per_tick or budget <= 0:
@@ -335,6 +354,13 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
                     and (settings.members is None or n in settings.members)
                     and free[p] - node_gpus[n] >= pending[p] + h * demand[p]
                     and capacity[p] - node_gpus[n] >= plan_bounds.keep_gpus.get(p, 0.0)]
+            if homes and fits:
+                limited = [may_move(homes.get(n), p, q, lent_n, borrowed_n, settings.ownership) for n in fits]
+                if all(limited):
+                    refusals.append(f"{p}: {limited[0]}")
+                    continue
+                fits = sorted((n for n, why in zip(fits, limited) if not why),
+                              key=lambda n: (homes.get(n) != q, homes.get(n) == p, n))
             if not fits:
                 refusals.append(f"{p}: lending a node would leave less than its pending work "
                                 f"({pending[p]:g} GPUs) or the plan's reserve ({plan_bounds.keep_gpus.get(p, 0.0):g})")
@@ -358,6 +384,9 @@ def decide(pressures: Mapping[str, Judged], plan_bounds: PlanBounds, recent_move
         blocked.add(node)
         lent.add(p)
         borrowed.add(q)
+        if homes:
+            holder[node] = q
+            lent_n, borrowed_n = lent_and_borrowed((homes.get(n), t) for n, t in holder.items())
     return out
 
 

@@ -38,6 +38,8 @@ class NodeRecord:
 
     ``owner`` is the platform that holds the node — for a node in a handover, the platform it is
     moving to; ``available_in_minutes`` says when such a node can serve (``None``: a whole move).
+    ``home`` is the platform that owns it (``platforms[].owns``, ``pool.nodes[].owner``; None:
+    nobody's), which the plan's ``lend_limit`` and ``borrow_limit`` count.
     """
 
     name: str
@@ -49,6 +51,7 @@ class NodeRecord:
     mig_capable: bool = False
     mig_layout: str | None = None
     available_in_minutes: float | None = None
+    home: str | None = None
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> "NodeRecord":
@@ -67,6 +70,7 @@ class NodeRecord:
             mig_capable=bool(raw.get("mig_capable", False)),
             mig_layout=raw.get("mig_layout"),
             available_in_minutes=raw.get("available_in_minutes"),
+            home=raw.get("home"),
         )
 
 

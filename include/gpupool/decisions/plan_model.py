@@ -73,6 +73,7 @@ class _Class:
     options: tuple[_Option, ...]
     members: list[NodeRecord]
     movable: bool
+    home: str | None = None  # the members' owner, where a lend or borrow limit counts it
 
 
 class SolverFailed(RuntimeError):
@@ -100,6 +101,11 @@ class PlanModel:
         self.fixed_count = np.zeros(len(platforms))
         self.current_count = np.zeros(len(platforms))
         self.idle_gpus = np.zeros(len(platforms))
+        # ownership: nodes are told apart by owner only where some platform limits its lending or
+        # borrowing; the nodes in a handover each platform has lent and borrowed (nobody decides on them)
+        self.limited = any(policy.limit(p, w) is not None for p in platforms for w in ("lend_limit", "borrow_limit"))
+        self.fixed_lent = np.zeros(len(platforms))
+        self.fixed_borrowed = np.zeros(len(platforms))
         self.classes: list[_Class] = []
         self._build(at)
         # the source-risk term: demand one horizon further out, and each platform's risk there now
@@ -138,6 +144,9 @@ class PlanModel:
                 self.fixed.append((i, node_capacity(r, unit, layout), self._avail(minutes)))
                 self.fixed_held[i] += node_capacity(r, unit, layout)
                 self.fixed_count[i] += 1
+                if r.home is not None and r.home != r.owner and r.home in self.pidx:
+                    self.fixed_lent[self.pidx[r.home]] += 1
+                    self.fixed_borrowed[i] += 1
                 continue
             self.idle_gpus[i] += max(0.0, r.gpus - r.busy_gpus)
             idle = r.busy_gpus <= 1e-9
@@ -160,9 +169,10 @@ class PlanModel:
                     cost = pol.move_cost + (LAYOUT_CHANGE_COST if layout != r.mig_layout else 0.0)
                     options.append(_Option("move", p, node_capacity(r, self.units[p], layout),
                                            self._avail(pol.move_minutes), cost, layout))
-            key = (r.owner, r.gpus, tuple(options))
+            home = r.home if self.limited else None
+            key = (r.owner, r.gpus, tuple(options), home)
             if key not in groups:
-                groups[key] = _Class(r.owner, r.gpus, tuple(options), [], len(options) > 1)
+                groups[key] = _Class(r.owner, r.gpus, tuple(options), [], len(options) > 1, home)
             groups[key].members.append(r)
         for key in sorted(groups, key=lambda k: min(m.name for m in groups[k].members)):
             cls = groups[key]
@@ -171,6 +181,29 @@ class PlanModel:
                                             m.last_moved_at or pd.Timestamp(0, tz="UTC"), m.name))
             self.classes.append(cls)
         self._build_slots()
+        self.lent_now, self.borrowed_now = self.ownership_counts(self.counts_keep())
+
+    def ownership_counts(self, counts) -> tuple[np.ndarray, np.ndarray]:
+        """Nodes each platform owns that others hold, and nodes of others it holds, after ``counts``."""
+        lent, borrowed = self.fixed_lent.copy(), self.fixed_borrowed.copy()
+        for cls, row in zip(self.classes, counts):
+            if cls.home is None or cls.home not in self.pidx:
+                continue
+            for opt, n in zip(cls.options, row):
+                if n and opt.target != cls.home:
+                    lent[self.pidx[cls.home]] += n
+                    borrowed[self.pidx[opt.target]] += n
+        return lent, borrowed
+
+    def ownership_caps(self) -> tuple[np.ndarray, np.ndarray]:
+        """The most each platform may lend and borrow (inf: no limit); a plan never goes past a
+        limit nor further past one it is already past (a limit set while more was lent)."""
+        caps = []
+        for which, now in (("lend_limit", self.lent_now), ("borrow_limit", self.borrowed_now)):
+            lim = np.array([np.inf if self.policy.limit(p, which) is None else float(self.policy.limit(p, which))
+                            for p in self.platforms])
+            caps.append(np.maximum(lim, now))
+        return caps[0], caps[1]
 
     def _build_slots(self) -> None:
         """Cut each horizon hour where some node starts serving: capacity is constant in each slot.
@@ -258,6 +291,11 @@ class PlanModel:
             return False
         if not self.policy.allow_evict and (leaving > self.idle_gpus + 1e-9).any():
             return False
+        if self.limited:
+            lent, borrowed = self.ownership_counts(counts)
+            lend_cap, borrow_cap = self.ownership_caps()
+            if (lent > lend_cap + 1e-9).any() or (borrowed > borrow_cap + 1e-9).any():
+                return False
         _, _, nodes = self.capacity(counts)
         return bool((self._violation(nodes) <= self._violation(self.current_count) + 1e-9).all())
 
@@ -384,6 +422,8 @@ class PlanModel:
                          if self.classes[k].owner == p and self.classes[k].options[o].kind == "move"}
                 if coefs:
                     add(coefs, -np.inf, float(self.idle_gpus[i]))
+        if self.limited:
+            self._milp_ownership_rows(var_index, add)
         lo, hi = self._bounds()
         now_viol = self._violation(self.current_count)
         for i, p in enumerate(self.platforms):
@@ -395,6 +435,21 @@ class PlanModel:
                 add({**coefs, s0 + P + i: -1.0}, -np.inf, hi[i] - fixed)
             # hard: never further outside than now
             add({s0 + i: 1.0, s0 + P + i: 1.0}, -np.inf, float(now_viol[i]))
+
+    def _milp_ownership_rows(self, var_index, add) -> None:
+        """Each platform's owned nodes held by others at most its lend cap, others' nodes it holds
+        at most its borrow cap (:meth:`ownership_caps`)."""
+        lend_cap, borrow_cap = self.ownership_caps()
+        for i, p in enumerate(self.platforms):
+            lends = {j: 1.0 for j, (k, o) in enumerate(var_index)
+                     if self.classes[k].home == p and self.classes[k].options[o].target != p}
+            if lends and np.isfinite(lend_cap[i]):
+                add(lends, -np.inf, float(lend_cap[i] - self.fixed_lent[i]))
+            borrows = {j: 1.0 for j, (k, o) in enumerate(var_index)
+                       if self.classes[k].home not in (None, p) and self.classes[k].home in self.pidx
+                       and self.classes[k].options[o].target == p}
+            if borrows and np.isfinite(borrow_cap[i]):
+                add(borrows, -np.inf, float(borrow_cap[i] - self.fixed_borrowed[i]))
 
     # ---- greedy
     def greedy(self) -> list[list[int]]:

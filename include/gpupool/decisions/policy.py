@@ -28,7 +28,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpupool.config import PlanLimits
+from gpupool.config import Ownership, PlanLimits
 
 PolicyKind = Literal["static", "reactive", "predictive", "oracle"]
 #: every policy kind, the what-if's choice (``gpupool simulate --policy``, the report's table)
@@ -96,6 +96,10 @@ class Policy(PlanLimits, PlanTuning):
     min_nodes: dict[str, int] = Field(default_factory=dict, description="platform -> fewest nodes it keeps")
     max_nodes: dict[str, int] = Field(default_factory=dict, description="platform -> most nodes it may hold")
     priority: dict[str, float] = Field(default_factory=dict, description="platform -> weight of its unmet demand")
+    ownership: dict[str, Ownership] = Field(default_factory=dict, description=(
+        "platform -> its ownership promises (platforms[]' owns, lend_limit, borrow_limit, reclaim_minutes, "
+        "min_runtime_minutes): the plan never lends its owned nodes beyond lend_limit nor lets it borrow beyond "
+        "borrow_limit (the nodes' `home`)"))
 
     @field_validator("min_nodes", "max_nodes")
     @classmethod
@@ -116,3 +120,8 @@ class Policy(PlanLimits, PlanTuning):
     def weight(self, platform: str) -> float:
         """The priority weight of ``platform`` (1 when not set)."""
         return float(self.priority.get(platform, 1.0))
+
+    def limit(self, platform: str, which: str) -> int | None:
+        """``platform``'s ``lend_limit`` or ``borrow_limit`` (``which``), None when it sets none."""
+        own = self.ownership.get(platform)
+        return None if own is None else getattr(own, which)

@@ -26,12 +26,16 @@ would see:
 4. a move starts at the tick (the handover opens and releases in that run) and the node serves
    nobody for ``move_minutes``, like a plan's move.
 
+Where nodes have owners (:mod:`gpupool.sim.ownership`), the reclaim runs on the same readings
+before the decision, and the decision reads the pool again after the reclaims it started.
+
 ``oracle`` decides on the true demand of the current step (no faults, no judge): the bound of
 deciding at this cadence. ``static`` has no fast path.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import timedelta
 
@@ -85,17 +89,40 @@ class FastPath:
         self.moves: list[dict] = []  # every move started, both paths: node, from/to_platform, created_at, path
         self.judged = 0  # readings judged (the cost of the judge)
         self.power = None  # a PowerTrack when the study parks: waking nodes count as on their way
+        self.owners = None  # an OwnershipTrack where nodes have owners: the reclaim runs first
+
+    def own(self, owners) -> None:
+        """Nodes have owners (an :class:`~gpupool.sim.ownership.OwnershipTrack`): the decision keeps
+        the limits and the reclaim runs before it."""
+        self.owners = owners
+        self.settings = dataclasses.replace(self.settings, ownership=dict(owners.ownership), homes=dict(owners.homes))
 
     # --- what both paths started
-    def record(self, at: pd.Timestamp, node: str, source: str, target: str, path: str) -> None:
-        """A move started at ``at`` by ``path`` ("plan" or "fast")."""
+    def record(self, at: pd.Timestamp, node: str, source: str, target: str, path: str,
+               outside_budget: bool = False) -> None:
+        """A move started at ``at`` by ``path`` ("plan", "fast" or "reclaim"; a reclaim
+        ``outside_budget`` takes no slot of the budget)."""
         self.moves.append({"node": node, "from_platform": source, "to_platform": target,
-                           "created_at": at.to_pydatetime(), "path": path})
+                           "created_at": at.to_pydatetime(), "path": path, "outside_budget": outside_budget})
+
+    def start(self, at: pd.Timestamp, node: str, source: str, target: str, path: str,
+              outside_budget: bool = False) -> pd.Timestamp:
+        """Start a move in the world now and record it; the time the node arrives."""
+        arrive = self.world.move(node, target)
+        if self.power is not None:
+            self.power.moved(node, target, at, arrive)
+        self.record(at, node, source, target, path, outside_budget)
+        return arrive
+
+    def recent(self, at: pd.Timestamp) -> list[dict]:
+        """The moves either path started within the budget window and the cool-down before ``at``."""
+        since = recent_since(at.to_pydatetime(), self.settings)
+        return [m for m in self.moves if m["created_at"] >= since]
 
     def budget_left(self, at: pd.Timestamp) -> int:
         """Moves either path may still start at ``at`` within the rolling hour."""
         hour_ago = (at - pd.Timedelta("1h")).to_pydatetime()
-        used = sum(1 for m in self.moves if m["created_at"] > hour_ago)
+        used = sum(1 for m in self.moves if m["created_at"] > hour_ago and not m["outside_budget"])
         return max(0, self.settings.max_moves_per_hour - used)
 
     def planned(self, plan_id: int, at: pd.Timestamp, result, demand) -> None:
@@ -117,16 +144,10 @@ class FastPath:
         i = world.clock_index
         if i == 0:  # nothing read yet
             return []
-        pool = world.pool(at)
-        if self.power is not None:  # a parked node is its platform's idle node: lent, it wakes on the way
-            pool = self.power.records(pool)
-        readings = self._readings(at, i, pool)
-        transit = [{"node": n["name"], "to_platform": n["platform"], "state": "releasing", "gpus": n["gpus"]}
-                   for n in pool if n["in_transit"]]
-        if self.power is not None:
-            transit += self.power.waking(at)
-        since = recent_since(at.to_pydatetime(), self.settings)
-        opened = [m for m in self.moves if m["created_at"] >= since]
+        pool, readings, transit = self.observe(at)
+        if self.owners is not None and self.owners.tick(at, readings, transit, pool, self):
+            pool, readings, transit = self.observe(at)  # the reclaims' nodes are on their way
+        opened = self.recent(at)
         flags: dict[str, tuple[str, ...]] = {}
         while True:
             judged = {p: Judged(r, flags.get(p, ())) for p, r in readings.items()}
@@ -145,11 +166,28 @@ class FastPath:
         if self.log is not None:
             self.log.append({"at": at, "decisions": decisions})
         for mv in moves:
-            arrive = world.move(mv.node, mv.target)
-            if self.power is not None:
-                self.power.moved(mv.node, mv.target, at, arrive)
-            self.record(at, mv.node, mv.source, mv.target, "fast")
+            self.start(at, mv.node, mv.source, mv.target, "fast")
         return moves
+
+    def trusted(self, p: str, reading) -> bool:
+        """Whether ``p``'s reading of this tick passes the detect stage's streaming rules (always,
+        unjudged): a reclaim, like a move, is not started on a flagged reading."""
+        if not self.judge:
+            return True
+        self.judged += 1
+        return not self._flags(p, self.world.clock_index, reading)
+
+    def observe(self, at: pd.Timestamp) -> tuple[list[dict], dict, list[dict]]:
+        """The pool at ``at``, each platform's reading and the nodes on their way (handovers)."""
+        pool = self.world.pool(at)
+        if self.power is not None:  # a parked node is its platform's idle node: lent, it wakes on the way
+            pool = self.power.records(pool)
+        readings = self._readings(at, self.world.clock_index, pool)
+        transit = [{"node": n["name"], "to_platform": n["platform"], "state": "releasing", "gpus": n["gpus"]}
+                   for n in pool if n["in_transit"]]
+        if self.power is not None:
+            transit += self.power.waking(at)
+        return pool, readings, transit
 
     def _readings(self, at: pd.Timestamp, i: int, pool: list[dict]) -> dict:
         """Each platform's pressure at ``at``: inventory now, allocated/pending of step ``i - 1``."""

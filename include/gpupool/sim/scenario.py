@@ -25,7 +25,13 @@ clips the traces), ``seed`` (synthetic platforms), ``policy`` (overrides of
 the hourly plans, e.g. ``5min``, or ``off`` for hourly decisions only; absent: what the shipped
 ``gpupool_fastpath`` DAG does, :data:`gpupool.decisions.cadence.FASTPATH_EVERY`), ``parking``
 (``off``, the default, or a mapping of :class:`gpupool.sim.power.ParkingSpec`: parking idle nodes
-and waking them, pool-wide settings) and, per platform, ``gpu_model`` and ``slice_profile``.
+and waking them, pool-wide settings) and, per platform, ``gpu_model``, ``slice_profile`` and the
+ownership keys of ``platforms[]`` in platforms.yaml (``owns``, ``lend_limit``, ``borrow_limit``,
+``reclaim_minutes``, ``min_runtime_minutes``; docs/stages/ownership.md). Where any platform gives
+one, every platform owns the first ``owns`` of the nodes it holds at the start (absent: all of
+them), the plan and the fast path keep the limits, owners reclaim, and the study reports each
+platform's lending, borrowing, reclaims and regret against ``static``; without them, nobody owns
+anything, as before.
 
 ``slice_profile`` (a MIG profile such as ``1g.10gb``; absent: whole GPUs) is the platform
 configuration's key of the same name with its default ``slice_demand: requests``: the platform's
@@ -45,7 +51,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpupool import inputfiles, mig
 from gpupool.values import utc_field
-from gpupool.config import PlanLimits
+from gpupool.config import (BorrowLimit, LendLimit, MinRuntimeMinutes, Ownership, Owns, PlanLimits, ReclaimMinutes,
+                            ownership_of)
 from gpupool.decisions.cadence import FASTPATH_EVERY
 from gpupool.decisions.layouts import GPU_UNIT
 from gpupool.errors import UserError, one_line, shown
@@ -89,6 +96,11 @@ class PlatformSpec(BaseModel):
     nodes: int | None = Field(None, ge=0)
     gpu_model: str = "NVIDIA A100-SXM4-80GB"
     slice_profile: str | None = Field(None, description="the MIG profile its jobs ask for; None: whole GPUs")
+    owns: Owns
+    lend_limit: LendLimit
+    borrow_limit: BorrowLimit
+    reclaim_minutes: ReclaimMinutes
+    min_runtime_minutes: MinRuntimeMinutes
 
     @field_validator("slice_profile")
     @classmethod
@@ -226,6 +238,14 @@ class Scenario(BaseModel):
         :func:`gpupool.jobs.allocation.demand_units` gives them (``slice_demand: requests``:
         one unit of demand is one request, so the factor is 1)."""
         return {name: (spec.slice_profile or GPU_UNIT, 1) for name, spec in self.platforms.items()}
+
+    def ownership(self) -> dict[str, Ownership]:
+        """Each platform's ownership promises where some platform gives an ownership key; ``{}``
+        where none does (nobody owns anything: the study runs as before)."""
+        keys = set(Ownership.model_fields)
+        if not any(keys & spec.model_fields_set for spec in self.platforms.values()):
+            return {}
+        return {name: ownership_of(spec) for name, spec in self.platforms.items()}
 
     @property
     def step_td(self) -> pd.Timedelta:

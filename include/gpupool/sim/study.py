@@ -53,6 +53,7 @@ from gpupool.decisions.policy import POLICY_KINDS, Policy
 from gpupool.canonical import DEMAND_METRICS, demand_of_steps, hourly_levels
 from gpupool.config import default_config
 from gpupool.sim.fastpath import FastPath
+from gpupool.sim.ownership import OwnershipTrack, report as ownership_report
 from gpupool.sim.faults import FaultSpec, corrupt, fault_plan
 from gpupool.sim.power import PowerTrack, energy
 from gpupool.sim.scenario import Scenario, load_scenario
@@ -82,10 +83,10 @@ def resolve_policy(policy: str | Policy, scenario: Scenario) -> Policy:
             raise ValueError(f"scenario {scenario.label()}: policy: {exc}") from exc
     else:
         base = policy
-    return base.model_copy(update={
-        "max_moves_per_decision": scenario.max_moves_per_decision,
-        "move_minutes": float(scenario.move_minutes),
-    })
+    update = {"max_moves_per_decision": scenario.max_moves_per_decision, "move_minutes": float(scenario.move_minutes)}
+    if scenario.ownership():  # the platforms' promises are facts of the scenario too
+        update["ownership"] = scenario.ownership()
+    return base.model_copy(update=update)
 
 
 def simulate(
@@ -98,6 +99,7 @@ def simulate(
     fastpath_tuning: FastPathTuning | None = None,
     forecast_tuning: forecast_stage.ForecastTuning | None = None,
     fast_log: list | None = None,
+    static: dict | None = None,
 ) -> dict:
     """Run ``policy`` against ``scenario`` and return the study's numbers.
 
@@ -115,6 +117,11 @@ def simulate(
     unjudged readings); ``chain_log``, when given a list, receives one dict per decision and
     platform (what the chain saw and decided); ``fast_log``, when given a list, one dict per
     fast-path tick (``at``, ``decisions``: its moves and skips with their reasons).
+    Where the scenario gives ownership keys (:mod:`gpupool.sim.ownership`), owners reclaim before
+    each fast-path tick (each hourly decision with the fast path off), the plan and the fast path
+    keep the limits, and each block has ``owned_gpus``, ``lent_gpu_hours``, ``borrowed_gpu_hours``,
+    ``regret_gpu_hours`` (against ``static`` on the same scenario: run here unless ``static``, its
+    result, is given), ``reclaims`` and ``preempted_gpu_hours``.
     ``fastpath_tuning`` and ``forecast_tuning`` are the stages' tuning objects (default: theirs,
     as production runs); a bench passes other values in.
     """
@@ -129,6 +136,12 @@ def simulate(
         fast = FastPath(policy, world, source if isinstance(source, ChainDemand) else None, scenario.fastpath,
                         judge=clean, tuning=fastpath_tuning, log=fast_log)
     tick = every if fast is None else min(every, pd.Timedelta(scenario.fastpath))
+    owners = mover = None  # ownership: the reclaim runs with the fast path's readings, before its decision
+    if policy.ownership and policy.kind != "static":
+        owners = OwnershipTrack(world, policy.ownership)
+        mover = fast or FastPath(policy, world, source if isinstance(source, ChainDemand) else None, every,
+                                 judge=clean, tuning=fastpath_tuning)
+        mover.own(owners)
     power = None  # parking: the rule ticks with the fast path (the plan, without it), before its decision
     if scenario.parking is not None:
         power = PowerTrack(world, scenario.parking, policy.min_nodes,
@@ -144,16 +157,22 @@ def simulate(
         world.advance(t)
         if (t - world.start) % every == pd.Timedelta(0):
             demand = source.demand(t)
+            if owners is not None and world.clock_index > 0:  # reclaim first: before the plan (and each fast tick)
+                pool_now, readings, transit = mover.observe(t)
+                owners.tick(t, readings, transit, pool_now, mover)
             if demand is not None:
                 demand = {p: d.in_unit(*units[p]) for p, d in demand.items()}
                 if chain_log is not None:
                     chain_log.extend({"at": t, "platform": p, "mean": d.mean, "upper": d.upper,
                                       **source.notes.get(p, {})} for p, d in demand.items())
                 pool = world.pool(t) if power is None else power.records(world.pool(t))
+                if owners is not None:
+                    pool = owners.records(pool)
                 records = [NodeRecord.from_mapping(n) for n in pool]
-                # both paths share the move budget of the rolling hour
-                bound = policy if fast is None else policy.model_copy(
-                    update={"max_moves_per_decision": min(policy.max_moves_per_decision, fast.budget_left(t))})
+                # both paths (and the reclaims within it) share the move budget of the rolling hour
+                budget = fast or mover
+                bound = policy if budget is None else policy.model_copy(
+                    update={"max_moves_per_decision": min(policy.max_moves_per_decision, budget.budget_left(t))})
                 result = plan(records, demand, bound, at=t)
                 if plans is not None:
                     plans.append(result)
@@ -161,8 +180,8 @@ def simulate(
                     arrive = world.move(mv.node, mv.target, layout=mv.mig_layout)
                     if power is not None:
                         power.moved(mv.node, mv.target, t, arrive)
-                    if fast is not None:
-                        fast.record(t, mv.node, mv.source, mv.target, "plan")
+                    if budget is not None:
+                        budget.record(t, mv.node, mv.source, mv.target, "plan")
                 for change in result.layout_changes:
                     world.relayout(change.node, change.to_layout, LAYOUT_CHANGE_MINUTES)
                     relayouts[change.platform] += 1
@@ -191,6 +210,13 @@ def simulate(
             result["platforms"][p]["fastpath_moves"] = n
         result["total"]["fastpath_moves"] = sum(by_fast.values())
         result["fastpath"] = _duration(scenario.fastpath) if fast is not None else "off"  # static: never moves
+    if policy.ownership:
+        if static is None and policy.kind != "static":
+            static = simulate(scenario, "static", clean=clean)
+        track = owners or OwnershipTrack(world, policy.ownership)
+        for name, block in ownership_report(world, track, result["platforms"], static).items():
+            for p, values in (block.items() if name == "platforms" else [(None, block)]):
+                (result["total"] if p is None else result["platforms"][p]).update(values)
     return result
 
 

@@ -51,10 +51,12 @@ def parse_source(text: str, option: str) -> dict[str, Any] | str:
 
 def whatif_scenario(sources: dict[str, list[str]], nodes: dict[str, int | None], *, start: str | None = None,
                     end: str | None = None, settings: dict[str, Any] | None = None,
-                    base_dir: str | Path = ".") -> tuple[Scenario, dict[str, Any]]:
+                    base_dir: str | Path = ".",
+                    ownership: dict[str, dict[str, Any]] | None = None) -> tuple[Scenario, dict[str, Any]]:
     """The scenario of a what-if and its mapping (what ``--scenario-out`` writes, with absolute
     paths). Without ``start``/``end`` the window is the span the history files name, on the step
-    grid (a job still running at the log's last instant runs to it)."""
+    grid (a job still running at the log's last instant runs to it). ``ownership``: platform ->
+    its ownership keys (``owns``, ``lend_limit``, ``reclaim_minutes``, ...), as a scenario's."""
     base_dir = Path(base_dir)
     if not sources:
         raise UsageError("give at least one platform's history, e.g. --slurm sacct:jobs.txt")
@@ -67,6 +69,7 @@ def whatif_scenario(sources: dict[str, list[str]], nodes: dict[str, int | None],
         platforms[name] = {"trace": [_absolute(e, base_dir, f"--{name} {t}") for e, t in zip(trace, texts)]}
         if nodes.get(name) is not None:
             platforms[name]["nodes"] = nodes[name]
+        platforms[name].update((ownership or {}).get(name, {}))
     raw: dict[str, Any] = {"start": start, "end": end, **(settings or {}), "platforms": platforms}
     if start is None or end is None:
         lo, hi = _span(raw, sources)

@@ -36,7 +36,8 @@ def _tuning_fields(cls) -> set[str]:
 
 def knobs() -> set[str]:
     """Every default of the plan and the fast path (and the forecast's tuning the what-if passes in)."""
-    own = {f.name for f in dataclasses.fields(Settings)} - DERIVED - {"min_nodes", "members", "backfill", "tuning"}
+    own = {f.name for f in dataclasses.fields(Settings)} - DERIVED - {"min_nodes", "members", "backfill", "tuning",
+                                                                      "ownership", "homes"}
     return (set(LimitsConfig.model_fields) | set(PlanTuning.model_fields) | _tuning_fields(FastPathTuning)
             | _tuning_fields(ForecastTuning) | own)
 
