@@ -279,37 +279,6 @@ class World:
             self._cap_cache = None
         self.events_.append({"ts": self.clock, "kind": "mig", "node": node.name, "layout": layout})
 
-    def power(self, node: str, on: bool, minutes: float = 0.0) -> pd.Timestamp:
-        """Power ``node`` off from now on, or on: it serves again ``minutes`` from now (its boot).
-
-        Returns when the change is complete. A powered-off node serves nobody (as a cordoned one)
-        and stays its owner's; the served datacenter's BMC calls this (the what-if's parking keeps
-        its own track, :mod:`gpupool.sim.power`)."""
-        j = self._node(node)
-        t = self._require_open("power")
-        if self.off_ is None:
-            if on:
-                return self.clock  # already on: a BMC answers a repeated reset with nothing to do
-            self.off_ = np.zeros(self.owner_.shape, dtype=bool)
-        ahead = self.off_[j, t:]
-        if not on and ahead.all():
-            return self.clock  # already off
-        if on and not ahead.all():  # on, or booting: when it serves
-            return self.clock + int(np.argmin(ahead)) * self.step
-        k = int(math.ceil(pd.Timedelta(minutes=minutes) / self.step - 1e-9)) if on else 0
-        self.off_[j, t:] = not on
-        self.off_[j, t : t + k] = True
-        self._cap_cache = None
-        self.events_.append({"ts": self.clock, "kind": "power", "node": node, "on": bool(on)})
-        return self.clock + k * self.step
-
-    def powered(self, node: str, at: int | None = None) -> bool:
-        """Whether ``node`` is powered and serving at step ``at`` (default: the clock's)."""
-        if self.off_ is None:
-            return True
-        i = min(self._clock_i if at is None else at, len(self.index) - 1)
-        return not bool(self.off_[self._node(node), i])
-
     def cordon(self, node: str, reason: str) -> None:
         """Mark ``node`` unschedulable from now on (drain/cordon/disable) with ``reason``."""
         j = self._node(node)
