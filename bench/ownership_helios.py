@@ -92,8 +92,10 @@ def main() -> int:
         for p in PLATFORMS:
             s, o = st[p]["unmet_gpu_hours"], ow[p]
             rc = o["reclaims"]
-            print(f"| {n}{'' if n in REPORT else ' (tune)'} | {p} | {s:.1f} | {po[p]['unmet_gpu_hours']:.1f} | "
-                  f"{po[p]['unmet_gpu_hours'] - s:+.1f} | {o['unmet_gpu_hours']:.1f} | {o['regret_gpu_hours']:+.1f} | "
+            pooled = po[p]["unmet_gpu_hours"]
+            pooled_cols = "- | -" if pooled != pooled else f"{pooled:.1f} | {pooled - s:+.1f}"
+            print(f"| {n}{'' if n in REPORT else ' (tune)'} | {p} | {s:.1f} | {pooled_cols} | "
+                  f"{o['unmet_gpu_hours']:.1f} | {o['regret_gpu_hours']:+.1f} | "
                   f"{o['lent_gpu_hours']:.0f} | {o['borrowed_gpu_hours']:.0f} | {rc['count']} | {rc['late']} | "
                   f"{rc['p95_minutes'] if rc['p95_minutes'] is not None else '-'} | "
                   f"{rc['max_minutes'] if rc['max_minutes'] is not None else '-'} | {o['preempted_gpu_hours']:.1f} |")
