@@ -20,8 +20,10 @@ the last day (``rise_quantile``: the jumps a platform is prone to). A platform s
   once idle ``idle_minutes``, and wakes only on a shortage (demand above its powered nodes).
 
 Both never park a node with work, one in transit, one woken or moved within ``cooldown_minutes``,
-or one that would leave its platform below ``min_nodes`` or below its need; and never wake more
-than the platforms' shortfall plus the buffer.
+or one that would leave its platform below ``min_nodes`` or below its need; never begin more parks
+in a tick than ``park_per_minute`` allows (a pool that finds thousands of idle nodes parks them
+over several ticks, as Slurm's ``SuspendRate`` paces its power saving); and never wake more than
+the platforms' shortfall plus the buffer (wakes are not paced: a shortage is answered at once).
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ class ParkingRule(BaseModel):
     rise_quantile: float = Field(0.95, ge=0, le=1, allow_inf_nan=False,
                                  description="need demand now plus this quantile of its rises over the wake "
                                              "time in the last day; 0: off")
+    park_per_minute: float = Field(60.0, gt=0, le=1e6, allow_inf_nan=False,
+                                   description="at most this many nodes begin to park per minute, pool-wide "
+                                               "(Slurm's SuspendRate): a tick parks at most this times its minutes, "
+                                               "the longest idle first")
 
 
 class ParkingSettings(ParkingRule):
@@ -207,12 +213,13 @@ def decide_parking(nodes: Sequence[PowerNode], pressures: Mapping[str, PlatformP
         return sorted(out, key=lambda n: (n.idle_since or datetime.min.replace(tzinfo=at.tzinfo), _neg(n.name)))
 
     parks: list[str] = []
+    cap = max(1, math.floor(rule.park_per_minute * tick_minutes + 1e-9))  # parks this tick, at most
     if rule.scope == "platform":
         for p in sorted(need):
             idle = sum(1 for n in by[p] if n.state == ON and not n.in_transit and n.busy_gpus <= 0)
             room = min(idle - rule.buffer, powered[p] - need[p], powered[p] - int(min_nodes.get(p, 0)))
             parks += [n.name for n in parkable(p)[:max(0, room)]]
-        return ParkingDecision(tuple(parks), tuple(wakes), need)
+        return ParkingDecision(tuple(parks[:cap]), tuple(wakes), need)
     # 2. one warm buffer for the pool: spare powered nodes beyond the needs
     spare = {p: powered[p] - need[p] for p in need}
     total = sum(max(0, s) for s in spare.values())
@@ -228,7 +235,7 @@ def decide_parking(nodes: Sequence[PowerNode], pressures: Mapping[str, PlatformP
     elif total > rule.buffer:
         excess = total - rule.buffer
         candidates = {p: parkable(p) for p in need}
-        while excess > 0:
+        while excess > 0 and len(parks) < cap:
             open_ = [p for p in need if candidates[p] and spare[p] > 0
                      and powered[p] - 1 >= int(min_nodes.get(p, 0))]
             if not open_:

@@ -106,3 +106,18 @@ def test_a_platform_prone_to_jumps_keeps_room_for_its_usual_jump():
     # the 90th percentile of its rises is 16 GPUs: two more nodes
     assert len(decide(nodes, {"a": jumpy}, buffer=0, forecast=False, rise_quantile=0.9).wakes) == 2
     assert decide(nodes, {"a": jumpy}, buffer=0, forecast=False, rise_quantile=0.5).wakes == ()
+
+
+def test_parks_begin_at_most_at_the_park_rate_the_longest_idle_first_and_wakes_are_not_held_back():
+    idle = [node(f"a{k:03d}", idle_since=LONG_AGO + timedelta(minutes=k)) for k in range(40)]
+    pressures = {"a": PlatformPressure(demand=0)}
+    out = decide(idle, pressures, buffer=0, trend=False, rise_quantile=0, park_per_minute=2)
+    assert out.parks == tuple(f"a{k:03d}" for k in range(10))  # 2 a minute over a 5-minute tick
+    out = decide(idle, pressures, buffer=0, trend=False, rise_quantile=0, scope="platform", park_per_minute=2)
+    assert len(out.parks) == 10
+    assert len(decide(idle, pressures, buffer=0, trend=False, rise_quantile=0).parks) == 40  # 60 a minute: all
+    parked = [node(f"b{k:03d}", "b", state=PARKED) for k in range(30)]
+    out = decide(parked, {"b": PlatformPressure(demand=8 * 30)}, trend=False, rise_quantile=0, park_per_minute=1)
+    assert len(out.wakes) == 30  # a shortage wakes what it needs at once
+    with pytest.raises(ValidationError):
+        ParkingRule(park_per_minute=0)
