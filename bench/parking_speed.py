@@ -20,15 +20,12 @@ Legs, each run ``--repeat`` times (the median is printed; a tick is decided once
 every tick has an instant of its own, 5 minutes apart, today's and parking's alternating):
 
 * plan: today's :func:`gpupool.jobs.allocation.plan_from_staging` (``--policy``) against the plan
-  with parking: the same call, then the parking rule over the pool (the power states, the
-  inventory's work, each platform's demand and the plan's upper bound), its parks and wakes
-  carried out as a dry run through :mod:`gpupool.actuation.power.machine` (audited, nothing sent);
+  with parking: the same call, then production's :func:`gpupool.jobs.power.plan_power_step` (the
+  power step the plan's actuation runs when the fast path does not: the pool's power states and
+  readings, the rule, its parks and wakes as a dry run through the power machine, audited);
 * tick: today's :func:`gpupool.jobs.fastpath.run_fastpath` (dry run, in-process sources as its
-  tests use; the platforms' API time is not in the figure) against the tick with parking. While
-  the production power step (``gpupool.jobs.power``) is not there, the tick with parking is
-  today's tick followed by this bench's stand-in of it (the rule over the tick's readings, its
-  wakes and parks carried out as above); once it is, it is ``run_fastpath`` on a configuration
-  whose platforms have ``power:`` (the step runs inside the tick) and the stand-in is not run;
+  tests use; the platforms' API time is not in the figure) against the same tick on a
+  configuration whose platforms have ``power:``, so production's power step runs inside it;
 * decide: :func:`gpupool.decisions.parking.decide_parking` alone on the 12,500 nodes.
 
 A first tick after the judge's refit anchor fits and stores its models; it runs once, untimed in
@@ -39,7 +36,6 @@ anchor's first do. Bars (issue 41): the plan with parking under 30 s, the tick u
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import os
 import statistics
@@ -125,7 +121,8 @@ def config(world: World, power: bool):
     from gpupool.config import parse_config
 
     return parse_config({"platforms": [
-        {"name": p, "kind": p, "conn_id": f"bench_{p}", "min_nodes": 1, **({"power": POWER[p]} if power else {})}
+        {"name": p, "kind": p, "conn_id": f"bench_{p}", "min_nodes": 1,
+         **({"power": POWER[p], "actuation": True} if power else {})}  # parks and wakes decided; dry runs send nothing
         for p in PLATFORMS]})
 
 
@@ -176,7 +173,7 @@ def seed(engine, world: World, horizon: int) -> dict:
     return out
 
 
-# --- parking, as the plan and the tick would call it (the stand-in) --------------------------
+# --- the rule's inputs for the decide leg ---------------------------------------------------
 
 
 def power_nodes(engine, members: dict[str, list[tuple[str, int, float]]], at: datetime) -> list:
@@ -196,104 +193,48 @@ def power_nodes(engine, members: dict[str, list[tuple[str, int, float]]], at: da
     return out
 
 
-def pressure_of(engine, platform: str, demand: float, upper: float | None, at: datetime, rule, wake: float):
-    """A platform's pressure for the rule: demand now, the last readings, the plan's bound and
-    demand's rises over the wake time in the last day (as the what-if's track reads them)."""
-    from gpupool.decisions.parking import PlatformPressure
-    from gpupool.sim.power import TREND_TICKS
+def pressure_of(engine, platform: str, demand: float, at: datetime, rule):
+    """A platform's pressure as production's power step builds it: its readings over the last day
+    (:func:`gpupool.decisions.parking.pressure_from_readings`), demand now the last one."""
+    from gpupool.decisions.parking import pressure_from_readings
     from gpupool.staging import fastpath as store
 
     seen = store.pressure_histories(engine, platform, ["gpu_allocated_now", "gpu_pending_now"], at - timedelta(days=1), at)
-    series = (seen["gpu_allocated_now"] + seen["gpu_pending_now"]).dropna().to_numpy()
-    recent = tuple(series[-(TREND_TICKS - 1):].tolist()) + (demand,)
-    lag = max(1, math.ceil((wake + TICK.total_seconds() / 60) / (TICK.total_seconds() / 60)))
-    rises = tuple((series[lag:] - series[:-lag]).tolist()) if rule.rise_quantile > 0 and len(series) > lag else ()
-    return PlatformPressure(demand=demand, recent=recent, forecast_upper=upper, rises=rises)
-
-
-def carry_out(engine, decision, platform_of: dict[str, str], at: datetime, by: str) -> dict:
-    """The decision's wakes and parks as a dry run through the power machine (audited, nothing sent)."""
-    from gpupool.actuation.power import machine
-
-    done = {"wakes": 0, "parks": 0, "refused": 0}
-    for node in decision.wakes:
-        machine.wake(engine, node, None, at, dry_run=True, by=by, reason="bench: wake")
-        done["wakes"] += 1
-    for node in decision.parks:
-        try:
-            machine.park(engine, node, platform_of[node], None, at, dry_run=True, by=by, reason="bench: park")
-            done["parks"] += 1
-        except machine.PowerConflict:  # a node the tick's move just took
-            done["refused"] += 1
-    return done
-
-
-def parking_step(engine, members, demand: dict[str, tuple[float, float | None]], at: datetime, cfg, by: str) -> dict:
-    """Read the power states and pressures, decide, carry out: each part's seconds."""
-    from gpupool.decisions.parking import decide_parking
-    from gpupool.sim.power import ParkingSpec
-
-    rule = ParkingSpec()
-    t0 = time.perf_counter()
-    nodes = power_nodes(engine, members, at)
-    pressures = {p: pressure_of(engine, p, d, u, at, rule, rule.wake_minutes) for p, (d, u) in demand.items()}
-    t1 = time.perf_counter()
-    decision = decide_parking(nodes, pressures, rule, at, wake_minutes=rule.wake_minutes,
-                              tick_minutes=TICK.total_seconds() / 60,
-                              min_nodes={p.name: p.min_nodes for p in cfg.platforms})
-    t2 = time.perf_counter()
-    done = carry_out(engine, decision, {n.name: n.platform for n in nodes}, at, by)
-    t3 = time.perf_counter()
-    return {"read": t1 - t0, "decide": t2 - t1, "carry": t3 - t2, **done, "nodes": len(nodes)}
+    series = (seen["gpu_allocated_now"] + seen["gpu_pending_now"]).dropna().to_numpy().tolist()
+    return pressure_from_readings(series + [demand], rule, wake_minutes=rule.wake_minutes,
+                                  tick_minutes=TICK.total_seconds() / 60)
 
 
 # --- the legs --------------------------------------------------------------------------------
 
 
 def plan_leg(ctx, world: World, policy: str, parking: bool) -> dict:
-    from gpupool.jobs.allocation import plan_from_staging, pool_nodes
+    from gpupool.jobs.allocation import plan_from_staging
     from gpupool.window import Window
 
     t0 = time.perf_counter()
     out = plan_from_staging(ctx, Window(AT - timedelta(hours=1), AT), list(PLATFORMS), policy)
     res = {"plan": time.perf_counter() - t0, "moves": len(out["moves"]), "result": out}
-    if parking:
+    if parking:  # production's power step of the plan's actuation (the fast path has not run yet)
+        from gpupool.jobs.power import plan_power_step
+
         t = time.perf_counter()
-        nodes, _ = pool_nodes(ctx.engine, AT, list(PLATFORMS), ctx.config)
-        members: dict[str, list] = {p: [] for p in PLATFORMS}
-        for n in nodes:
-            members[n.owner].append((n.name, n.gpus, n.busy_gpus))
-        per = out["summary"]["platforms"]
-        demand = {p: (per[p]["demand_mean"][0], per[p]["demand_upper"][0]) for p in PLATFORMS}
-        step = parking_step(ctx.engine, members, demand, AT, ctx.config, "plan")
-        step["read"] += time.perf_counter() - t - sum(step[k] for k in ("read", "decide", "carry"))
-        res.update(step)
+        step = plan_power_step(ctx, AT, dry_run=True)
+        res.update(parking=time.perf_counter() - t, wakes=len(step.get("wakes", ())), parks=len(step.get("parks", ())),
+                   refused=len(step.get("refused", ())))
     res["total"] = time.perf_counter() - t0
     return res
 
 
-def tick_leg(ctx, world: World, at: datetime, stand_in: bool) -> dict:
+def tick_leg(ctx, world: World, at: datetime) -> dict:
     from gpupool.jobs.fastpath import run_fastpath
 
     sources = {p: Source(world, p) for p in PLATFORMS}
     t0 = time.perf_counter()
     out = run_fastpath(ctx, at, dry_run=True, sources=sources)
-    res = {"tick": time.perf_counter() - t0, "opened": len(out.get("opened", [])), "refits": out.get("refits", 0)}
-    if stand_in:
-        members = {}
-        for p, s in sources.items():
-            reading = s.pressure(at)
-            idle = set(reading.idle_nodes)
-            members[p] = [(n, g, 0.0 if n in idle else float(g)) for n, g in reading.node_gpus.items()]
-        from gpupool.staging import reads
-
-        plan = reads.latest_plan(ctx.engine, at)
-        per = (plan.summary or {}).get("platforms", {}) if plan is not None else {}
-        demand = {p: (world.allocated(p) + world.pending[p], ((per.get(p) or {}).get("demand_upper") or [None])[0])
-                  for p in PLATFORMS}
-        res.update(parking_step(ctx.engine, members, demand, at, ctx.config, "fastpath"))
-    res["total"] = time.perf_counter() - t0
-    return res
+    power = out.get("power") or {}
+    return {"total": time.perf_counter() - t0, "opened": len(out.get("opened", [])), "refits": out.get("refits", 0),
+            "wakes": len(power.get("wakes", ())), "parks": len(power.get("parks", ()))}
 
 
 def decide_leg(ctx, world: World, at: datetime) -> dict:
@@ -304,8 +245,7 @@ def decide_leg(ctx, world: World, at: datetime) -> dict:
     idle = {n for p in PLATFORMS for n in world.idle[p]}
     members = {p: [(n, world.gpus, 0.0 if n in idle else float(world.gpus)) for n in world.names[p]] for p in PLATFORMS}
     nodes = power_nodes(ctx.engine, members, at)
-    pressures = {p: pressure_of(ctx.engine, p, world.allocated(p) + world.pending[p], None, at, rule, rule.wake_minutes)
-                 for p in PLATFORMS}
+    pressures = {p: pressure_of(ctx.engine, p, world.allocated(p) + world.pending[p], at, rule) for p in PLATFORMS}
     t0 = time.perf_counter()
     d = decide_parking(nodes, pressures, rule, at, wake_minutes=rule.wake_minutes, tick_minutes=TICK.total_seconds() / 60)
     return {"decide": time.perf_counter() - t0, "wakes": len(d.wakes), "parks": len(d.parks), "nodes": len(nodes)}
@@ -335,7 +275,6 @@ def main() -> int:
     server = args.pg.replace("postgresql://", "postgresql+psycopg://", 1).rstrip("/")
     admin = sa.create_engine(f"{server}/postgres", isolation_level="AUTOCOMMIT")
     engine = None
-    production_step = importlib.util.find_spec("gpupool.jobs.power") is not None
     try:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)'))
@@ -351,9 +290,8 @@ def main() -> int:
               f"Slurm short {args.short} nodes, {args.idle} idle powered nodes on OpenStack and Kubernetes; "
               f"plan policy {args.policy}; seeded in {time.perf_counter() - t:.0f} s: "
               + ", ".join(f"{k} {v:,}" for k, v in rows.items()))
-        print("tick with parking: " + ("run_fastpath with production's power step inside" if production_step else
-                                       "run_fastpath, then the bench's stand-in of the power step (production's "
-                                       "power_step is not in this checkout)"))
+        print("plan with parking: plan_from_staging, then production's plan_power_step; tick with parking: "
+              "run_fastpath with production's power step inside (both dry runs)")
 
         plan_today, plan_park, ticks_today, ticks_park, decides = [], [], [], [], []
         for i in range(args.repeat):
@@ -362,47 +300,39 @@ def main() -> int:
         stored = plan_today[0]["result"]
         plans.insert_plan(engine, AT, policy=args.policy, solver=stored["solver"], dry_run=True,
                           summary=stored["summary"], moves=stored["moves"])
-        first = tick_leg(today, world, AT + TICK, stand_in=False)  # fits and stores the judge's models
+        first = tick_leg(today, world, AT + TICK)  # fits and stores the judge's models
         for i in range(args.repeat):
             at = AT + TICK * (2 + 2 * i)
-            ticks_today.append(tick_leg(today, world, at, stand_in=False))
-            ticks_park.append(tick_leg(with_power if production_step else today, world, at + TICK,
-                                       stand_in=not production_step))
+            ticks_today.append(tick_leg(today, world, at))
+            ticks_park.append(tick_leg(with_power, world, at + TICK))
             decides.append(decide_leg(today, world, at + TICK))
 
         pp, tp = plan_park[0], ticks_park[0]
         print()
         print(f"first tick after the judge's anchor (fits {first['refits']} models): {first['total']:.1f} s")
         print(f"plan with parking, each part (median of {args.repeat}): plan {median(plan_park, 'plan'):.2f} s; "
-              f"parking read {median(plan_park, 'read'):.2f} s, decide {median(plan_park, 'decide') * 1000:.0f} ms, "
-              f"carried out {median(plan_park, 'carry'):.2f} s ({pp['wakes']} wakes, {pp['parks']} parks, "
-              f"{pp['refused']} refused, dry run); {pp['moves']} moves planned")
-        if not production_step:
-            print(f"tick with parking, each part: tick {median(ticks_park, 'tick'):.2f} s; parking read "
-                  f"{median(ticks_park, 'read'):.2f} s, decide {median(ticks_park, 'decide') * 1000:.0f} ms, carried out "
-                  f"{median(ticks_park, 'carry'):.2f} s ({tp['wakes']} wakes, {tp['parks']} parks, {tp['refused']} refused, "
-                  f"dry run); {tp['opened']} moves opened by the tick")
+              f"its power step {median(plan_park, 'parking'):.2f} s ({pp['wakes']} wakes, {pp['parks']} parks, "
+              f"{pp['refused']} refused, dry run); {pp['moves']} moves planned; the tick with parking: "
+              f"{tp['wakes']} wakes, {tp['parks']} parks, {tp['opened']} moves opened")
         print()
         print(f"| leg ({args.nodes:,} nodes, median of {args.repeat}) | today | with parking | of it parking | "
               "ratio | target | met |")
         print("|---|---:|---:|---:|---:|---:|---|")
         a, b = median(plan_today, "total"), median(plan_park, "total")
-        own = statistics.median(r["read"] + r["decide"] + r["carry"] for r in plan_park)
+        own = median(plan_park, "parking")
         print(f"| hourly plan ({args.policy}) | {a:.2f} s | {b:.2f} s | {own:.2f} s | {b / a:.2f} | "
               f"< {TARGET_PLAN_S:.0f} s | {'MET' if b < TARGET_PLAN_S else 'NOT MET'} |")
         a, b = median(ticks_today, "total"), median(ticks_park, "total")
-        own = ("in the tick" if production_step else
-               f"{statistics.median(r['read'] + r['decide'] + r['carry'] for r in ticks_park):.2f} s")
+        own = "in the tick"
         print(f"| fast-path tick (read, judge, decide, wake; dry run) | {a:.2f} s | {b:.2f} s | {own} | {b / a:.2f} | "
               f"< {TARGET_TICK_S:.0f} s | {'MET' if b < TARGET_TICK_S else 'NOT MET'} |")
         d = median(decides, "decide")
         print(f"| decide_parking alone ({decides[0]['wakes']} wakes, {decides[0]['parks']} parks) | | {d * 1000:.0f} ms "
               f"| | {d / a:.1%} of today's tick | | |")
         print()
-        print("today: the call as main holds it; with parking: the same call and the parking step after it (its "
-              "read, the rule, its parks and wakes as a dry run through the power machine). The plan's parking step "
-              "reads the pool again (a plan that parks would reuse its own read). Ratio: with parking / today, "
-              "measured in this run, legs alternating.")
+        print("today: the call on a configuration without power:; with parking: the plan and then its power step, "
+              "and the tick with its power step inside. Ratio: with parking / today, measured in this run, legs "
+              "alternating.")
         print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         return 0
     finally:
