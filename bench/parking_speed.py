@@ -22,7 +22,9 @@ every tick has an instant of its own, 5 minutes apart, today's and parking's alt
 * plan: today's :func:`gpupool.jobs.allocation.plan_from_staging` (``--policy``) against the plan
   with parking: the same call, then production's :func:`gpupool.jobs.power.plan_power_step` (the
   power step the plan's actuation runs when the fast path does not: the pool's power states and
-  readings, the rule, its parks and wakes as a dry run through the power machine, audited);
+  readings, the rule, its parks and wakes as a dry run through the power machine, audited; it
+  reads each platform through its configured source, which the bench does not serve, so its
+  figure is the step's reads and bookkeeping with no platform taking part);
 * tick: today's :func:`gpupool.jobs.fastpath.run_fastpath` (dry run, in-process sources as its
   tests use; the platforms' API time is not in the figure) against the same tick on a
   configuration whose platforms have ``power:``, so production's power step runs inside it;
