@@ -72,6 +72,20 @@ def make_app(state: SimState) -> Starlette:
             state.sync()
             return JSONResponse({"now": state.now.isoformat(), "nodes": [_jsonable(n) for n in state.pool()]})
 
+    def node_action(name: str, act, answer, status: int = 200):
+        """Run ``act()`` on node ``name`` under the lock, the state's refusals as 404/422/409."""
+        with state.lock:
+            state.sync()
+            try:
+                result = act()
+            except SimNotFound:
+                return _error(404, f"node {name} not found")
+            except SimInvalid as exc:
+                return _error(422, str(exc))
+            except SimConflict as exc:
+                return _error(409, str(exc))
+            return JSONResponse({"node": name, **answer(result), "now": state.now.isoformat()}, status_code=status)
+
     async def move(request: Request):
         name = request.path_params["name"]
         try:
@@ -81,18 +95,8 @@ def make_app(state: SimState) -> Starlette:
                 raise TypeError
         except (ValueError, KeyError, TypeError):
             return _error(400, 'body must be {"to": "<platform>"}')
-        with state.lock:
-            state.sync()
-            try:
-                arrive = state.move(name, to)
-            except SimNotFound:
-                return _error(404, f"node {name} not found")
-            except SimInvalid as exc:
-                return _error(422, str(exc))
-            except SimConflict as exc:
-                return _error(409, str(exc))
-            return JSONResponse({"node": name, "to": to, "arrive": arrive.isoformat(), "now": state.now.isoformat()},
-                                status_code=202)
+        return node_action(name, lambda: state.move(name, to), lambda arrive: {"to": to, "arrive": arrive.isoformat()},
+                           202)
 
     async def node_mig(request: Request):
         name = request.path_params["name"]
@@ -103,17 +107,7 @@ def make_app(state: SimState) -> Starlette:
                 raise TypeError
         except (ValueError, KeyError, TypeError):
             return _error(400, 'body must be {"layout": "<MIG configuration>"}')
-        with state.lock:
-            state.sync()
-            try:
-                state.apply_mig_on_node(name, layout)
-            except SimNotFound:
-                return _error(404, f"node {name} not found")
-            except SimInvalid as exc:
-                return _error(422, str(exc))
-            except SimConflict as exc:
-                return _error(409, str(exc))
-            return JSONResponse({"node": name, "layout": layout, "now": state.now.isoformat()})
+        return node_action(name, lambda: state.apply_mig_on_node(name, layout), lambda _: {"layout": layout})
 
     async def node_power(request: Request):
         name = request.path_params["name"]
@@ -125,18 +119,8 @@ def make_app(state: SimState) -> Starlette:
                 raise TypeError
         except (ValueError, KeyError, TypeError, AttributeError):
             return _error(400, 'body must be {"on": true|false} with an optional "minutes": <number>')
-        with state.lock:
-            state.sync()
-            try:
-                done = state.power(name, on, None if minutes is None else float(minutes))
-            except SimNotFound:
-                return _error(404, f"node {name} not found")
-            except SimInvalid as exc:
-                return _error(422, str(exc))
-            except SimConflict as exc:
-                return _error(409, str(exc))
-            return JSONResponse({"node": name, "on": on, "done": done.isoformat(), "now": state.now.isoformat()},
-                                status_code=202)
+        return node_action(name, lambda: state.power(name, on, None if minutes is None else float(minutes)),
+                           lambda done: {"on": on, "done": done.isoformat()}, 202)
 
     async def summary(request: Request):
         with state.lock:
