@@ -64,17 +64,19 @@ def figures(off: Mapping, on: Mapping) -> tuple[float, float, int, int]:
     return saved, on["unmet_gpu_hours"] - off["unmet_gpu_hours"], on["wakes"], on["late_wakes"]
 
 
-def energy_table(totals: Mapping[tuple, Mapping], keys: list[tuple], names: list[str]) -> dict:
-    """Print, per regime ``(grouping, pool)``, the idle kWh and unmet with parking off and each
-    rule's saved / +unmet / wakes (late), then the means; ``totals[(*key, rule)]`` is a study's
-    totals (rule ``off`` included). Returns ``{(key, rule): figures}``."""
-    print("| grouping | pool | idle kWh off | unmet off | " + " | ".join(
+def energy_table(totals: Mapping[tuple, Mapping], keys: list[tuple], names: list[str],
+                 heads: tuple[str, str] = ("grouping", "pool"), unit: str = "%") -> dict:
+    """Print, per regime ``(grouping, pool)`` (or what ``heads`` names, the second shown with
+    ``unit``), the idle kWh and unmet with parking off and each rule's saved / +unmet / wakes
+    (late), then the means; ``totals[(*key, rule)]`` is a study's totals (rule ``off``
+    included). Returns ``{(key, rule): figures}``."""
+    print(f"| {heads[0]} | {heads[1]} | idle kWh off | unmet off | " + " | ".join(
         f"{r}: saved / +unmet / wakes (late)" for r in names) + " |")
     print("|---|---:|---:|---:|" + "---:|" * len(names))
     fig = {(k, r): figures(totals[(*k, OFF)], totals[(*k, r)]) for k in keys for r in names}
     for k in keys:
         off = totals[(*k, OFF)]
-        print(f"| {k[0]} | {k[1]}% | {off['idle_kwh']:.0f} | {off['unmet_gpu_hours']:.0f} | " + " | ".join(
+        print(f"| {k[0]} | {k[1]:g}{unit} | {off['idle_kwh']:.0f} | {off['unmet_gpu_hours']:.0f} | " + " | ".join(
             f"{fig[(k, r)][0]:.0%} / {fig[(k, r)][1]:+.0f} / {fig[(k, r)][2]} ({fig[(k, r)][3]})" for r in names) + " |")
 
     def mean(r, i):

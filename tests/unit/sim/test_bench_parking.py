@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 
-from _parking import GPUPOOL, OFF, figures, rules, slurm_name  # noqa: E402
+from _parking import GPUPOOL, OFF, energy_table, figures, rules, slurm_name  # noqa: E402
 
 from gpupool.sim.power import ParkingSpec  # noqa: E402
 
@@ -28,3 +28,16 @@ def test_saved_charges_the_parked_draw_against_idle_energy_off():
     saved, added, wakes, late = figures(off, on)
     assert saved == pytest.approx(0.65) and added == pytest.approx(4.5) and (wakes, late) == (9, 2)
     assert figures({**off, "idle_kwh": 0.0}, on)[0] == 0.0  # nothing idle: nothing to save
+
+
+def test_the_energy_table_names_its_rows_as_asked(capsys):
+    off = {"idle_kwh": 100.0, "parked_kwh": 0.0, "unmet_gpu_hours": 10.0, "wakes": 0, "late_wakes": 0}
+    on = {"idle_kwh": 30.0, "parked_kwh": 5.0, "unmet_gpu_hours": 14.5, "wakes": 9, "late_wakes": 2}
+    totals = {("G3", 100, OFF): off, ("G3", 100, GPUPOOL): on}
+    energy_table(totals, [("G3", 100)], [GPUPOOL])
+    assert "| grouping | pool |" in capsys.readouterr().out.splitlines()[0]
+    totals = {("demo-world", 14.0, OFF): off, ("demo-world", 14.0, GPUPOOL): on}
+    energy_table(totals, [("demo-world", 14.0)], [GPUPOOL], heads=("scenario", "days"), unit="")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| scenario | days |")
+    assert lines[2] == "| demo-world | 14 | 100 | 10 | 65% / +4 / 9 (2) |"
