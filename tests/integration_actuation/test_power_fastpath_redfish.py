@@ -7,32 +7,25 @@ decision counts it on its way and moves no node for the same shortage."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from gpupool.actuation import handover as ho
 from gpupool.actuation.power import machine as pm
 from gpupool.config import parse_config
 from gpupool.jobs.fastpath import run_fastpath
 from gpupool.pipeline import Context
-from gpupool.sources.base import Pressure
 from gpupool.staging import power as store
 from gpupool.staging.schema import inventory_node
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "actuation"))
+from mempower import HeldSource  # noqa: E402
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 LAB = ("gpu-r01", "gpu-r02")
 K8S = ("k1", "k2")
-
-
-class Source:
-    def __init__(self, platform, nodes, busy, held=(), pending=0.0):
-        self.platform, self.nodes, self.busy, self.held, self.pending = platform, nodes, set(busy), set(held), pending
-
-    def pressure(self, at):
-        open_ = [n for n in self.nodes if n not in self.held]
-        return Pressure(self.platform, at, 8.0 * len(self.busy & set(open_)), float(self.pending), 8.0 * len(open_),
-                        tuple(n for n in open_ if n not in self.busy), {n: 8 for n in self.nodes}, len(open_),
-                        {"gpus_pending": "test"})
 
 
 def _power_state(bmc, system: str) -> str:
@@ -75,7 +68,7 @@ def test_the_fast_path_parks_an_idle_node_through_its_bmc_and_a_burst_wakes_it(r
             for p, nodes in (("lab", LAB), ("k8s", K8S)) for n in nodes])
 
     def tick(at, pending=0.0, held=()):
-        sources = {"lab": Source("lab", LAB, {"gpu-r01"}, held, pending), "k8s": Source("k8s", K8S, {"k1"})}
+        sources = {"lab": HeldSource("lab", LAB, {"gpu-r01"}, held, pending), "k8s": HeldSource("k8s", K8S, {"k1"})}
         return run_fastpath(ctx, at, dry_run=False, sources=sources, actuators={})
 
     for i in range(2):  # idle, but not yet for idle_minutes on the ticks' readings
@@ -117,7 +110,7 @@ def test_a_backfill_and_a_dry_run_send_nothing_to_the_bmc(redfish_bmc, sqlite_en
              "drain_reason": None, "busy_gpus": 8.0 if n == "gpu-r01" else 0.0} for n in LAB])
     for i in range(4):
         at = T0 + timedelta(minutes=5 * i)
-        src = {"lab": Source("lab", LAB, {"gpu-r01"})}
+        src = {"lab": HeldSource("lab", LAB, {"gpu-r01"})}
         out = run_fastpath(ctx, at, dry_run=True, sources=src, actuators={})
         back = run_fastpath(ctx, at + timedelta(days=30), backfill=True, sources=src, actuators={})
         assert back["power"]["backfill"] and back["power"]["parks"] == []

@@ -11,7 +11,6 @@ command); the real means are exercised in tests/integration_actuation/test_power
 from __future__ import annotations
 
 import sys
-import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from gpupool.staging import power as store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "actuation"))
 from memplatform import make  # noqa: E402
-from mempower import MemPower  # noqa: E402
+from mempower import MemPower, race  # noqa: E402
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 
@@ -231,26 +230,6 @@ def test_a_wake_while_the_park_sends_finds_the_node_busy(engine):
     assert [r["to_state"] for r in store.transitions(engine, "n1")] == ["parking", "parked"]
 
 
-def _race(n: int, work) -> list:
-    barrier = threading.Barrier(n)
-    out: list = [None] * n
-
-    def body(i: int) -> None:
-        barrier.wait(timeout=30)
-        try:
-            out[i] = work(i)
-        except Exception as exc:  # noqa: BLE001 - the test reads what each writer met
-            out[i] = exc
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a writer hung"
-    return out
-
-
 ROUNDS = 8
 
 
@@ -266,7 +245,7 @@ def test_park_and_handover_at_once_leave_one_state(engine):
                                         blocking=ho.BLOCKING_STATES)
             return ho.open_handover(engine, node, "slurm", "kubernetes", T0, dry_run=False)
 
-        out = _race(2, work)
+        out = race(2, work)
         parked = isinstance(out[0], int)
         moved = isinstance(out[1], int)
         assert parked != moved, (r, out)
@@ -285,7 +264,7 @@ def test_two_parks_and_a_wake_at_once_leave_one_state(engine):
                 return pm.park(engine, node, "slurm", power, T0, dry_run=False)
             return pm.wake(engine, node, power, T0, dry_run=False)
 
-        out = _race(3, work)
+        out = race(3, work)
         errors = [o for o in out if isinstance(o, Exception)]
         assert all(isinstance(e, pm.PowerConflict) for e in errors), errors
         rows = store.transitions(engine, node)

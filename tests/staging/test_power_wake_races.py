@@ -6,7 +6,6 @@ on, or on with its handover; never a handover of a node that is powered down."""
 from __future__ import annotations
 
 import sys
-import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -14,30 +13,10 @@ from gpupool.actuation import handover as ho
 from gpupool.actuation.power import machine as pm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "actuation"))
-from mempower import MemPower  # noqa: E402
+from mempower import MemPower, race  # noqa: E402
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 ROUNDS = 8
-
-
-def _race(work) -> list:
-    barrier = threading.Barrier(2)
-    out: list = [None, None]
-
-    def body(i: int) -> None:
-        barrier.wait(timeout=30)
-        try:
-            out[i] = work(i)
-        except Exception as exc:  # noqa: BLE001 - the test reads what each writer met
-            out[i] = exc
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a writer hung"
-    return out
 
 
 def test_a_wake_racing_a_handover_leaves_one_state(engine):
@@ -56,7 +35,7 @@ def test_a_wake_racing_a_handover_leaves_one_state(engine):
                 return pm.wake(engine, node, power, at, dry_run=False, by="fastpath")
             return ho.open_handover(engine, node, "slurm", "kubernetes", at, dry_run=False)
 
-        woke, opened = _race(work)
+        woke, opened = race(2, work)
         # the wake always stands (a handover never holds a parked node); the handover is refused
         # while the node is not on, and a writer that found the node's lock taken sends nothing
         assert isinstance(opened, ho.HandoverConflict), (r, woke, opened)
@@ -88,7 +67,7 @@ def test_a_park_racing_a_handover_of_a_woken_node_leaves_one_state(engine):
                 return pm.park(engine, node, "slurm", power, T0, dry_run=False, by="fastpath")
             return ho.open_handover(engine, node, "slurm", "kubernetes", T0, dry_run=False)
 
-        parked, opened = _race(work)
+        parked, opened = race(2, work)
         state = pm.power_of(engine, node)
         blocking = ho.list_handovers(engine, ho.BLOCKING_STATES, node=node)
         if blocking:

@@ -255,21 +255,23 @@ def _nodes(ctx, at: datetime, names: list[str], pressures: Mapping[str, Any], se
             seen.add(name)
             out.append(PowerNode(name, platform, int(g), 0.0 if name in idle else float(g), ON, False,
                                  idle_since.get(name, at), woken.get(name)))
+    listed: dict[str, int] | None = None  # GPUs by node from the latest inventories, read once if needed
     for name, row in sorted(states.items()):  # powered down: held by gpupool, so out of the plan's pool
         if name in seen or row["state"] == ON or row["platform"] not in names:
             continue
-        out.append(PowerNode(name, row["platform"], int(gpus.get(name) or _gpus_of(engine, at, name, row["platform"])),
+        if not gpus.get(name) and listed is None:
+            listed = _inventory_gpus(engine, at, names)
+        out.append(PowerNode(name, row["platform"], int(gpus.get(name) or (listed or {}).get(name, 0)),
                              0.0, row["state"], False, None, woken.get(name)))
     return out
 
 
-def _gpus_of(engine, at: datetime, node: str, platform: str) -> int:
-    """A node's GPUs from its platform's latest inventory (0: not listed)."""
+def _inventory_gpus(engine, at: datetime, names: list[str]) -> dict[str, int]:
+    """Each node's GPUs from its platform's latest inventory (a node not listed is absent)."""
     from gpupool.staging import reads
 
-    inv = reads.read_inventory(engine, at, [platform])
-    mine = inv[inv["node"] == node]
-    return int(mine["gpus"].iloc[0]) if len(mine) else 0
+    inv = reads.read_inventory(engine, at, names)
+    return {str(r.node): int(r.gpus) for r in inv.itertuples()}
 
 
 def _pressures(ctx, at: datetime, names: list[str], settings, tick: timedelta) -> dict[str, Any]:

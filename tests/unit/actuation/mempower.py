@@ -1,8 +1,12 @@
-"""An in-memory power means for the power machine's tests (staging's and the jobs')."""
+"""The power tests' doubles (staging's, the jobs' and the Redfish emulator's): an in-memory power
+means, a platform's pressure as its source reads it, and a harness that starts writers at once."""
 
 from __future__ import annotations
 
+import threading
+
 from gpupool.actuation.power.base import PARK_REASON, Command, PowerActuator, PowerReading
+from gpupool.sources.base import Pressure
 
 
 class MemPower(PowerActuator):
@@ -69,3 +73,38 @@ class MemPower(PowerActuator):
         for n in self.nodes.values():
             if n["pending"]:
                 n["power"], n["pending"] = n["pending"], None
+
+
+class HeldSource:
+    """A platform's pressure as its source reads it: 8-GPU ``nodes``, ``busy`` ones run work,
+    ``held`` ones are closed to work (parked: held by gpupool), the rest open and idle."""
+
+    def __init__(self, platform, nodes, busy=(), held=(), pending=0.0):
+        self.platform, self.nodes, self.busy, self.held, self.pending = platform, nodes, set(busy), set(held), pending
+
+    def pressure(self, at):
+        open_ = [n for n in self.nodes if n not in self.held]
+        return Pressure(self.platform, at, 8.0 * len(self.busy & set(open_)), float(self.pending), 8.0 * len(open_),
+                        tuple(n for n in open_ if n not in self.busy), {n: 8 for n in self.nodes}, len(open_),
+                        {"gpus_pending": "test"})
+
+
+def race(n: int, work) -> list:
+    """Run ``work(i)`` for i < ``n`` in threads released at once; what each returned or raised."""
+    barrier = threading.Barrier(n)
+    out: list = [None] * n
+
+    def body(i: int) -> None:
+        barrier.wait(timeout=30)
+        try:
+            out[i] = work(i)
+        except Exception as exc:  # noqa: BLE001 - the test reads what each writer met
+            out[i] = exc
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a writer hung"
+    return out

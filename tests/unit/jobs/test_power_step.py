@@ -17,10 +17,9 @@ from gpupool.config import parse_config
 from gpupool.jobs import power as job
 from gpupool.jobs.fastpath import run_fastpath
 from gpupool.pipeline import Context
-from gpupool.sources.base import Pressure
 from gpupool.staging import power as store
 from gpupool.staging.schema import inventory_node
-from mempower import MemPower
+from mempower import HeldSource, MemPower
 
 T0 = datetime(2026, 6, 3, 12, 0, tzinfo=timezone.utc)
 HPC = [f"h{i}" for i in range(4)]
@@ -33,20 +32,6 @@ def _config(power=True, dry_run=False, **parking):
         hpc["power"] = {"means": "slurm"}
     return parse_config({"platforms": [hpc, {"name": "k8s", "kind": "kubernetes", "conn_id": "c", "actuation": True}],
                          "dry_run": dry_run, **({"parking": parking} if parking else {})})
-
-
-class Source:
-    """A platform's pressure as its source reads it: ``busy`` nodes run work, ``held`` nodes are
-    closed to work (parked: held by gpupool), the rest open and idle."""
-
-    def __init__(self, platform, nodes, busy=(), held=(), pending=0.0):
-        self.platform, self.nodes, self.busy, self.held, self.pending = platform, nodes, set(busy), set(held), pending
-
-    def pressure(self, at):
-        open_ = [n for n in self.nodes if n not in self.held]
-        return Pressure(self.platform, at, 8.0 * len(self.busy & set(open_)), float(self.pending), 8.0 * len(open_),
-                        tuple(n for n in open_ if n not in self.busy), {n: 8 for n in self.nodes}, len(open_),
-                        {"gpus_pending": "test"})
 
 
 def _inventory(engine, at, busy=("h0",)):
@@ -67,7 +52,8 @@ def _tick(ctx, at, sources, act, dry_run=False, **kw):
 
 
 def _sources(pending=0.0, held=()):
-    return {"hpc": Source("hpc", HPC, busy={"h0"}, held=held, pending=pending), "k8s": Source("k8s", K8S, busy={"k0"})}
+    return {"hpc": HeldSource("hpc", HPC, busy={"h0"}, held=held, pending=pending),
+            "k8s": HeldSource("k8s", K8S, busy={"k0"})}
 
 
 def test_an_idle_node_parks_through_the_tick_and_a_burst_wakes_it_before_any_move(rig):
