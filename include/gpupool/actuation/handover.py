@@ -79,6 +79,7 @@ from gpupool.actuation.handover_records import (  # noqa: F401 - re-exported: ca
     ATTACHING,
     BLOCKING_STATES,
     DEFAULT_TIMEOUT,
+    RECLAIM,
     DONE,
     FAILED,
     MAX_STEPS,

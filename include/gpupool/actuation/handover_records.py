@@ -31,6 +31,8 @@ BLOCKING_STATES = OPEN_STATES + (FAILED,)
 #: states in which nothing may have been sent to the target yet
 SOURCE_SIDE = (PLANNED, RELEASING, RELEASED)
 DEFAULT_TIMEOUT = timedelta(hours=2)
+#: the kind of a handover that gives an owner its lent node back (issue 42)
+RECLAIM = "reclaim"
 MAX_STEPS = 4
 
 
@@ -71,6 +73,12 @@ class Handover:
     created_at: datetime
     updated_at: datetime
     deadline: datetime | None
+    #: "reclaim" (an owner takes its lent node back, issue 42) or None (a move)
+    kind: str | None = None
+    #: a reclaim that took no slot of the move budget
+    outside_budget: bool = False
+    #: a reclaim's: when its owner's need began
+    need_since: datetime | None = None
 
     @classmethod
     def from_row(cls, row) -> "Handover":
@@ -81,12 +89,14 @@ class Handover:
             state=m["state"], plan_id=m["plan_id"], reason=m["reason"], error=m["error"], dry_run=bool(m["dry_run"]),
             created_at=utc_datetime(m["created_at"]), updated_at=utc_datetime(m["updated_at"]),
             deadline=None if m["deadline"] is None else utc_datetime(m["deadline"]),
+            kind=m.get("kind"), outside_budget=bool(m.get("outside_budget")),
+            need_since=None if m.get("need_since") is None else utc_datetime(m["need_since"]),
         )
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         out = asdict(self)
-        for k in ("created_at", "updated_at", "deadline"):
+        for k in ("created_at", "updated_at", "deadline", "need_since"):
             out[k] = None if out[k] is None else out[k].isoformat()
         return out
 
@@ -106,8 +116,14 @@ def open_handover(
     dry_run: bool = True,
     timeout: timedelta = DEFAULT_TIMEOUT,
     state: str = PLANNED,
+    kind: str | None = None,
+    outside_budget: bool = False,
+    need_since: datetime | None = None,
 ) -> int:
     """Open a handover of ``node`` from ``source`` to ``target``; returns its id.
+
+    ``kind`` "reclaim": the node's owner takes it back (issue 42; ``outside_budget``: it takes no
+    slot of the move budget; ``need_since``: when the owner's need began); None: a move.
 
     Raises :class:`HandoverConflict` when the node already has a handover in
     :data:`BLOCKING_STATES`. The check and the insert run in one transaction, under a per-node
@@ -115,6 +131,8 @@ def open_handover(
     """
     if source == target:
         raise HandoverError(f"node {node!r}: source and target are both {source!r}")
+    if kind not in (None, RECLAIM):
+        raise HandoverError(f"a handover's kind is {RECLAIM!r} or none, not {kind!r}")
     if state not in (PLANNED, RELEASING):
         raise HandoverError(f"a handover opens as planned or releasing, not {state!r}")
     at = utc_datetime(at)
@@ -122,6 +140,8 @@ def open_handover(
         return store.insert_handover(engine, dict(
             node=node, from_platform=source, to_platform=target, state=state, plan_id=plan_id,
             reason=reason, error=None, dry_run=dry_run, created_at=at, updated_at=at, deadline=at + timeout,
+            kind=kind, outside_budget=bool(outside_budget) if kind is not None else None,
+            need_since=None if need_since is None else utc_datetime(need_since),
         ), BLOCKING_STATES)
     except store.Blocked as exc:
         raise conflict_from(exc) from None

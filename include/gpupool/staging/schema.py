@@ -198,6 +198,12 @@ handover = Table(
     Column("created_at", TS, nullable=False),
     Column("updated_at", TS, nullable=False),
     Column("deadline", TS),
+    # "reclaim": an owner takes its lent node back (issue 42); NULL: a move of the plan or fast path
+    Column("kind", String(16)),
+    # a reclaim that took no slot of the rolling move budget (the budget would have made it late)
+    Column("outside_budget", Boolean),
+    # a reclaim's: when its owner's need began (its latency runs from here to `done`)
+    Column("need_since", TS),
     Index("ix_handover_node_state", "node", "state"),
 )
 
@@ -289,4 +295,36 @@ power_transition = Table(
     Column("dry_run", Boolean, nullable=False),
     Column("deadline", TS),  # the deadline the park or wake was given (the metrics' late wakes)
     Index("ix_power_transition_node", "node", "id"),
+)
+
+#: who owns each pool node (issue 42): `pool.nodes[].owner` (source "config") or a platform's
+#: first `owns` of what it held when gpupool first saw it (source "first_sight"). A row is written
+#: once and never reshuffled: a restart reads it back. Written only by `gpupool.staging.owners`
+node_owner = Table(
+    "node_owner",
+    metadata,
+    Column("node", String(256), primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("recorded_at", TS, nullable=False),
+)
+
+#: the platforms gpupool has seen and recorded owners for (their first sight), so a platform
+#: whose `owns` took fewer nodes than it holds does not take more on a later tick
+owner_sight = Table(
+    "owner_sight",
+    metadata,
+    Column("platform", String(64), primary_key=True),
+    Column("owns", Integer),
+    Column("at", TS, nullable=False),
+)
+
+#: each owner's open need for its lent nodes: since when its work queues with a node of its own
+#: lent out (`gpupool.decisions.ownership.need_since`), kept between ticks
+reclaim_need = Table(
+    "reclaim_need",
+    metadata,
+    Column("platform", String(64), primary_key=True),
+    Column("since", TS, nullable=False),
+    Column("updated_at", TS, nullable=False),
 )
