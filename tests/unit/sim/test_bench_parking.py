@@ -41,3 +41,18 @@ def test_the_energy_table_names_its_rows_as_asked(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| scenario | days |")
     assert lines[2] == "| demo-world | 14 | 100 | 10 | 65% / +4 / 9 (2) |"
+
+
+def test_the_bound_counts_a_jump_only_above_the_level_read_a_wake_before_plus_the_room():
+    """bench/parking_bound.py's jump steps: a step counts when its demand passes the level read
+    ``lag`` steps before plus ``room`` nodes of 8 GPUs; a climb slower than the room per lag does not."""
+    import numpy as np
+    from parking_bound import jump_steps
+
+    served = np.array([8, 8, 8, 8, 40, 40, 40, 48, 56, 56], dtype=float)
+    got = jump_steps(served, lag=2, room=1)
+    # 40 GPUs against a level of 1 node read 2 steps before, plus 1: 16 GPUs -> a jump at 4 and 5;
+    # step 6 reads 5 nodes: 40 and 48 are within (5 + 1) * 8; step 8's 56 passes (5 + 1) * 8 read at 6;
+    # step 9's 56 is within (6 + 1) * 8 read at 7
+    assert got.tolist() == [False, False, False, False, True, True, False, False, True, False]
+    assert not jump_steps(served, lag=0, room=0).any()
