@@ -56,3 +56,22 @@ def test_the_bound_counts_a_jump_only_above_the_level_read_a_wake_before_plus_th
     # step 9's 56 is within (6 + 1) * 8 read at 7
     assert got.tolist() == [False, False, False, False, True, True, False, False, True, False]
     assert not jump_steps(served, lag=0, room=0).any()
+
+
+def test_the_ownership_bound_serves_a_shortage_only_from_the_other_platforms_supply():
+    """bench/ownership_bound.py's transport: a platform's own surplus never serves its own shortage."""
+    from ownership_bound import _served, least_reserve
+
+    assert _served([8, 0, 0], [8, 0, 0]) == 0  # only the short platform has supply
+    assert _served([8, 0, 0], [0, 8, 0]) == 8
+    assert _served([8, 8, 0], [8, 8, 0]) == 16  # they serve each other
+    assert _served([16, 0, 0], [8, 4, 0]) == 4
+    # the reserve goes first to the hour where it removes the most regret per node-hour
+    import numpy as np
+
+    cells = np.zeros((3, 24))
+    cells[0, 5], cells[1, 5] = 10.0, 2.0
+    cells[0, 9], cells[1, 9] = 3.0, 0.0
+    reserve = least_reserve(cells, np.full(24, 12), bar=5.0)
+    assert reserve[5] == 1 and reserve[9] == 0
+    assert least_reserve(cells, np.full(24, 12), bar=0.0)[[5, 9]].tolist() == [2, 1]
