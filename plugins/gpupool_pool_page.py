@@ -36,9 +36,9 @@ def _state(at: str | None, hours: int) -> dict:
         when = pipeline.parse_time(at) if at else None
     except pipeline.WindowError as exc:
         raise HTTPException(status_code=422, detail=f"query parameter 'at': {exc}") from None
-    engine = pipeline.Context.load().engine
+    ctx = pipeline.Context.load()  # platforms.yaml too: the pool's owners and each platform's names of a node
     try:
-        return poolview.pool_state(engine, when, hours=hours)
+        return poolview.pool_state(ctx.engine, when, hours=hours, config=ctx.config)
     except poolview.InstantError as exc:  # a time, but one whose window cannot be read
         raise HTTPException(status_code=422, detail=f"query parameter 'at': {exc}") from None
     except poolview.NoDataError as exc:
@@ -48,7 +48,8 @@ def _state(at: str | None, hours: int) -> dict:
 @app.get("/api/pool")
 def pool_json(at: str | None = Query(None, description="instant to show (ISO 8601); default: newest forecast"),
               hours: int = Query(24, ge=1, le=24 * 14)) -> dict:
-    """Per platform: GPUs, demand and forecast band, anomalies, open handovers, last plan."""
+    """Per platform: GPUs, demand and forecast band, anomalies, open handovers, last plan, and
+    who owns each owned node and who holds it."""
     return _state(at, hours)
 
 

@@ -12,7 +12,9 @@ week; the newest plan whose horizon has passed, its expected unmet demand beside
 alarms and cleaned points; the age of the newest staged sample. Handovers: how many are in each
 state, how many failed, how many are past their deadline, and how long finished ones took.
 Parking (:mod:`gpupool.energy`): nodes per power state, wakes, late wakes, wakes failing now,
-wake latency, parked node-seconds and the energy parking saved.
+wake latency, parked node-seconds and the energy parking saved. Ownership (issue 42, only where
+the configuration sets an ownership key): nodes owned, lent, borrowed and lendable now per
+platform, reclaim latency, late reclaims and reclaims past their deadline now.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ from gpupool.jobs.allocation import pool_nodes
 from gpupool import energy
 from gpupool.actuation.power.machine import REFUSED_PREFIX, RETRY_PREFIX
 from gpupool.canonical import DEMAND_METRICS
-from gpupool.config import GpupoolConfig
-from gpupool.staging import metrics_reads, reads
+from gpupool.config import GpupoolConfig, ownership_of
+from gpupool.decisions.ownership import lent_and_borrowed
+from gpupool.staging import metrics_reads, ownership_reads, reads
 from gpupool.staging import power as power_store
 from gpupool.staging.db import StagingUnavailable
 from gpupool.values import utc
@@ -57,6 +60,9 @@ LAST_SEEN = timedelta(hours=2)
 DURATION_BUCKETS = (60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, math.inf)
 #: wake latencies, in seconds: a BMC's power-on and a boot take minutes; the default deadline is 15
 WAKE_BUCKETS = (60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, math.inf)
+#: reclaim latencies, in seconds: 5 minutes to 2 hours, straddling the reclaim_minutes an operator
+#: starts with (docs/stages/ownership.md)
+RECLAIM_BUCKETS = (300.0, 600.0, 900.0, 1800.0, 2700.0, 3600.0, 5400.0, 7200.0, math.inf)
 #: why a wake in progress is failing (label ``cause`` of ``gpupool_power_wakes_failing``)
 WAKE_FAILURE_CAUSES = ("refused", "error", "past_deadline")
 
@@ -106,6 +112,8 @@ class StagingCollector:
         yield from _freshness_families(self.engine, names, at)
         yield from _handover_families(self.engine, names, at)
         yield from _power_families(self.engine, self.config, names, nodes, at)
+        if ownership_configured(self.config):
+            yield from _ownership_families(self.engine, self.config, names, nodes, at)
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -123,8 +131,7 @@ def _platform_families(engine: Engine, config: GpupoolConfig, names: list[str], 
     for p in names:
         mine = [n for n in nodes if n.owner == p]
         floor = config.platform(p).min_nodes
-        idle = [n for n in mine if n.busy_gpus <= 0 and not n.in_handover
-                and (n.last_moved_at is None or utc(n.last_moved_at) + cooldown <= utc(at))]
+        idle = [n for n in mine if _idle(n, cooldown, at)]
         held.add_metric([p], len(mine))
         held_gpus.add_metric([p], sum(n.gpus for n in mine))
         lendable.add_metric([p], min(len(idle), max(0, len(mine) - floor)))
@@ -147,6 +154,13 @@ def _platform_families(engine: Engine, config: GpupoolConfig, names: list[str], 
             unmet.add_metric([p], float(points.iloc[-1]))
     yield from gauges.values()
     yield unmet
+
+
+def _idle(node, cooldown: timedelta, at: datetime) -> bool:
+    """Whether the platform holding ``node`` could lend it now: no busy GPU, in no handover (nor
+    parked), and past the move cool-down."""
+    return (node.busy_gpus <= 0 and not node.in_handover
+            and (node.last_moved_at is None or utc(node.last_moved_at) + cooldown <= utc(at)))
 
 
 def unmet_points(wide: pd.DataFrame) -> pd.Series:
@@ -390,6 +404,76 @@ def _power_families(engine: Engine, config: GpupoolConfig, names: list[str], nod
     yield from (seconds, saved)
 
 
+def ownership_configured(config: GpupoolConfig) -> bool:
+    """Whether any platform sets an ownership key (``owns``, a limit, ``reclaim_minutes``,
+    ``min_runtime_minutes``) or any pool node names its ``owner``: without one the exposition has
+    no ownership family (a pool without owners is scraped as before)."""
+    return (any(p.owns is not None or ownership_of(p).promises() for p in config.platforms)
+            or any(n.owner is not None for n in config.pool.nodes))
+
+
+def ownership_counts(config: GpupoolConfig, owners: dict[str, str], nodes: list, at: datetime,
+                     labels: list[str]) -> dict[str, dict[str, int]]:
+    """Per platform of ``labels``: ``owned`` (pool nodes it owns, wherever they are), ``lent``
+    (of those, the ones another platform holds), ``borrowed`` (nodes others own that it holds) and
+    ``lendable`` (its owned nodes it holds idle, see :func:`_idle`, capped by what its
+    ``lend_limit`` leaves: ``min(idle, lend_limit - lent)``, or all of them with no limit).
+    ``nodes``: the pool as the planner sees it (``owner`` there is the holder; a node in a
+    handover counts with its target), ``owners``: node -> owner."""
+    lent, borrowed = lent_and_borrowed((owners.get(n.name), n.owner) for n in nodes)
+    cooldown = timedelta(hours=config.limits.cooldown_hours)
+    limits = {p.name: p.lend_limit for p in config.platforms}
+    out = {}
+    for p in labels:
+        idle = sum(1 for n in nodes if n.owner == p and owners.get(n.name) == p and _idle(n, cooldown, at))
+        limit = limits.get(p)
+        out[p] = {"owned": sum(1 for o in owners.values() if o == p), "lent": lent.get(p, 0),
+                  "borrowed": borrowed.get(p, 0),
+                  "lendable": idle if limit is None else min(idle, max(0, limit - lent.get(p, 0)))}
+    return out
+
+
+def _ownership_families(engine: Engine, config: GpupoolConfig, names: list[str], nodes: list,
+                        at: datetime) -> Iterable[Metric]:
+    owners = ownership_reads.node_owners(engine, {n.node: n.owner for n in config.pool.nodes if n.owner})
+    recl = ownership_reads.reclaims(engine, at, ho.OPEN_STATES, ho.DONE)
+    # every configured platform, and any other that owns a node or reclaims one (never hidden)
+    labels = list(dict.fromkeys([*names, *sorted(set(owners.values()) | {r["target"] for r in recl})]))
+    counts = ownership_counts(config, owners, nodes, at, labels)
+    docs = {
+        "owned": "Pool nodes the platform owns (node_owner, pool.nodes[].owner), wherever they are; those it "
+                 "holds are in gpupool_platform_held_nodes beside the others it holds",
+        "lent": "Nodes the platform owns that another platform holds (a node in a handover with its target)",
+        "borrowed": "Nodes other platforms own that the platform holds (a node in a handover with its target)",
+        "lendable": "Nodes the platform owns and holds idle (no busy GPU, in no handover, past the move "
+                    "cool-down) that it could lend now: min(those, lend_limit - lent), all of them without a lend_limit",
+    }
+    for key, doc in docs.items():
+        family = _gauge(f"gpupool_platform_{'lendable_owned' if key == 'lendable' else key}_nodes", doc, ["platform"])
+        for p in labels:
+            family.add_metric([p], counts[p][key])
+        yield family
+
+    deadline = {p.name: p.reclaim_minutes for p in config.platforms}
+    hist = HistogramMetricFamily("gpupool_reclaim_latency_seconds",
+                                 "Live reclaims done: time from the owner's need beginning (need_since) to its "
+                                 "node's handover done", labels=["platform"])
+    late = CounterMetricFamily("gpupool_reclaim_late", "Live reclaims done later than the owner's reclaim_minutes "
+                               "after its need began", labels=["platform"])
+    past = _gauge("gpupool_reclaims_past_deadline", "Live reclaims still open past the owner's reclaim_minutes "
+                  "from its need", ["platform"])
+    for p in labels:
+        mine = [r for r in recl if r["target"] == p]
+        limit = None if deadline.get(p) is None else float(deadline[p]) * 60.0
+        values = [max(0.0, (r["done_at"] - r["need_since"]).total_seconds()) for r in mine if not r["open"]]
+        buckets = [(floatToGoString(b), float(sum(v <= b for v in values))) for b in RECLAIM_BUCKETS]
+        hist.add_metric([p], buckets, sum_value=float(sum(values)))
+        late.add_metric([p], 0 if limit is None else sum(v > limit for v in values))
+        past.add_metric([p], 0 if limit is None else sum(
+            r["open"] and (at - r["need_since"]).total_seconds() >= limit for r in mine))
+    yield from (hist, late, past)
+
+
 # --- exposition --------------------------------------------------------------------------
 
 
@@ -414,4 +498,5 @@ def serve(engine: Engine, config: GpupoolConfig, host: str = "127.0.0.1", port: 
     serve_registry(registry(engine, config, at), host, port, "gpupool metrics", ready)
 
 
-__all__ = ["StagingCollector", "registry", "exposition", "serve", "unmet_points", "forecast_errors", "plan_outcome"]
+__all__ = ["StagingCollector", "registry", "exposition", "serve", "unmet_points", "forecast_errors", "plan_outcome",
+           "ownership_configured", "ownership_counts"]

@@ -17,8 +17,10 @@ from sqlalchemy.engine import Engine
 
 from gpupool import energy
 from gpupool.canonical import DEMAND_METRICS
+from gpupool.decisions.ownership import lent_and_borrowed
 from gpupool.errors import UserError
 from gpupool.values import utc
+from gpupool.staging import ownership_reads
 from gpupool.staging import power as power_store
 from gpupool.staging import reads
 
@@ -46,11 +48,14 @@ def latest_instant(engine: Engine) -> datetime:
     return utc(at).to_pydatetime()
 
 
-def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> dict[str, Any]:
+def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24, config=None) -> dict[str, Any]:
     """Per platform: GPUs owned, demand over the last `hours` and its forecast band over the
     next, the points the detect stage cleaned (telemetry faults) or flagged and kept (real bursts), open handovers, and the last plan with its reasons.
     ``power`` lists the nodes that were not on at ``at`` (parking, parked, waking), each platform's
-    ``power`` counts them. An `at` whose window leaves the instants the reads hold is an InstantError."""
+    ``power`` counts them. ``owners`` lists each owned pool node with who holds it
+    (:func:`node_owners`; ``config``: platforms.yaml, for ``pool.nodes[].owner`` and the platforms'
+    names of a node), each platform's ``ownership`` counts what it owns, lends and borrows (absent
+    where no node has an owner). An `at` whose window leaves the instants the reads hold is an InstantError."""
     at = utc(at if at is not None else latest_instant(engine))
     if not EARLIEST + pd.Timedelta(hours=hours) <= at <= LATEST:
         raise InstantError(f"{at.isoformat()}: the page shows instants whose last {hours} h lie within "
@@ -63,6 +68,15 @@ def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> d
     power = power_nodes(engine, at.to_pydatetime())
     for p, st in state.items():
         st["power"] = {s: sum(n["platform"] == p and n["state"] == s for n in power) for s in energy.STATES[1:]}
+    owned = node_owners(engine, at.to_pydatetime(), [*platforms, *(p.name for p in getattr(config, "platforms", []))],
+                        config)
+    if owned:
+        lent, borrowed = lent_and_borrowed((n["owner"], n["holder"]) for n in owned)
+        for p, st in state.items():
+            st["ownership"] = {"owned": sum(n["owner"] == p for n in owned), "lent": lent.get(p, 0),
+                               "borrowed": borrowed.get(p, 0),
+                               "borrowed_nodes": [(n["node"], n["owner"]) for n in owned
+                                                  if n["holder"] == p and n["owner"] != p]}
     plan = None
     if plan_row is not None:
         plan = {
@@ -79,7 +93,27 @@ def pool_state(engine: Engine, at: datetime | None = None, hours: int = 24) -> d
             if h.get(k) is not None:
                 h[k] = utc(h[k]).isoformat()
     return {"at": at.isoformat(), "hours": hours, "platforms": state, "handovers": handovers, "plan": plan,
-            "power": power}
+            "power": power, "owners": owned}
+
+
+def node_owners(engine: Engine, at: datetime, platforms: list[str], config=None) -> list[dict[str, Any]]:
+    """Each pool node with an owner, in node order: ``{node, owner, holder, moving}``. The owner
+    is ``node_owner`` as staging records it, with the ``pool.nodes[].owner`` of ``config`` it does
+    not hold yet (:func:`gpupool.staging.ownership_reads.node_owners`); the holder is the platform
+    that holds it at ``at`` as the planner sees the pool (a node in a handover: its target,
+    ``moving`` true), None where the planner leaves it out of the pool (drained by someone else,
+    open on several platforms, or in no inventory of ``platforms``)."""
+    from gpupool.jobs.allocation import pool_nodes
+
+    explicit = {n.node: n.owner for n in config.pool.nodes if n.owner} if config is not None else {}
+    owners = ownership_reads.node_owners(engine, explicit)
+    if not owners:
+        return []
+    names = list(dict.fromkeys([*platforms, *sorted(set(owners.values()))]))
+    held = {n.name: n.owner for n in pool_nodes(engine, at, names, config)[0]}
+    moving = {h["node"] for h in reads.handovers_in(engine, OPEN_STATES) if not h["dry_run"]}
+    return [{"node": node, "owner": owner, "holder": held.get(node), "moving": node in moving and node in held}
+            for node, owner in sorted(owners.items())]
 
 
 def power_nodes(engine: Engine, at: datetime) -> list[dict[str, Any]]:
@@ -197,6 +231,12 @@ def render_html(state: dict[str, Any]) -> str:
         n_clean = sum(a["decision"] == "cleaned" for a in p["anomalies"])
         parts.append(f"<div class='meta'>{p['nodes']} nodes · last {state['hours']} h: {n_clean} points cleaned as "
                      f"telemetry faults, {len(p['anomalies']) - n_clean} flagged and kept as real bursts</div>")
+        own = p.get("ownership")
+        if own:
+            pairs = ", ".join(f"{n} from {o}" for n, o in own["borrowed_nodes"])
+            borrowed = f" ({pairs})" if pairs else ""
+            parts.append(f"<div class='meta' data-ownership>owns {own['owned']} · lent {own['lent']} · "
+                         f"borrowed {own['borrowed']}{e(borrowed)}</div>")
         powered = [f"{n} {s}" for s, n in p.get("power", {}).items() if n]
         if powered:
             parts.append(f"<div class='meta' data-power-counts>power: {e(', '.join(powered))}</div>")
@@ -233,6 +273,8 @@ def render_html(state: dict[str, Any]) -> str:
     else:
         parts.append("<p class='meta'>none</p>")
     parts.append(_power_table(state.get("power", [])))
+    if state.get("owners"):
+        parts.append(_owners_table(state["owners"]))
     plan = state["plan"]
     parts.append("<h2>Last plan</h2>")
     if plan:
@@ -270,6 +312,24 @@ def _power_table(nodes: list[dict[str, Any]]) -> str:
             f"<tr data-power='{e(n['state'])}'><td>{e(n['node'])}</td><td>{e(n['platform'])}</td>"
             f"<td><span class='pw pw-{e(n['state'])}'>{e(n['state'])}</span>{late}</td><td>{e(n['since'])}</td>"
             f"<td>{e(n['deadline'] or '–')}</td><td>{e(str(n['error'] or ''))}</td></tr>")
+    parts.append("</table>")
+    return "".join(parts)
+
+
+def _owners_table(nodes: list[dict[str, Any]]) -> str:
+    """Who owns each owned node and who holds it: a node held by another platform is lent to it."""
+    e = html.escape
+    parts = ["<h2>Owners</h2>", "<table><tr><th>node</th><th>owner</th><th>held by</th><th>note</th></tr>"]
+    for n in nodes:
+        holder = n["holder"]
+        if holder is None:
+            note = "out of the pool (drained by someone else, or in no inventory)"
+        elif holder != n["owner"]:
+            note = f"{'moving' if n['moving'] else 'lent'} to {holder}"
+        else:
+            note = "coming home" if n["moving"] else "at home"
+        parts.append(f"<tr data-owner='{e(n['owner'])}'><td>{e(n['node'])}</td><td>{e(n['owner'])}</td>"
+                     f"<td>{e(holder or '–')}</td><td>{e(note)}</td></tr>")
     parts.append("</table>")
     return "".join(parts)
 
@@ -332,4 +392,4 @@ def _svg_chart(p: dict, width: int = 420, height: int = 150) -> str:
     return "".join(out)
 
 
-__all__ = ["pool_state", "power_nodes", "render_html", "latest_instant", "NoDataError"]
+__all__ = ["pool_state", "power_nodes", "node_owners", "render_html", "latest_instant", "NoDataError"]

@@ -43,6 +43,9 @@ def test_prometheus_scrapes_gpupool(served):
     assert _query(served, 'gpupool_handover_duration_seconds_bucket{le="+Inf"}')
     assert _query(served, 'gpupool_power_nodes{platform="kubernetes", state="waking"} == 1')
     assert _query(served, 'gpupool_power_parked_node_seconds_total{platform="kubernetes"} > 0')
+    assert _query(served, 'gpupool_reclaims_past_deadline{platform="kubernetes"} == 1')
+    assert _query(served, 'gpupool_platform_owned_nodes{platform="slurm"} == 0')
+    assert _query(served, 'gpupool_reclaim_latency_seconds_count{platform="kubernetes"} == 0')
 
 
 def test_the_rules_load_and_every_alert_expression_returns_data(served):
@@ -60,6 +63,7 @@ def test_the_rules_load_and_every_alert_expression_returns_data(served):
         "GpupoolBelowMinNodes": {"lab"},
         "GpupoolWakeFailed": {"kubernetes"},
         "GpupoolWakeLate": {"kubernetes"},
+        "GpupoolReclaimLate": {"kubernetes"},
     }
     for rule in rules:
         result = _query(served, rule["expr"])
