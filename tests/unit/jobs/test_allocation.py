@@ -344,3 +344,44 @@ def test_a_plan_without_ownership_keys_records_no_owner(ctx):
     assert owner_store.owner_rows(ctx.engine) == [] and owner_store.seen_platforms(ctx.engine) == set()
     assert "owned" not in out["summary"]["platforms"]["slurm"]
     assert service.policy_from_config(ctx.config, "predictive").ownership == {}
+
+
+def test_gpupool_owners_shows_owner_source_holder_and_counts(sqlite_engine, tmp_path, capsys):
+    """After a plan recorded the owners, slurm's gpu-n1 moved to kubernetes: `gpupool owners`
+    shows it lent by slurm and borrowed by kubernetes, with where each owner came from."""
+    import json
+
+    import yaml
+
+    from gpupool.cli import main
+
+    _stage(sqlite_engine)
+    raw = {"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc", "owns": 2},
+                         {"name": "kubernetes", "kind": "kubernetes", "conn_id": "kubernetes_ai"}],
+           "pool": {"nodes": [{"node": "k8s-0", "gpus": 8, "owner": "kubernetes"}]}}
+    ctx = pipeline.Context(parse_config(raw), sqlite_engine)
+    service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "reactive")
+    later = END + timedelta(minutes=10)
+    rows = [dict(platform="slurm", node=f"gpu-n{i}", snapshot_at=later, gpus=8, gpu_model="A100", mig_layout=None,
+                 schedulable=i != 1, drain_reason=None if i != 1 else "gpupool: lent", busy_gpus=0.0) for i in range(4)]
+    rows += [dict(platform="kubernetes", node=n, snapshot_at=later, gpus=8, gpu_model="A100", mig_layout=None,
+                  schedulable=True, drain_reason=None, busy_gpus=0.0) for n in ("gpu-n1", "k8s-0", "k8s-1")]
+    with sqlite_engine.begin() as conn:
+        conn.execute(inventory_node.insert(), rows)
+    config = tmp_path / "platforms.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    url = str(sqlite_engine.url)
+    assert main(["owners", "--config", str(config), "--staging-url", url, "--at", later.isoformat(), "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    nodes = {r["node"]: r for r in view["nodes"]}
+    assert {n: (r["owner"], r["source"], r["holder"], r["state"]) for n, r in nodes.items()} == {
+        "gpu-n0": ("slurm", "first_sight", "slurm", "home"), "gpu-n1": ("slurm", "first_sight", "kubernetes", "lent"),
+        "gpu-n2": (None, None, "slurm", None), "gpu-n3": (None, None, "slurm", None),
+        "k8s-0": ("kubernetes", "config", "kubernetes", "home"), "k8s-1": (None, None, "kubernetes", None)}
+    per = view["platforms"]
+    assert {p: (r["owns"], r["owned"], r["held"], r["lent"], r["borrowed"]) for p, r in per.items()} == {
+        "slurm": (2, 2, 3, 1, 0), "kubernetes": (None, 1, 3, 0, 1)}
+    assert per["slurm"]["sighted_at"] is not None and per["kubernetes"]["sighted_at"] is None
+    assert main(["owners", "--config", str(config), "--staging-url", url, "--at", later.isoformat()]) == 0
+    text = capsys.readouterr().out
+    assert "gpu-n1" in text and "lent" in text and "first_sight" in text
