@@ -81,12 +81,18 @@ def test_a_config_owner_beats_first_sight(engine):
     # a first sight never replaces a config owner, even from a writer that read before it
     store.record_owners(engine, {"n1": ("slurm", store.FIRST_SIGHT)}, T0 + timedelta(hours=2))
     assert _rows(engine)["n1"] == ("k8s", store.CONFIG)
+    # the operator changes n0's owner: the configuration's word replaces the one it recorded before
+    changed = _ctx(engine, slurm={"owns": 2}, nodes=[{"node": "n0", "owner": "slurm"}, {"node": "n1", "owner": "k8s"}])
+    assert job.homes_at(changed, T0 + timedelta(hours=3), {"slurm": ["n2"]})["n0"] == "slurm"
+    assert _rows(engine)["n0"] == ("slurm", store.CONFIG)
 
 
 def test_a_platform_not_read_or_holding_nothing_is_not_sighted(engine):
     ctx = _ctx(engine, slurm={"owns": 2}, k8s={"owns": 2})
     assert job.homes_at(ctx, T0, {"slurm": ["s0"]}) == {"s0": "slurm"}
     assert job.homes_at(ctx, T0 + timedelta(minutes=5), {"slurm": ["s0"], "k8s": []}) == {"s0": "slurm"}
+    # holding only a node slurm owns (borrowed): nothing for k8s to take, so not its first sight
+    assert job.homes_at(ctx, T0 + timedelta(minutes=10), {"slurm": [], "k8s": ["s0"]}) == {"s0": "slurm"}
     assert store.seen_platforms(engine) == {"slurm"}
     # read at last: k8s owns its first two of what nobody owns (s0 is slurm's, wherever it is)
     homes = job.homes_at(ctx, T0 + timedelta(hours=1), {"slurm": ["s1"], "k8s": ["s0", "k1", "k0", "k2"]})

@@ -49,12 +49,11 @@ def homes_at(ctx, at: datetime, held: Mapping[str, Iterable[str]]) -> dict[str, 
 
     ``held``: platform -> the pool node ids it holds now, as the caller read them. Records
     ``pool.nodes[].owner`` (source ``config``: it replaces a ``first_sight`` owner) and, for each
-    platform with ``owns`` > 0 that holds a node in ``held`` and has no recorded first sight, its
-    first ``owns`` by node id of what it holds that nobody owns (recorded or configured; source
-    ``first_sight``), with its sight, in one call of
-    :func:`~gpupool.staging.owners.record_owners`. A platform absent from ``held`` (not read this
-    time) or holding nothing is not sighted: it is sighted at the first reading where it holds a
-    node. ``owns`` larger than what the platform holds at its first sight: it owns what it holds
+    platform with ``owns`` > 0 and no recorded first sight, its first ``owns`` by node id of what
+    it holds that nobody owns (recorded or configured; source ``first_sight``), with its sight, in
+    one call of :func:`~gpupool.staging.owners.record_owners`. A platform absent from ``held``
+    (not read this time), or holding no node that nobody owns, is not sighted: it is sighted at
+    the first reading where it holds one. ``owns`` larger than what the platform holds at its first sight: it owns what it holds
     then, and never takes more (``owns`` is read once; ``pool.nodes[].owner`` adds owners later).
 
     Returns every recorded owner merged with the configuration's explicit ones (which win). A
@@ -75,7 +74,7 @@ def homes_at(ctx, at: datetime, held: Mapping[str, Iterable[str]]) -> dict[str, 
     sighted = {n: o for n, o in first_sight_homes(holding, unseen, taken).items() if n not in taken}
     rows = {n: (o, owner_store.CONFIG) for n, o in explicit.items() if recorded.get(n) != (o, owner_store.CONFIG)}
     rows.update({n: (o, owner_store.FIRST_SIGHT) for n, o in sighted.items()})
-    sights = {p: unseen[p] for p in holding}
+    sights = {p: unseen[p] for p in sorted(set(sighted.values()))}
     if rows or sights:
         got = owner_store.record_owners(ctx.engine, rows, at, sights)
     else:
