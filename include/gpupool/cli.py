@@ -111,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--open", action="store_true", help="only open ones")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("owners", help="who owns each pool node, where that came from and who holds it now; "
+                       "per platform owned, lent and borrowed")
+    _add_common(p)
+    p.add_argument("--at", help="read the inventory and handovers as of this time (ISO 8601; default now)")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("fastpath", help="one fast-path tick: read each platform's pressure, decide, start moves")
     _add_common(p)
     p.add_argument("--at", help="the tick's time (ISO 8601; default now: pressure is read live)")
@@ -339,6 +345,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(_json(rows, indent=2) if args.json else format_handovers(rows))
         if not args.json:
             print(_recent_fastpath(ctx, moves_only=True))
+        return 0
+    if args.command == "owners":
+        from datetime import datetime, timezone
+
+        from gpupool.jobs.allocation import pool_nodes
+        from gpupool.jobs.owners import format_owners, owners_view
+
+        db.upgrade(ctx.engine)
+        at = _at(args.at) if args.at is not None else pipeline.parse_time(datetime.now(timezone.utc))
+        view = owners_view(ctx, at, *pool_nodes(ctx.engine, at, ctx.platforms(), ctx.config))
+        print(_json(view, indent=2) if args.json else format_owners(view))
         return 0
     if args.command == "fastpath":
         from datetime import datetime, timezone

@@ -6,5 +6,6 @@ platforms, call the pure decisions (:mod:`gpupool.decisions`) and act through
 roll back handovers), ``fastpath`` (one fast-path tick: read, stage, judge, park and wake,
 decide, open), ``power`` (the power step both run: the parking rule on staging's inputs, parks
 and wakes through the power machine; ``gpupool power``), ``pressure`` (each platform's pressure
-read now) and ``text`` (what the CLI prints of them).
+read now), ``owners`` (who owns each pool node, recorded once in staging; ``gpupool owners``)
+and ``text`` (what the CLI prints of them).
 """

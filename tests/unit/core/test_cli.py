@@ -12,7 +12,7 @@ from gpupool.cli import build_parser, main
 from gpupool.staging import db
 
 COMMANDS = ["version", "db", "run", "extract", "summary", "detect", "forecast", "plan", "handovers", "rollback", "report",
-            "simulate", "whatif", "fastpath", "nvml", "power"]
+            "simulate", "whatif", "fastpath", "nvml", "power", "owners"]
 
 
 def _gpupool(*args, env=None):

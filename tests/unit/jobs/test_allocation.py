@@ -309,3 +309,79 @@ def test_the_plan_gets_what_the_fast_path_left_of_the_hours_move_budget(ctx):
     assert len(service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")["moves"]) == 1
     ho.open_handover(ctx.engine, "gpu-n2", "slurm", "kubernetes", at=END - timedelta(minutes=10), dry_run=True)
     assert service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")["moves"] == []
+
+
+@pytest.mark.parametrize("lend_limit", [0, 1, None])
+def test_the_plan_job_hands_owners_to_the_planner_so_lend_limit_binds(sqlite_engine, lend_limit):
+    """slurm owns its 4 idle nodes at first sight (recorded in staging) and kubernetes, short, its
+    own 3: the plan moves none of slurm's with ``lend_limit: 0``, at most one with 1, and without a
+    limit as before (the control: the limit is what holds them)."""
+    from gpupool.staging import owners as owner_store
+
+    _stage(sqlite_engine)
+    _model_record(sqlite_engine, "kubernetes")
+    cfg = _config(platforms=[
+        {"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc", "actuation": True, "owns": 4, "lend_limit": lend_limit},
+        {"name": "kubernetes", "kind": "kubernetes", "conn_id": "kubernetes_ai", "actuation": True, "owns": 3}])
+    ctx = pipeline.Context(cfg, sqlite_engine)
+    out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")
+    lent = [m for m in out["moves"] if m["from"] == "slurm"]
+    if lend_limit is None:
+        assert 1 <= len(lent) <= 2
+    else:
+        assert len(lent) == lend_limit, out["moves"]
+    # a node drained by someone else is still its platform's: kubernetes owns it with its others
+    assert owner_store.owners(sqlite_engine) == {**{f"gpu-n{i}": "slurm" for i in range(4)},
+                                                 **{n: "kubernetes" for n in ("k8s-0", "k8s-1", "k8s-broken")}}
+    per = out["summary"]["platforms"]
+    assert (per["slurm"]["owned"], per["slurm"]["lent"], per["kubernetes"]["borrowed"]) == (4, 0, 0)
+
+
+def test_a_plan_without_ownership_keys_records_no_owner(ctx):
+    from gpupool.staging import owners as owner_store
+
+    out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")
+    assert owner_store.owner_rows(ctx.engine) == [] and owner_store.seen_platforms(ctx.engine) == set()
+    assert "owned" not in out["summary"]["platforms"]["slurm"]
+    assert service.policy_from_config(ctx.config, "predictive").ownership == {}
+
+
+def test_gpupool_owners_shows_owner_source_holder_and_counts(sqlite_engine, tmp_path, capsys):
+    """After a plan recorded the owners, slurm's gpu-n1 moved to kubernetes: `gpupool owners`
+    shows it lent by slurm and borrowed by kubernetes, with where each owner came from."""
+    import json
+
+    import yaml
+
+    from gpupool.cli import main
+
+    _stage(sqlite_engine)
+    raw = {"platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc", "owns": 2},
+                         {"name": "kubernetes", "kind": "kubernetes", "conn_id": "kubernetes_ai"}],
+           "pool": {"nodes": [{"node": "k8s-0", "gpus": 8, "owner": "kubernetes"}]}}
+    ctx = pipeline.Context(parse_config(raw), sqlite_engine)
+    service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "reactive")
+    later = END + timedelta(minutes=10)
+    rows = [dict(platform="slurm", node=f"gpu-n{i}", snapshot_at=later, gpus=8, gpu_model="A100", mig_layout=None,
+                 schedulable=i != 1, drain_reason=None if i != 1 else "gpupool: lent", busy_gpus=0.0) for i in range(4)]
+    rows += [dict(platform="kubernetes", node=n, snapshot_at=later, gpus=8, gpu_model="A100", mig_layout=None,
+                  schedulable=True, drain_reason=None, busy_gpus=0.0) for n in ("gpu-n1", "k8s-0", "k8s-1")]
+    with sqlite_engine.begin() as conn:
+        conn.execute(inventory_node.insert(), rows)
+    config = tmp_path / "platforms.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    url = str(sqlite_engine.url)
+    assert main(["owners", "--config", str(config), "--staging-url", url, "--at", later.isoformat(), "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    nodes = {r["node"]: r for r in view["nodes"]}
+    assert {n: (r["owner"], r["source"], r["holder"], r["state"]) for n, r in nodes.items()} == {
+        "gpu-n0": ("slurm", "first_sight", "slurm", "home"), "gpu-n1": ("slurm", "first_sight", "kubernetes", "lent"),
+        "gpu-n2": (None, None, "slurm", None), "gpu-n3": (None, None, "slurm", None),
+        "k8s-0": ("kubernetes", "config", "kubernetes", "home"), "k8s-1": (None, None, "kubernetes", None)}
+    per = view["platforms"]
+    assert {p: (r["owns"], r["owned"], r["held"], r["lent"], r["borrowed"]) for p, r in per.items()} == {
+        "slurm": (2, 2, 3, 1, 0), "kubernetes": (None, 1, 3, 0, 1)}
+    assert per["slurm"]["sighted_at"] is not None and per["kubernetes"]["sighted_at"] is None
+    assert main(["owners", "--config", str(config), "--staging-url", url, "--at", later.isoformat()]) == 0
+    text = capsys.readouterr().out
+    assert "gpu-n1" in text and "lent" in text and "first_sight" in text
