@@ -212,7 +212,7 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
     # (or an earlier plan) left of it, as in the what-if
     recent = [h for h in fastpath_store.handovers_opened_between(ctx.engine, (at - pd.Timedelta(hours=1)).to_pydatetime(),
                                                                   at.to_pydatetime())
-              if ctx.config.dry_run or not h["dry_run"]]
+              if (ctx.config.dry_run or not h["dry_run"]) and not h.get("outside_budget")]
     if recent:
         pol = pol.model_copy(update={"max_moves_per_decision": max(0, pol.max_moves_per_decision - len(recent))})
     nodes, excluded = pool_nodes(ctx.engine, at.to_pydatetime(), platforms, ctx.config)
@@ -345,10 +345,11 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
 
 def _budget_left(ctx, at: datetime) -> int:
     """What is left of the rolling hour's move budget at ``at``: the limit,
-    less every handover opened in the hour before (either path, this plan's own included)."""
+    less every handover opened in the hour before (either path, this plan's own included) but
+    the reclaims that went outside the budget (they take no slot)."""
     since = at - timedelta(hours=1)
     spent = [h for h in fastpath_store.handovers_opened_between(ctx.engine, since, at)
-             if h["created_at"] > since and (ctx.config.dry_run or not h["dry_run"])]
+             if h["created_at"] > since and (ctx.config.dry_run or not h["dry_run"]) and not h.get("outside_budget")]
     return ctx.config.limits.max_moves_per_decision - len(spent)
 
 
