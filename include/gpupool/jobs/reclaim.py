@@ -334,3 +334,58 @@ def late_reclaims(ctx, at: datetime, waits: Sequence[tuple[str, str]] = ()) -> l
             out.append({"id": None, "node": None, "owner": owner, "borrower": None, "minutes_late": round(late, 1),
                         "state": "waiting", "error": why.get(owner, "no reclaim opened")})
     return out
+
+
+# ------------------------------------------------------------------------------------ opening
+
+
+def open_reclaims(ctx, at: datetime, moves: Sequence[ReclaimMove], live, timeout: timedelta) -> tuple[list, list]:
+    """Open a handover of kind reclaim per move (``live(move)``: sent for real, else a dry run);
+    the opened ones and those refused (with why)."""
+    from gpupool.actuation import handover as ho
+
+    opened, refused = [], []
+    for m in moves:
+        try:
+            hid = ho.open_handover(ctx.engine, m.node, m.source, m.target, at, reason=m.reason, dry_run=not live(m),
+                                   timeout=timeout, **open_kwargs(m))
+        except ho.HandoverConflict as exc:
+            refused.append({"node": m.node, "why": str(exc)})
+            continue
+        opened.append({"id": hid, "node": m.node, "from": m.source, "to": m.target, "dry_run": not live(m),
+                       "kind": ho.RECLAIM, "outside_budget": m.outside_budget})
+    return opened, refused
+
+
+def plan_reclaims(ctx, at: datetime, *, live, timeout: timedelta, actuators: Mapping[str, Any] | None = None,
+                  lookup=None, sources: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The reclaim of the hourly plan's actuation, before it opens the plan's moves: run when the
+    fast path does not (:func:`gpupool.jobs.power.fastpath_running`), on each platform's pressure
+    read now and staged as the fast path stages its own (the plan's inventory is an hour old). Not
+    judged: the detect rules judge readings at the fast path's cadence, and the next reading of
+    the plan's cadence is too late to wait for. None: no platform promises a reclaim."""
+    from gpupool.actuation import handover as ho
+    from gpupool.decisions.fastpath import READING_METRICS
+    from gpupool.jobs.power import PLAN_EVERY, fastpath_running, power_states
+    from gpupool.jobs.pressure import _pool_ids, read_pressures
+    from gpupool.staging import fastpath as store
+
+    if not promised(ctx.config):
+        return None
+    at = utc_datetime(at)
+    if fastpath_running(ctx.engine, at):
+        return {"note": "the fast path runs the reclaim (it ticked recently); the plan leaves it to it",
+                "opened": [], "refused": [], "waits": []}
+    read, unread, _ = read_pressures(ctx, at, sources, lookup)
+    judged = {}
+    for p, pr in read.items():
+        store.record_pressure(ctx.engine, p, at, {m: getattr(pr, f) for f, m in READING_METRICS.items()})
+        judged[p] = Judged(_pool_ids(ctx.config, pr))
+    gpus = {n: g for j in judged.values() for n, g in j.pressure.node_gpus.items()}
+    open_h = [{**h.as_dict(), "gpus": gpus.get(h.node)} for h in ho.list_handovers(ctx.engine, ho.BLOCKING_STATES)]
+    recent = [h for h in store.handovers_opened_between(ctx.engine, at - BUDGET_WINDOW, at)
+              if ctx.config.dry_run or not h["dry_run"]]
+    step = decide_reclaims(ctx, at, judged, open_h, recent, tick=PLAN_EVERY, actuators=actuators, lookup=lookup,
+                           powered_down=power_states(ctx.engine))
+    opened, refused = open_reclaims(ctx, at, step.moves, live, timeout)
+    return {"opened": opened, "refused": refused, "waits": step.waits, "unread": unread}
