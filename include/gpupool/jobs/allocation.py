@@ -22,6 +22,7 @@ holds (closed-loop studies, tests).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import datetime, timedelta
 from typing import Any, Mapping
@@ -33,12 +34,14 @@ from gpupool.values import utc
 from gpupool.actuation import handover as ho
 from gpupool.actuation.actuators.base import ActuationConfigError, Actuator, Command, is_gpupool_reason, with_pool_names
 from gpupool.decisions.demand import DAILY_HISTORY_HOURS, SKILL_HOURS, SPREAD_HISTORY_HOURS, plan_demand
+from gpupool.decisions.ownership import lent_and_borrowed
 from gpupool.decisions.layouts import WHOLE_LAYOUTS, layout_from_inventory, units_per_gpu
 from gpupool.decisions.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.decisions.policy import Policy
 from gpupool.actuation.relayout import LayoutChangeFailed, apply_layout_changes
 from gpupool.forecast.stage import FORECAST_LEVEL
 from gpupool.jobs import reclaim
+from gpupool.jobs.owners import homes_at, held_now, ownership_settings
 from gpupool.staging import fastpath as fastpath_store
 from gpupool.staging import handovers as handover_store
 from gpupool.staging import reads
@@ -59,6 +62,7 @@ def policy_from_config(config, kind: str) -> Policy:
         min_nodes={p.name: p.min_nodes for p in config.platforms},
         max_nodes={p.name: p.max_nodes for p in config.platforms if p.max_nodes is not None},
         priority={p.name: p.priority for p in config.platforms},
+        ownership=ownership_settings(config),
         **config.limits.plan_limits(),
     )
 
@@ -78,7 +82,9 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
     pool node ids (``pool.nodes[].names``) so one machine is one node. A node gpupool parked (or
     is parking or waking) is its platform's capacity that never moves (planned as in a handover):
     a handover opens only on a node that is on, so the plan leaves it to the power step to wake
-    (the what-if moves a parked node and wakes it on the way).
+    (the what-if moves a parked node and wakes it on the way). A node drained by someone else is
+    left out with the ``platform`` that holds it. The records' ``home`` is left None:
+    :func:`plan_from_staging` fills it (:func:`~gpupool.jobs.owners.homes_at`).
     """
     from gpupool.staging import power as power_store
 
@@ -119,7 +125,8 @@ def pool_nodes(engine: Engine, at: datetime, platforms: list[str], config=None) 
             excluded.append({"node": name, "why": f"open for work on several platforms: {[r['platform'] for r in own]}"})
             continue
         if not bool(owner_row["schedulable"]) and not is_gpupool_reason(owner_row.get("drain_reason")) and h is None:
-            excluded.append({"node": name, "why": f"drained on {owner} by someone else: {owner_row.get('drain_reason')}"})
+            excluded.append({"node": name, "platform": str(owner),
+                             "why": f"drained on {owner} by someone else: {owner_row.get('drain_reason')}"})
             continue
         gpus, capable, layout = layout_from_inventory(owner_row.get("mig_layout"), int(owner_row["gpus"]),
                                                       owner_row.get("gpu_model"))
@@ -217,6 +224,11 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
     if recent:
         pol = pol.model_copy(update={"max_moves_per_decision": max(0, pol.max_moves_per_decision - len(recent))})
     nodes, excluded = pool_nodes(ctx.engine, at.to_pydatetime(), platforms, ctx.config)
+    # who owns each node: recorded once in staging (config's owners, each platform's `owns` at
+    # its first sight) so the plan's lend and borrow limits bind
+    homes = homes_at(ctx, at.to_pydatetime(), held_now(ctx.config, nodes, excluded))
+    if homes:
+        nodes = [dataclasses.replace(n, home=homes.get(n.name)) for n in nodes]
     demand, source = platform_demand(ctx.engine, window, platforms, pol, demand_units(ctx.config))
     result = plan(nodes, demand, pol, at=at)
     moves = [{"node": m.node, "from": m.source, "to": m.target, "gpus": m.gpus,
@@ -239,6 +251,10 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
             "expected_unmet_before": round(result.expected_unmet_before.get(p, 0.0), 2),
             "expected_unmet_after": round(result.expected_unmet_after.get(p, 0.0), 2),
         }
+    if homes:  # what each owns, lends and borrows now (absent where nobody owns anything)
+        lent, borrowed = lent_and_borrowed((n.home, n.owner) for n in nodes)
+        for p in platforms:
+            per[p].update(owned=sum(1 for n in nodes if n.home == p), lent=lent.get(p, 0), borrowed=borrowed.get(p, 0))
     summary = {
         "platforms": per,
         "status": result.status,

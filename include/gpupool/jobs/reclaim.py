@@ -60,8 +60,12 @@ def promised(config) -> dict[str, Ownership]:
 
 
 def homes_of(ctx, at: datetime, held: Mapping[str, Iterable[str]]) -> dict[str, str]:
-    """Pool node id -> its owner: ``pool.nodes[].owner`` of the configuration."""
-    return {n.node: n.owner for n in ctx.config.pool.nodes if n.owner is not None}
+    """Pool node id -> its owner, as the plan reads it (:func:`gpupool.jobs.owners.homes_at`:
+    ``pool.nodes[].owner`` and each platform's ``owns`` at its first sight, recorded in staging);
+    ``held``: platform -> the pool nodes it holds now."""
+    from gpupool.jobs.owners import homes_at
+
+    return homes_at(ctx, at, held)
 
 
 # ------------------------------------------------------------------------------------ inputs

@@ -46,22 +46,29 @@ def record_owners(engine: Engine, rows: Mapping[str, tuple[str, str]], at: datet
     (platform -> its ``owns``) for the platforms not seen yet; returns every recorded owner.
 
     A row already there wins (a restart, or a writer that got there first): what was recorded
-    is never reshuffled. An explicit ``config`` owner replaces a ``first_sight`` one (the
+    is never reshuffled. A ``first_sight`` row of a platform whose sight is recorded already is
+    dropped: a writer that read the pool before another recorded that platform's first sight
+    adds nothing to it (the sight and its rows go in one transaction, so the loser of a race
+    either sees the winner's sight or fails on it and retries). An explicit ``config`` owner
+    replaces a ``first_sight`` one, or a ``config`` one the configuration changed since (the
     operator's word), never the other way round."""
     at = utc_datetime(at)
     for attempt in range(3):
         try:
             with engine.begin() as conn:
-                have = {r.node: r.source for r in conn.execute(sa.select(node_owner.c.node, node_owner.c.source))}
+                have = {r.node: (r.owner, r.source)
+                        for r in conn.execute(sa.select(node_owner.c.node, node_owner.c.owner, node_owner.c.source))}
+                seen = set(conn.execute(sa.select(owner_sight.c.platform)).scalars())
+                wanted = {n: (o, s) for n, (o, s) in rows.items() if not (s == FIRST_SIGHT and o in seen)}
                 new = [{"node": n, "owner": o, "source": s, "recorded_at": at}
-                       for n, (o, s) in sorted(rows.items()) if n not in have]
+                       for n, (o, s) in sorted(wanted.items()) if n not in have]
                 if new:
                     conn.execute(node_owner.insert(), new)
-                for n, (o, s) in sorted(rows.items()):
-                    if s == CONFIG and have.get(n) == FIRST_SIGHT:
-                        conn.execute(node_owner.update().where(node_owner.c.node == n, node_owner.c.source == FIRST_SIGHT)
+                for n, (o, s) in sorted(wanted.items()):
+                    if s == CONFIG and n in have and have[n] != (o, CONFIG):
+                        conn.execute(node_owner.update().where(node_owner.c.node == n, node_owner.c.source == have[n][1],
+                                                               node_owner.c.owner == have[n][0])
                                      .values(owner=o, source=CONFIG, recorded_at=at))
-                seen = set(conn.execute(sa.select(owner_sight.c.platform)).scalars())
                 fresh = [{"platform": p, "owns": n, "at": at} for p, n in sorted((sights or {}).items()) if p not in seen]
                 if fresh:
                     conn.execute(owner_sight.insert(), fresh)

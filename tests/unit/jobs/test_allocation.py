@@ -309,3 +309,38 @@ def test_the_plan_gets_what_the_fast_path_left_of_the_hours_move_budget(ctx):
     assert len(service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")["moves"]) == 1
     ho.open_handover(ctx.engine, "gpu-n2", "slurm", "kubernetes", at=END - timedelta(minutes=10), dry_run=True)
     assert service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")["moves"] == []
+
+
+@pytest.mark.parametrize("lend_limit", [0, 1, None])
+def test_the_plan_job_hands_owners_to_the_planner_so_lend_limit_binds(sqlite_engine, lend_limit):
+    """slurm owns its 4 idle nodes at first sight (recorded in staging) and kubernetes, short, its
+    own 3: the plan moves none of slurm's with ``lend_limit: 0``, at most one with 1, and without a
+    limit as before (the control: the limit is what holds them)."""
+    from gpupool.staging import owners as owner_store
+
+    _stage(sqlite_engine)
+    _model_record(sqlite_engine, "kubernetes")
+    cfg = _config(platforms=[
+        {"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc", "actuation": True, "owns": 4, "lend_limit": lend_limit},
+        {"name": "kubernetes", "kind": "kubernetes", "conn_id": "kubernetes_ai", "actuation": True, "owns": 3}])
+    ctx = pipeline.Context(cfg, sqlite_engine)
+    out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")
+    lent = [m for m in out["moves"] if m["from"] == "slurm"]
+    if lend_limit is None:
+        assert 1 <= len(lent) <= 2
+    else:
+        assert len(lent) == lend_limit, out["moves"]
+    # a node drained by someone else is still its platform's: kubernetes owns it with its others
+    assert owner_store.owners(sqlite_engine) == {**{f"gpu-n{i}": "slurm" for i in range(4)},
+                                                 **{n: "kubernetes" for n in ("k8s-0", "k8s-1", "k8s-broken")}}
+    per = out["summary"]["platforms"]
+    assert (per["slurm"]["owned"], per["slurm"]["lent"], per["kubernetes"]["borrowed"]) == (4, 0, 0)
+
+
+def test_a_plan_without_ownership_keys_records_no_owner(ctx):
+    from gpupool.staging import owners as owner_store
+
+    out = service.plan_from_staging(ctx, WINDOW, ["slurm", "kubernetes"], "predictive")
+    assert owner_store.owner_rows(ctx.engine) == [] and owner_store.seen_platforms(ctx.engine) == set()
+    assert "owned" not in out["summary"]["platforms"]["slurm"]
+    assert service.policy_from_config(ctx.config, "predictive").ownership == {}
