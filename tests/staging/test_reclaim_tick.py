@@ -196,3 +196,13 @@ def test_the_hourly_plan_reclaims_first_when_the_fast_path_does_not_run(engine):
     assert reclaimed["node"] == "n1" and ho.get_handover(engine, reclaimed["id"]).kind == ho.RECLAIM
     assert out["opened"] == [] and "already has handover" in out["skipped"][0]["why"]
     assert dc.open_on("n1") == ["slurm"]
+
+
+def test_a_dry_run_says_an_owner_waits_past_its_deadline_without_failing(engine):
+    dc, acts = _world(busy=("n1",), unknown=True)  # its work's runtime unknown: never ended, it waits
+    ctx = Context(_config(reclaim_minutes=30.0), engine)
+    owner_store.set_needs(engine, {"slurm": AT - timedelta(minutes=50)}, AT - timedelta(minutes=50))
+    out = _tick(ctx, AT, dc, acts, dry_run=True)
+    (late,) = out["late"]
+    assert (late["owner"], late["node"], late["minutes_late"]) == ("slurm", None, 20.0)
+    assert "unknown" in late["error"] and out["opened"] == []

@@ -7,10 +7,12 @@ plan itself is :func:`gpupool.decisions.planner.plan` and the handovers
   (the ARIMA forecast issued at the window's end for ``predictive``; the last hour's demand for
   ``reactive`` and ``static``), the policy from the configuration -> the planner's answer.
 * :func:`actuate_plan` — opens one handover per move of a stored plan and advances every open
-  handover; when the fast path does not run, the reclaim first (:func:`gpupool.jobs.reclaim.plan_reclaims`). A move is sent for real only when all of these say so: the call (``dry_run=False``),
-  the configuration (``dry_run: false``), both platforms (``actuation: true``), and neither is an
-  embedded ``simulator`` platform. Otherwise it is a dry-run handover: audited, never sent.
-  Backfill runs never actuate: they record one ``action_audit`` row saying nothing was sent.
+  handover; when the fast path does not run, the reclaim first
+  (:func:`gpupool.jobs.reclaim.plan_reclaims`). A move is sent for real only when all of these
+  say so: the call (``dry_run=False``), the configuration (``dry_run: false``), both platforms
+  (``actuation: true``), and neither is an embedded ``simulator`` platform. Otherwise it is a
+  dry-run handover: audited, never sent. Backfill runs never actuate: they record one
+  ``action_audit`` row saying nothing was sent.
 * :func:`list_handovers`, :func:`rollback_handover` — ``gpupool handovers`` and
   ``gpupool rollback ID``.
 

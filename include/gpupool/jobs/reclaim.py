@@ -199,7 +199,8 @@ def decide_reclaims(ctx, at: datetime, readings: Mapping[str, Judged], open_h: S
     on_way: dict[str, float] = {}
     for h in open_h:
         if h.get("state") != "failed":
-            on_way[h["to_platform"]] = on_way.get(h["to_platform"], 0.0) + float(h.get("gpus") or gpus.get(h["node"], 0))
+            g = h.get("gpus") or gpus.get(h["node"], 0)
+            on_way[h["to_platform"]] = on_way.get(h["to_platform"], 0.0) + float(g)
     for m in recent:  # a dry run's reclaim moved its node on paper only: on its way until the cool-down ends
         if m.get("kind") == "reclaim" and m.get("dry_run") and m["node"] not in {h["node"] for h in open_h}:
             held[m["node"]] = (m["to_platform"], True)
@@ -256,7 +257,8 @@ def _unknown_said(why: str, unknown: set[str], held: Mapping[str, tuple[str, boo
                                   "so it counts as just started and is never ended on a guess" for n in named)
 
 
-def _resumed(engine, at: datetime, need: dict[str, datetime], held: Mapping[str, tuple[str, bool]]) -> dict[str, datetime]:
+def _resumed(engine, at: datetime, need: dict[str, datetime],
+             held: Mapping[str, tuple[str, bool]]) -> dict[str, datetime]:
     """``need`` with the start of each owner's need that a live reclaim rolled back within
     :data:`RESUMED_WITHIN` carried (its node back with the borrower): the promise runs from there."""
     from gpupool.actuation import handover as ho
