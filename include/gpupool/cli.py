@@ -360,15 +360,18 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "fastpath":
         from datetime import datetime, timezone
 
+        from gpupool.actuation import handover_records as ho_records
         from gpupool.jobs.fastpath import run_fastpath
         from gpupool.jobs.text import format_decisions, format_power_step
 
         db.upgrade(ctx.engine)
         at = _at(args.at) if args.at is not None else pipeline.parse_time(datetime.now(timezone.utc))
         out = run_fastpath(ctx, at.replace(microsecond=0), dry_run=args.dry_run, allow_evict=ctx.config.limits.allow_evict)
+        late = str(ho_records.ReclaimLate(out["late"])) if out.get("late") else ""  # a dry run's: said, not raised
         print(_json(out, indent=2) if args.json
               else "\n".join(t for t in (format_power_step(out.get("power")),
-                                           format_decisions(out["decisions"], title=f"fast path at {out['at']}")) if t))
+                                           format_decisions(out["decisions"], title=f"fast path at {out['at']}"),
+                                           late) if t))
         return 0
     if args.command == "power":
         from gpupool.jobs import power as power_job

@@ -36,6 +36,13 @@ Safety rules, enforced here and re-checked by every actuator:
   run resumes it;
 * the target must know the node (and not be held there by someone else) *before* the source
   is drained: otherwise the handover fails with nothing sent;
+* a reclaim (``kind`` "reclaim", issue 42) ends the borrowed work on its node through the
+  source's ``evict_commands`` where the source can evict, even without ``allow_evict``: the
+  reclaim rule let that work run its ``min_runtime_minutes`` first. An eviction the platform
+  refuses (a PodDisruptionBudget) keeps the handover waiting with the refusal as its error. A
+  reclaim keeps the handover's deadline: past it, it is rolled back like any handover (the node
+  stays with, or goes back to, the borrower, never held by gpupool), its error says it was a
+  reclaim and the run fails on it; the owner's need stays open and the next tick reclaims again;
 * a handover that fails or passes its ``deadline`` never leaves the node held by gpupool:
   while nothing was sent to the target, gpupool's own hold at the source is lifted; once the
   target was touched, a reverse handover sends the node back the same safe way. Either way
@@ -94,6 +101,7 @@ from gpupool.actuation.handover_records import (  # noqa: F401 - re-exported: ca
     HandoverConflict,
     HandoverError,
     HandoverFailed,
+    ReclaimLate,
     audit_rows,
     conflict_from,
     get_handover,
@@ -281,18 +289,22 @@ def _step(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetim
         if not st.held_by_gpupool:
             for cmd in src.release_commands(node, moving_reason(h.to_platform)):
                 send_live(engine, h, src, cmd)
-        if allow_evict and src.can_evict:
+        refused = None
+        # a reclaim ends the borrowed work itself: the reclaim rule let it run min_runtime_minutes first
+        if src.can_evict and (allow_evict or h.kind == RECLAIM):
             for cmd in src.evict_commands(node):
                 try:
                     send_live(engine, h, src, cmd)
                 except ForeignHoldError:
                     raise
-                except ActuationError as exc:  # a PodDisruptionBudget says not now: keep waiting
-                    h = update_handover(engine, h, at, error=f"waiting: {exc}")
+                except ActuationError as exc:  # a PodDisruptionBudget says not now: keep waiting, say why
+                    refused = f"eviction refused: {exc}"
+                    break
         if src.is_released(node):
             return update_handover(engine, h, at, state=RELEASED, error=None)
         busy = src.owner_state(node).busy
-        update_handover(engine, h, at, error=f"waiting: {busy} unit(s) of work still on {h.from_platform}" if busy else None)
+        why = ([f"{busy} unit(s) of work still on {h.from_platform}"] if busy else []) + ([refused] if refused else [])
+        update_handover(engine, h, at, error=("waiting: " + "; ".join(why)) if why else None)
         return None
     if h.state == RELEASED:
         st_t = dst.owner_state(node)
@@ -332,6 +344,9 @@ def _settle(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: 
     The node's writer lock is held by the caller.
     """
     why = why or (h.error or f"failed in state {h.state}")
+    if h.kind == RECLAIM:  # never back with the borrower silently: said here, and the run fails on it
+        why = (f"{why}; a reclaim for {h.to_platform}, so its node stays with {h.from_platform} for now: "
+               f"{h.to_platform}'s need stays open and the next tick reclaims it again")
     src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
     if not target_touched(engine, h):
         if src is None:
@@ -387,6 +402,9 @@ def _complete_on_paper(engine: Engine, h: Handover, actuators: Mapping[str, Actu
     layout = _arrival_layout(engine, h)
     rows = []
     rows += _would_send(src, h.from_platform, h.node, "release", lambda a: a.release_commands(h.node, reason), {"reason": reason})
+    if h.kind == RECLAIM and src is not None and src.can_evict:  # a reclaim ends the borrowed work
+        rows += _would_send(src, h.from_platform, h.node, "evict", lambda a: a.evict_commands(h.node), {},
+                            skip_empty=True)
     rows += _would_send(dst, h.to_platform, h.node, "prepare", lambda a: a.prepare_commands(h.node, layout),
                         {"mig_layout": layout}, skip_empty=True)
     rows += _would_send(dst, h.to_platform, h.node, "attach", lambda a: a.attach_commands(h.node), {})

@@ -57,6 +57,20 @@ class HandoverFailed(RuntimeError):
         super().__init__(f"{len(report.get('failed', []))} handover(s) failed: {items}")
 
 
+class ReclaimLate(RuntimeError):
+    """Reclaims past their owner's deadline (``need_since + reclaim_minutes``): raised by a tick
+    after the rest of its work, so the run fails and Airflow alerts; the reclaims stay open and the
+    next ticks keep trying. ``late``: :func:`gpupool.jobs.reclaim.late_reclaims`'s entries."""
+
+    def __init__(self, late: list[dict[str, Any]]):
+        self.late = late
+        items = "; ".join(
+            (f"node {x['node']} of {x['owner']} still on {x['borrower']} (handover #{x['id']}, {x['state']})"
+             if x.get("node") else f"{x['owner']} waits for its lent nodes")
+            + f": {x['minutes_late']:g} min late; last error: {x.get('error') or 'none'}" for x in late)
+        super().__init__(f"{len(late)} reclaim(s) late: {items}")
+
+
 @dataclass(frozen=True)
 class Handover:
     """One row of ``handover``."""

@@ -7,10 +7,12 @@ plan itself is :func:`gpupool.decisions.planner.plan` and the handovers
   (the ARIMA forecast issued at the window's end for ``predictive``; the last hour's demand for
   ``reactive`` and ``static``), the policy from the configuration -> the planner's answer.
 * :func:`actuate_plan` — opens one handover per move of a stored plan and advances every open
-  handover. A move is sent for real only when all of these say so: the call (``dry_run=False``),
-  the configuration (``dry_run: false``), both platforms (``actuation: true``), and neither is an
-  embedded ``simulator`` platform. Otherwise it is a dry-run handover: audited, never sent.
-  Backfill runs never actuate: they record one ``action_audit`` row saying nothing was sent.
+  handover; when the fast path does not run, the reclaim first
+  (:func:`gpupool.jobs.reclaim.plan_reclaims`). A move is sent for real only when all of these
+  say so: the call (``dry_run=False``), the configuration (``dry_run: false``), both platforms
+  (``actuation: true``), and neither is an embedded ``simulator`` platform. Otherwise it is a
+  dry-run handover: audited, never sent. Backfill runs never actuate: they record one
+  ``action_audit`` row saying nothing was sent.
 * :func:`list_handovers`, :func:`rollback_handover` — ``gpupool handovers`` and
   ``gpupool rollback ID``.
 
@@ -40,6 +42,7 @@ from gpupool.decisions.planner import GPU_UNIT, NodeRecord, plan
 from gpupool.decisions.policy import Policy
 from gpupool.actuation.relayout import LayoutChangeFailed, apply_layout_changes
 from gpupool.forecast.stage import FORECAST_LEVEL
+from gpupool.jobs import reclaim
 from gpupool.jobs.owners import homes_at, held_now, ownership_settings
 from gpupool.staging import fastpath as fastpath_store
 from gpupool.staging import handovers as handover_store
@@ -219,7 +222,7 @@ def plan_from_staging(ctx, window, platforms: list[str], policy: str) -> dict[st
     # (or an earlier plan) left of it, as in the what-if
     recent = [h for h in fastpath_store.handovers_opened_between(ctx.engine, (at - pd.Timedelta(hours=1)).to_pydatetime(),
                                                                   at.to_pydatetime())
-              if ctx.config.dry_run or not h["dry_run"]]
+              if (ctx.config.dry_run or not h["dry_run"]) and not h.get("outside_budget")]
     if recent:
         pol = pol.model_copy(update={"max_moves_per_decision": max(0, pol.max_moves_per_decision - len(recent))})
     nodes, excluded = pool_nodes(ctx.engine, at.to_pydatetime(), platforms, ctx.config)
@@ -285,7 +288,7 @@ def _live_platforms(config) -> set[str]:
 
 def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False,
                  actuators: Mapping[str, Actuator] | None = None, at: datetime | None = None,
-                 allow_evict: bool = False, lookup=None) -> dict[str, Any]:
+                 allow_evict: bool = False, lookup=None, sources: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Open the handovers of plan ``plan_id`` and advance every open handover.
 
     ``at`` (default: the plan's decision time) is the logical time of this run. A plan older
@@ -298,8 +301,10 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     Raises :class:`~gpupool.actuation.handover.HandoverFailed` after everything was processed
     when a handover failed or timed out (its node's hold lifted or the node sent back where
     gpupool could), so the Airflow task fails and alerts; :class:`~gpupool.actuation.relayout.LayoutChangeFailed`
-    likewise when a re-layout failed (its node back in service). ``lookup`` is Airflow's connection
-    lookup (inside a task).
+    likewise when a re-layout failed (its node back in service), and (live) :class:`~gpupool.actuation.handover.ReclaimLate`
+    when a reclaim this run is responsible for is past its deadline. ``lookup`` is Airflow's
+    connection lookup (inside a task); ``sources`` the pressure sources of the reclaim (default:
+    built from the configuration).
     """
     engine = ctx.engine
     row = reads.plan_by_id(engine, plan_id)
@@ -321,6 +326,12 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     opened, skipped = [], []
     stale = lim.max_actuation_age_hours > 0 and at - decided > timedelta(hours=lim.max_actuation_age_hours)
     with handover_store.moves_lock(engine):  # the fast path may have spent budget since the plan
+        # reclaim first (when the fast path does not run it): the plan's moves then find those
+        # nodes held by open handovers, and the budget what the reclaims left of it
+        reclaims = reclaim.plan_reclaims(
+            ctx, at, timeout=timeout, actuators=actuators, lookup=lookup, sources=sources,
+            live=lambda m: (live_ok and m.source in live_platforms and m.target in live_platforms
+                            and m.source in actuators and m.target in actuators))
         budget = _budget_left(ctx, at)
         done_nodes = handover_store.nodes_of_plan(engine, plan_id)
         for m in row.moves or []:
@@ -352,19 +363,32 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     advance = ho.advance_all(engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
     out = {"plan_id": plan_id, "live": live_ok, "opened": opened, "skipped": skipped, "layouts": layouts,
            "advance": advance}
+    errors: list[Exception] = []
     if advance["failed"]:
-        raise ho.HandoverFailed(advance)
+        errors.append(ho.HandoverFailed(advance))
     if layouts["failed"]:
-        raise LayoutChangeFailed(layouts["failed"])
+        errors.append(LayoutChangeFailed(layouts["failed"]))
+    if reclaims is not None:
+        out["reclaim"] = reclaims
+        late = reclaim.late_reclaims(ctx, at, reclaims["waits"]) if "note" not in reclaims else []
+        if late:
+            out["reclaim"]["late"] = late
+            if live_ok:
+                errors.append(ho.ReclaimLate(late))
+    if errors:  # the first fails the task; the others are said with it
+        for other in errors[1:]:
+            errors[0].add_note(f"{type(other).__name__}: {other}")
+        raise errors[0]
     return out
 
 
 def _budget_left(ctx, at: datetime) -> int:
     """What is left of the rolling hour's move budget at ``at``: the limit,
-    less every handover opened in the hour before (either path, this plan's own included)."""
+    less every handover opened in the hour before (either path, this plan's own included) but
+    the reclaims that went outside the budget (they take no slot)."""
     since = at - timedelta(hours=1)
     spent = [h for h in fastpath_store.handovers_opened_between(ctx.engine, since, at)
-             if h["created_at"] > since and (ctx.config.dry_run or not h["dry_run"])]
+             if h["created_at"] > since and (ctx.config.dry_run or not h["dry_run"]) and not h.get("outside_budget")]
     return ctx.config.limits.max_moves_per_decision - len(spent)
 
 

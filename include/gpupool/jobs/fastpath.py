@@ -21,6 +21,7 @@ from gpupool.decisions.cadence import FASTPATH_EVERY  # the cadence, defined onc
 from gpupool.decisions.fastpath import (JUDGED, READING_METRICS, FastMove, Judged, PlanBounds, Skip, decide,
                                         decide_inputs, recent_since, settings_from_config, with_power)
 from gpupool.errors import UserError
+from gpupool.jobs import reclaim
 from gpupool.jobs.power import power_states, power_step
 from gpupool.jobs.pressure import _pool_ids, read_pressures  # noqa: F401  (the tick's reads, shared with the power step)
 from gpupool.sources.base import Pressure
@@ -119,10 +120,14 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
     and wakes, wakes first, ``power_actuators`` or the configuration's), and decides on what it
     leaves: a parked, parking or waking node is never lent, a parked one is its platform's
     capacity and a waking one capacity on its way (:func:`gpupool.decisions.fastpath.with_power`).
+    After the power step and before the decision the reclaim runs (:mod:`gpupool.jobs.reclaim`):
+    an owner short of GPUs with a node of its own lent out gets it back first, through a handover
+    of kind ``reclaim`` the decision then sees as open.
     Raises :class:`~gpupool.actuation.handover.HandoverFailed` when a handover failed,
-    :class:`FastPathReadError` when a platform could not be read and
-    :class:`~gpupool.actuation.power.machine.PowerFailed` when a park or wake failed, after the
-    rest was done.
+    :class:`FastPathReadError` when a platform could not be read,
+    :class:`~gpupool.actuation.power.machine.PowerFailed` when a park or wake failed and (a live
+    tick) :class:`~gpupool.actuation.handover.ReclaimLate` when a reclaim is past its owner's
+    ``reclaim_minutes``, after the rest was done (the first of them, the others in its notes).
     """
     from gpupool.jobs import allocation
     from gpupool.staging import handovers as handover_store
@@ -134,14 +139,31 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
         out = _decide_and_open(ctx, at, dry_run, backfill, actuators, sources, lookup, power_actuators)
     if out.get("repeat") or out.get("backfill"):
         return out
-    out["advance"] = allocation.advance_handovers(ctx, at, dry_run=dry_run, actuators=actuators,
-                                                  allow_evict=allow_evict, lookup=lookup)
+    from gpupool.actuation.handover import HandoverFailed, ReclaimLate
+    from gpupool.jobs.reclaim import late_reclaims
+
+    errors: list[Exception] = []
+    try:
+        out["advance"] = allocation.advance_handovers(ctx, at, dry_run=dry_run, actuators=actuators,
+                                                      allow_evict=allow_evict, lookup=lookup)
+    except HandoverFailed as exc:
+        out["advance"] = exc.report
+        errors.append(exc)
     if out["unread"]:
-        raise FastPathReadError("; ".join(f"{p}: {why}" for p, why in sorted(out["unread"].items())))
+        errors.append(FastPathReadError("; ".join(f"{p}: {why}" for p, why in sorted(out["unread"].items()))))
     if ((out.get("power") or {}).get("advance") or {}).get("failed"):
         from gpupool.actuation.power.machine import PowerFailed
 
-        raise PowerFailed(out["power"]["advance"])
+        errors.append(PowerFailed(out["power"]["advance"]))
+    late = late_reclaims(ctx, at, (out.get("reclaim") or {}).get("waits") or ())
+    if late:  # a dry run reports them; a live tick fails so Airflow alerts
+        out["late"] = late
+        if out.get("live"):
+            errors.append(ReclaimLate(late))
+    if errors:  # the first fails the task; the others are said with it
+        for other in errors[1:]:
+            errors[0].add_note(f"{type(other).__name__}: {other}")
+        raise errors[0]
     return out
 
 
@@ -190,8 +212,16 @@ def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators
         gpus.update({h["node"]: h["gpus"] for h in open_h if h.get("gpus") is not None})
         judged, waking = with_power(judged, states, gpus)
         open_h += [w for w in waking if w["node"] not in {h["node"] for h in open_h}]
-    decisions = decide(**decide_inputs(judged, reads.latest_plan(engine, at), ctx.platforms(), recent, open_h,
-                                       at, settings))
+    # reclaim first: an owner short of GPUs takes its lent node back before any move
+    step = reclaim.decide_reclaims(ctx, at, judged, open_h, recent, tick=FASTPATH_EVERY, actuators=actuators,
+                                   lookup=lookup, powered_down=states)
+    if step is not None and step.moves:
+        judged = reclaim.reading_without(judged, step.moves)
+        open_h, recent = open_h + step.moving, recent + step.spent
+    decisions = list(step.moves) if step is not None else []
+    decisions += decide(**decide_inputs(judged, reads.latest_plan(engine, at), ctx.platforms(), recent, open_h,
+                                        at, settings))
+    decisions += step.skips() if step is not None else []
     decisions += [Skip(name, why) for name, why in sorted({**unread, **without}.items())]
     live_platforms = {p.name for p in config.platforms if p.actuation and p.kind != "simulator"}
 
@@ -210,14 +240,17 @@ def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators
             continue
         try:
             hid = ho.open_handover(engine, d.node, d.source, d.target, at, reason=d.reason, dry_run=not live(d),
-                                   timeout=timeout)
+                                   timeout=timeout, **reclaim.open_kwargs(d))
         except ho.HandoverConflict as exc:
             store.set_handover(engine, did, None, note=f"not opened: {exc}")
             continue
         store.set_handover(engine, did, hid)
         opened.append({"id": hid, "node": d.node, "from": d.source, "to": d.target, "dry_run": not live(d)})
-    return {"at": at.isoformat(), "live": live_ok, "decisions": store.decisions_at(engine, at), "opened": opened,
-            "unread": unread, "refits": refits, "power": power}
+    out = {"at": at.isoformat(), "live": live_ok, "decisions": store.decisions_at(engine, at), "opened": opened,
+           "unread": unread, "refits": refits, "power": power}
+    if step is not None:
+        out["reclaim"] = {"waits": step.waits, "need": {p: t.isoformat() for p, t in step.need.items()}}
+    return out
 
 
 def _row(d: FastMove | Skip, seen: Mapping[str, Any] | None, dry_run: bool) -> dict[str, Any]:

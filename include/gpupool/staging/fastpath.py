@@ -148,9 +148,11 @@ def pressures_seen(engine: Engine, start: datetime, end: datetime) -> list[tuple
 
 def handovers_opened_between(engine: Engine, start: datetime, end: datetime) -> list[dict[str, Any]]:
     """Handovers (either path's) created in ``[start, end]``: node, from/to platform, state,
-    dry_run, created_at (UTC), plan_id, oldest first — the moves a rolling budget and cool-downs count."""
+    dry_run, created_at (UTC), plan_id, kind, outside_budget (a reclaim that took no slot of the
+    move budget) and need_since, oldest first — the moves a rolling budget and cool-downs count."""
     c = handover.c
-    q = (sa.select(c.id, c.node, c.from_platform, c.to_platform, c.state, c.dry_run, c.created_at, c.plan_id)
+    q = (sa.select(c.id, c.node, c.from_platform, c.to_platform, c.state, c.dry_run, c.created_at, c.plan_id,
+                   c.kind, c.outside_budget, c.need_since)
          .where(c.created_at >= utc_datetime(start), c.created_at <= utc_datetime(end))
          .order_by(c.created_at, c.id))
     return _rows(engine, q)
@@ -160,7 +162,7 @@ def _rows(engine: Engine, q) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         out = [dict(r._mapping) for r in conn.execute(q)]
     for r in out:
-        for k in ("decided_at", "created_at"):
+        for k in ("decided_at", "created_at", "need_since"):
             if r.get(k) is not None:
                 r[k] = utc_datetime(r[k])
     return out

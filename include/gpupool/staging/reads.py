@@ -329,6 +329,16 @@ def last_moves(engine: Engine, done_state: str) -> dict[str, pd.Timestamp]:
     return out
 
 
+def last_targets(engine: Engine, done_state: str) -> dict[str, str]:
+    """The platform each node's newest finished live handover (state ``done_state``) brought it to."""
+    newest = (sa.select(sa.func.max(handover.c.id)).where(handover.c.state == done_state,
+                                                         handover.c.dry_run.is_(False))
+              .group_by(handover.c.node))
+    with engine.connect() as conn:
+        return {node: to for node, to in conn.execute(
+            sa.select(handover.c.node, handover.c.to_platform).where(handover.c.id.in_(newest)))}
+
+
 # --- a sharded extraction's parts ---------------------------------------------------------
 
 

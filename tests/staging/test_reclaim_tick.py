@@ -1,0 +1,208 @@
+"""The reclaim in production on both staging backends: the fast-path tick (and the hourly plan's
+actuation when the fast path does not run) takes an owner's lent node back first, through a live
+handover of kind reclaim against the in-memory datacenter of the handover tests."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "actuation"))
+
+from memplatform import Datacenter, MemActuator  # noqa: E402
+
+from gpupool.actuation import handover as ho  # noqa: E402
+from gpupool.config import parse_config  # noqa: E402
+from gpupool.jobs import allocation  # noqa: E402
+from gpupool.jobs.fastpath import run_fastpath  # noqa: E402
+from gpupool.pipeline import Context  # noqa: E402
+from gpupool.sources.base import Pressure  # noqa: E402
+from gpupool.staging import fastpath as store  # noqa: E402
+from gpupool.staging import owners as owner_store  # noqa: E402
+from gpupool.staging.schema import allocation_plan  # noqa: E402
+
+AT = datetime(2026, 6, 3, 12, 5, tzinfo=timezone.utc)
+TICK = timedelta(minutes=5)
+
+
+def _config(reclaim_minutes=45.0, min_runtime=15.0, budget=4, owners=True):
+    own = {"reclaim_minutes": reclaim_minutes, "min_runtime_minutes": min_runtime} if reclaim_minutes else {}
+    return parse_config({
+        "dry_run": False,
+        "platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc", "actuation": True, **own},
+                      {"name": "k8s", "kind": "kubernetes", "conn_id": "k8s_ai", "actuation": True}],
+        "pool": {"nodes": [{"node": "n1", "gpus": 8, "owner": "slurm" if owners else None}]},
+        "limits": {"max_moves_per_decision": budget}})
+
+
+class Timed(MemActuator):
+    """A :class:`MemActuator` that says when the work on each node began (``work_started``)."""
+
+    def __init__(self, dc, platform):
+        super().__init__(dc, platform)
+        self.started: dict[str, datetime] = {}
+
+    def work_started(self, node):
+        return [self.started[node]] if self.dc.slots[(self.platform, node)].jobs else []
+
+
+class DCSource:
+    """A platform's pressure as its source reads it off the datacenter: the 8-GPU nodes it holds
+    (open to its work, or still running its work), idle ones listed, ``pending`` GPUs queued."""
+
+    def __init__(self, dc, platform, pending=0.0):
+        self.dc, self.platform, self.pending = dc, platform, pending
+
+    def pressure(self, at):
+        slots = {n: self.dc.slots[(self.platform, n)] for n in self.dc.owners}
+        mine = [n for n, s in slots.items() if s.schedulable or s.jobs]
+        open_ = [n for n in mine if slots[n].schedulable]
+        busy = [n for n in open_ if slots[n].jobs]
+        return Pressure(self.platform, at, 8.0 * len(busy), float(self.pending), 8.0 * len(open_),
+                        tuple(n for n in open_ if not slots[n].jobs), {n: 8 for n in mine}, len(open_), {})
+
+
+def _world(busy=(), unknown=False):
+    """n1 (slurm's) lent to k8s; s1 slurm's own, busy; k1 k8s's own, busy; ``busy`` nodes run work."""
+    dc = Datacenter(("slurm", "k8s"), {"n1": "k8s", "s1": "slurm", "k1": "k8s"})
+    for p, n in (("slurm", "s1"), ("k8s", "k1")) + tuple(("k8s", n) for n in busy):
+        dc.start_job(p, n)
+    acts = {p: (MemActuator if unknown else Timed)(dc, p) for p in dc.platforms}
+    return dc, acts
+
+
+def _sources(dc, pending=8.0):
+    return {"slurm": DCSource(dc, "slurm", pending), "k8s": DCSource(dc, "k8s")}
+
+
+def _tick(ctx, at, dc, acts, **kw):
+    return run_fastpath(ctx, at, dry_run=kw.pop("dry_run", False), sources=_sources(dc, kw.pop("pending", 8.0)),
+                        actuators=acts, **kw)
+
+
+def test_an_idle_lent_node_comes_back_at_the_first_tick_before_any_move(engine):
+    dc, acts = _world()
+    dc.slots[("k8s", "k1")].jobs = 0  # k8s could lend k1 too: the decision still runs after the reclaim
+    ctx = Context(_config(), engine)
+    out = _tick(ctx, AT, dc, acts, pending=16.0)
+    first, second = out["opened"]
+    assert (first["node"], first["from"], first["to"]) == ("n1", "k8s", "slurm")
+    assert (second["node"], second["to"]) == ("k1", "slurm")  # the move came after, on another node
+    h = ho.get_handover(engine, first["id"])
+    assert h.kind == ho.RECLAIM and h.state == ho.DONE and not h.outside_budget and h.need_since == AT
+    assert dc.open_on("n1") == ["slurm"]
+    rows = [r for r in store.decisions_at(engine, AT) if r["node"]]
+    assert rows[0]["node"] == "n1" and rows[0]["reason"].startswith("reclaim: slurm short 16")
+    assert rows[0]["handover_id"] == h.id
+    assert owner_store.needs(engine) == {"slurm": AT}  # 8 of its 16 GPUs come back: the need stays open
+
+
+def test_a_busy_lent_node_waits_for_min_runtime_then_is_evicted(engine):
+    dc, acts = _world(busy=("n1",))
+    acts["k8s"].started["n1"] = AT - timedelta(minutes=5)
+    ctx = Context(_config(min_runtime=15.0), engine)
+    for i, left in enumerate((10, 5)):  # the borrowed work ran 5, then 10 minutes: it keeps running
+        at = AT + i * TICK
+        out = _tick(ctx, at, dc, acts)
+        assert out["opened"] == [] and dc.open_on("n1") == ["k8s"]
+        (wait,) = [r for r in store.decisions_at(engine, at) if r["platform"] == "slurm" and "reclaim waits" in r["reason"]]
+        assert f"node n1 on k8s runs borrowed work for {left} more min" in wait["reason"]
+        assert owner_store.needs(engine) == {"slurm": AT}  # the need's start persists across ticks
+    at = AT + 2 * TICK
+    out = _tick(ctx, at, dc, acts)  # it ran 15 minutes: ended through the handover, allow_evict false
+    (opened,) = out["opened"]
+    h = ho.get_handover(engine, opened["id"])
+    assert h.kind == ho.RECLAIM and h.state == ho.DONE and h.need_since == AT
+    assert [c.action for c in acts["k8s"].sent] == ["drain", "evict"] and dc.open_on("n1") == ["slurm"]
+    assert "ending 8 GPUs of k8s's work that ran 15 min" in h.reason
+
+
+def test_unknown_runtime_never_ends_borrowed_work(engine):
+    dc, acts = _world(busy=("n1",), unknown=True)  # an actuator without work_started
+    ctx = Context(_config(min_runtime=15.0), engine)
+    out = _tick(ctx, AT + 6 * TICK, dc, acts)
+    assert out["opened"] == [] and dc.open_on("n1") == ["k8s"]
+    (wait,) = [w for o, w in out["reclaim"]["waits"] if o == "slurm"]
+    assert "how long the work on n1 ran is unknown" in wait
+
+
+def test_outside_the_budget_when_waiting_would_be_late_and_it_takes_no_slot(engine):
+    dc, acts = _world()
+    ctx = Context(_config(reclaim_minutes=30.0, budget=1), engine)
+    earlier = ho.open_handover(engine, "k1", "k8s", "slurm", AT - timedelta(minutes=10), dry_run=False)
+    ho.update_handover(engine, ho.get_handover(engine, earlier), AT - timedelta(minutes=9), state=ho.DONE)
+    out = _tick(ctx, AT, dc, acts)
+    (opened,) = out["opened"]
+    h = ho.get_handover(engine, opened["id"])
+    assert h.node == "n1" and h.kind == ho.RECLAIM and h.outside_budget and "outside the move budget" in h.reason
+    # the rolling hour counts the earlier move alone: once it leaves the window a slot is free again
+    assert allocation._budget_left(ctx, AT + TICK) == 0
+    assert allocation._budget_left(ctx, AT + timedelta(minutes=51)) == 1
+
+
+def test_a_late_reclaim_raises_after_the_rest_of_the_tick_and_the_next_tick_keeps_trying(engine):
+    dc, acts = _world(busy=("n1",))
+    acts["k8s"].started["n1"] = AT - timedelta(hours=1)
+    acts["k8s"].fail = [("evict", "before")]  # a PodDisruptionBudget says not now
+    ctx = Context(_config(reclaim_minutes=30.0, min_runtime=15.0), engine)
+    owner_store.set_needs(engine, {"slurm": AT - timedelta(minutes=40)}, AT - timedelta(minutes=40))
+    with pytest.raises(ho.ReclaimLate, match=r"node n1 of slurm still on k8s .*10 min late.*eviction refused"):
+        _tick(ctx, AT, dc, acts)
+    (h,) = ho.list_handovers(engine)
+    assert h.kind == ho.RECLAIM and h.state == ho.RELEASING and "eviction refused" in h.error
+    assert h.need_since == AT - timedelta(minutes=40)
+    assert any(r["node"] == "n1" for r in store.decisions_at(engine, AT))  # the tick was recorded first
+    out = _tick(ctx, AT + TICK, dc, acts)  # the refusal passed: the reclaim goes through
+    assert ho.get_handover(engine, h.id).state == ho.DONE and dc.open_on("n1") == ["slurm"] and "late" not in out
+
+
+def test_a_dry_run_opens_a_dry_run_reclaim_once(engine):
+    dc, acts = _world(busy=("n1",))
+    acts["k8s"].started["n1"] = AT - timedelta(hours=1)
+    ctx = Context(_config(), engine)
+    out = _tick(ctx, AT, dc, acts, dry_run=True)
+    (opened,) = out["opened"]
+    h = ho.get_handover(engine, opened["id"])
+    assert h.dry_run and h.kind == ho.RECLAIM and h.state == ho.DONE and acts["k8s"].sent == []
+    assert [r["action"] for r in ho.audit_rows(engine, h.id)] == ["drain", "evict", "resume"]
+    again = _tick(ctx, AT + TICK, dc, acts, dry_run=True)  # moved on paper: on its way, not reclaimed again
+    assert again["opened"] == [] and "late" not in again
+
+
+def test_without_reclaim_keys_the_tick_is_unchanged(engine):
+    dc, acts = _world()
+    ctx = Context(_config(reclaim_minutes=None, owners=False), engine)
+    out = _tick(ctx, AT, dc, acts, pending=8.0)
+    assert "reclaim" not in out and owner_store.needs(engine) == {}
+    (opened,) = out["opened"]  # the plain rule: the idle node moves as a move
+    assert ho.get_handover(engine, opened["id"]).kind is None
+    assert [r["reason"].split(";")[0] for r in store.decisions_at(engine, AT) if r["node"]] == [
+        "fast path: slurm short 8 GPUs (8 pending, 0 free)"]
+
+
+def test_the_hourly_plan_reclaims_first_when_the_fast_path_does_not_run(engine):
+    dc, acts = _world()
+    ctx = Context(_config(), engine)
+    with engine.begin() as conn:  # a plan that would move the lent node elsewhere: the reclaim holds it
+        plan_id = conn.execute(allocation_plan.insert().values(
+            decided_at=AT, policy="predictive", solver="milp", dry_run=False,
+            moves=[{"node": "n1", "from": "k8s", "to": "slurm", "gpus": 8, "reason": "plan"}],
+            summary={"platforms": {}}).returning(allocation_plan.c.id)).scalar_one()
+    out = allocation.actuate_plan(ctx, plan_id, dry_run=False, actuators=acts, at=AT, sources=_sources(dc))
+    (reclaimed,) = out["reclaim"]["opened"]
+    assert reclaimed["node"] == "n1" and ho.get_handover(engine, reclaimed["id"]).kind == ho.RECLAIM
+    assert out["opened"] == [] and "already has handover" in out["skipped"][0]["why"]
+    assert dc.open_on("n1") == ["slurm"]
+
+
+def test_a_dry_run_says_an_owner_waits_past_its_deadline_without_failing(engine):
+    dc, acts = _world(busy=("n1",), unknown=True)  # its work's runtime unknown: never ended, it waits
+    ctx = Context(_config(reclaim_minutes=30.0), engine)
+    owner_store.set_needs(engine, {"slurm": AT - timedelta(minutes=50)}, AT - timedelta(minutes=50))
+    out = _tick(ctx, AT, dc, acts, dry_run=True)
+    (late,) = out["late"]
+    assert (late["owner"], late["node"], late["minutes_late"]) == ("slurm", None, 20.0)
+    assert "unknown" in late["error"] and out["opened"] == []
