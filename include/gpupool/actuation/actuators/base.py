@@ -10,8 +10,9 @@ handover state machine can put every command in ``action_audit`` *before* it is 
 
 Reads are plain methods: ``owner_state(node)`` (who holds the node, why, how busy),
 ``is_released(node)`` (drained *and* empty of work) and ``work_started(node)`` (when each unit of
-work on the node began: a reclaim lets borrowed work run a minimum time before it ends it). ``release(node, reason)`` and
-``attach(node)`` send their commands directly, for callers that audit elsewhere (tests, tools).
+work on the node began: a reclaim lets borrowed work run a minimum time before it ends it).
+``release(node, reason)`` and ``attach(node)`` send their commands directly, for callers that audit
+elsewhere (tests, tools).
 
 Every command is idempotent: sending it twice leaves the platform as sending it once, so a run
 that died between "audited" and "answered" can simply send again.
@@ -107,7 +108,7 @@ class Actuator:
     Subclasses set ``platform`` (the configured platform name) and implement
     ``owner_state``, ``is_released``, ``release_commands``, ``attach_commands`` and ``send``;
     ``evict_commands`` and the MIG pair ``prepare_commands`` / ``is_prepared`` default to
-    "nothing to do".
+    "nothing to do", ``work_started`` to "unknown" (None).
     """
 
     platform: str = ""

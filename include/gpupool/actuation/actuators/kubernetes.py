@@ -260,8 +260,9 @@ class KubernetesActuator(Actuator):
                     budgets = self.blocking_budgets(req["namespace"], req["pod"])
                     by = (f"PodDisruptionBudget {', '.join(budgets)}" if budgets
                           else "a PodDisruptionBudget (none found matching the pod's labels)")
+                    pod = f"{req['namespace']}/{req['pod']}"
                     raise ActuationError(self.platform, node, action,
-                                         f"pod {req['namespace']}/{req['pod']}: eviction refused by {by} (429)") from exc
+                                         f"pod {pod}: eviction refused by {by} (429)") from exc
                 raise ActuationError(self.platform, node, action, f"HTTP {exc.status} {exc.reason}") from exc
             except Exception as exc:
                 raise ActuationError(self.platform, node, action, f"{type(exc).__name__}: {exc}") from exc

@@ -269,7 +269,8 @@ class OpenStackActuator(Actuator):
         if host not in (None, self._name(node)) or getattr(cur, "task_state", None) == "migrating":
             return {"server": server, "migrated": False, "detail": f"on {host} ({getattr(cur, 'task_state', None)})"}
         try:
-            self.conn.compute.live_migrate_server(server, host=req.get("host"), block_migration=req.get("block_migration", "auto"))
+            self.conn.compute.live_migrate_server(server, host=req.get("host"),
+                                                  block_migration=req.get("block_migration", "auto"))
         except os_exc.NotFoundException:
             return {"server": server, "migrated": False, "detail": "gone"}
         except os_exc.HttpException as exc:
