@@ -341,9 +341,11 @@ class PlanLimits(_Strict):
         "hours of demand the plan looks ahead (the first hours of the forecast; at most "
         "`horizon_hours`); `gpupool simulate` plans with the same default"))
     allow_evict: StrictBool = Field(default=False, description=(
-        "whether a release may evict running GPU work (Kubernetes Eviction API, respecting "
-        "PodDisruptionBudgets), and so whether the plan may choose a busy node; false: a busy node "
-        "waits until its work ends"))
+        "whether a release may end running GPU work by the platform's own preemption (Kubernetes "
+        "Eviction API, respecting PodDisruptionBudgets; Slurm `scontrol requeue`, the jobs keep their "
+        "id and queue place; OpenStack live migration of the instances), and so whether "
+        "the plan may choose a busy node; false: a busy node waits until its work ends. A refusal "
+        "(a budget, a job that may not be requeued, no host to migrate to) makes the release wait"))
 
     def plan_limits(self) -> dict:
         """The limits alone, by name (what a :class:`gpupool.decisions.policy.Policy` takes)."""

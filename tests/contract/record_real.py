@@ -239,17 +239,28 @@ NOVA_SAMPLES = (
      "GET /compute/v2.1/os-hypervisors/{hypervisor_id} (compute 2.88)", None),
     ("nova_hypervisors_detail_v2_53", "os-hypervisors/v2.53/hypervisors-detail-resp.json",
      "GET /compute/v2.1/os-hypervisors/detail?limit=1 (compute 2.53)", None),
+    ("nova_servers_detail_admin", "servers/v2.73/servers-details-resp.json",
+     "GET /compute/v2.1/servers/detail?limit=1 (compute 2.73; as an admin: the OS-EXT-SRV-ATTR fields; 2.94 "
+     "answers the same keys)", None),
+)
+#: actions whose answer has no body: (fixture, request body sample, request, status)
+NOVA_ACTION_SAMPLES = (
+    ("nova_server_live_migrate", "os-migrate-server/v2.30/live-migrate-server.json",
+     "POST /compute/v2.1/servers/{server_id}/action os-migrateLive (compute 2.30, what openstacksdk sends; "
+     "@wsgi.response(202) in nova/api/openstack/compute/migrate_server.py)", 202),
 )
 
 
-def record_nova() -> None:
-    """Nova's API reference samples from the nova sdist on PyPI (doc/api_samples/)."""
+def record_nova(sdist: Path | None = None) -> None:
+    """Nova's API reference samples from the nova sdist on PyPI (doc/api_samples/), or from ``sdist``
+    (a ``nova-NOVA_VERSION.tar.gz`` already downloaded)."""
     import tarfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", f"nova=={NOVA_VERSION}", "--no-deps",
-                        "--no-binary", ":all:", "-d", tmp, "-q"], check=True, timeout=600)
-        sdist = Path(tmp) / f"nova-{NOVA_VERSION}.tar.gz"
+        if sdist is None:
+            subprocess.run([sys.executable, "-m", "pip", "download", f"nova=={NOVA_VERSION}", "--no-deps",
+                            "--no-binary", ":all:", "-d", tmp, "-q"], check=True, timeout=600)
+            sdist = Path(tmp) / f"nova-{NOVA_VERSION}.tar.gz"
         with tarfile.open(sdist) as tar:
             def sample(rel: str):
                 return json.load(tar.extractfile(f"nova-{NOVA_VERSION}/doc/api_samples/{rel}"))
@@ -262,6 +273,13 @@ def record_nova() -> None:
                     doc["request_body"] = sample(req_rel)
                 (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
                 print(f"recorded {name} from doc/api_samples/{rel}")
+            for name, req_rel, request, status in NOVA_ACTION_SAMPLES:
+                doc = {"request": request, "status": status, "headers": {}, "body": None,
+                       "request_body": sample(req_rel),
+                       "source": f"nova {NOVA_VERSION} (PyPI sdist), doc/api_samples/{req_rel}: the Nova API "
+                                 "reference's request sample; the answer has no body"}
+                (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+                print(f"recorded {name} from doc/api_samples/{req_rel}")
 
 
 def record_nova_live(url: str, headers: dict[str, str]) -> None:

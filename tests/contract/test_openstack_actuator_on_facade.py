@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import pytest
 import requests
 
-from gpupool.actuation.actuators.base import ForeignHoldError
+from gpupool.actuation.actuators.base import ActuationError, ForeignHoldError
 from gpupool.actuation.actuators.openstack import HELD_TRAIT, OpenStackActuator
 from gpupool.sources.openstack import OpenStackSource
 from tests.contract.test_openstack_facade import connect, token
@@ -101,3 +101,51 @@ def test_operator_reservation_is_left_alone(sim):
     with pytest.raises(ForeignHoldError):
         act.attach(name)
     assert sim.state.node("openstack", name)["meta"].reserved == sim.state.node("openstack", name)["gpus"]
+
+
+def _servers_on(sim, name: str) -> list[dict]:
+    h = {"X-Auth-Token": token(sim), "OpenStack-API-Version": "compute 2.95"}
+    url = sim.urls["openstack"] + "/compute/v2.1/servers/detail"
+    return requests.get(url, params={"all_tenants": "True", "host": name}, headers=h, timeout=30).json()["servers"]
+
+
+def test_evict_live_migrates_every_instance_and_the_host_empties(sim):
+    act = OpenStackActuator(connect(sim), "openstack")
+    name = busy_node(sim)
+    servers = _servers_on(sim, name)
+    assert act.can_evict and len(servers) == int(sim.state.node("openstack", name)["busy_gpus"]) > 0
+    want = sorted(w.start.to_pydatetime() for w in sim.state.running("openstack") if w.node == name)
+    started = act.work_started(name)
+    assert sorted(started) == want and all(t.tzinfo is not None and t.utcoffset().total_seconds() == 0
+                                           for t in started)
+
+    act.release(name, REASON)
+    cmds = act.evict_commands(name)
+    assert sorted(c.request["server"] for c in cmds) == sorted(s["id"] for s in servers)
+    assert {(c.action, c.request["host"], c.request["block_migration"]) for c in cmds} == {
+        ("live_migrate", None, "auto")}
+    assert [act.send(c)["migrated"] for c in cmds] == [True] * len(cmds)
+    assert act.is_released(name) and act.work_started(name) == [] and act.evict_commands(name) == []
+    assert act.send(cmds[0]) == {"server": cmds[0].request["server"], "migrated": False, "detail": "gone"}
+
+
+def test_live_migration_refused_names_the_instance_and_nova_s_reason(sim):
+    act = OpenStackActuator(connect(sim), "openstack")
+    name = busy_node(sim)
+    for other in sim.state.nodes("openstack"):  # every other host full or out of service
+        if other["name"] != name and other["busy_gpus"] < other["gpus"]:
+            sim.state.cordon("openstack", other["name"], "operator: maintenance", via="nova")
+    act.release(name, REASON)
+    cmd = act.evict_commands(name)[0]
+    with pytest.raises(ActuationError) as err:
+        act.send(cmd)
+    msg = str(err.value)
+    assert cmd.request["server"] in msg and cmd.request["name"] in msg
+    assert "HTTP 400" in msg and "No valid host was found" in msg
+    assert not act.is_released(name) and len(_servers_on(sim, name)) > 0
+
+
+def test_placement_only_cloud_cannot_evict_nor_tell_work_start(sim):
+    act = OpenStackActuator(connect(sim), "openstack", manage_compute_service=False)
+    name = busy_node(sim)
+    assert not act.can_evict and act.evict_commands(name) == [] and act.work_started(name) is None

@@ -152,3 +152,35 @@ def test_errors_match_recorded_slurmrestd(sim):
     resp = _get(sim, "no-such-path")
     assert resp.status_code == real["status"] == 404
     assert resp.text == real["body"]
+
+
+def test_slurm_actuator_requeues_on_the_facade_as_on_real_slurm(sim, tmp_path):
+    """The actuator as the virtual datacenter runs it (reads from slurmrestd, writes through the
+    scontrol shim): requeue empties a drained node; a job that is no longer running answers ok on a
+    second send; the shim's refusals read as real scontrol's ("Job is pending execution for job N")."""
+    from gpupool.actuation.actuators.slurm import SlurmActuator
+
+    shim = tmp_path / "scontrol"
+    shim.write_text(f"#!/bin/sh\nGPUPOOL_SIM_SLURMRESTD_URL={sim.urls['slurm']} "
+                    f"exec {sys.executable} -m gpupool.emulator.scontrol \"$@\"\n")
+    shim.chmod(0o755)
+    act = SlurmActuator("slurm", bin_dir=str(tmp_path), restd_url=sim.urls["slurm"])
+    name = next(n["name"] for n in sim.state.nodes("slurm") if n["busy_gpus"] > 0)
+    running = [w for w in sim.state.running("slurm") if w.node == name]
+    assert sorted(act.work_started(name)) == sorted(w.start.to_pydatetime() for w in running)
+
+    act.release(name, "gpupool: reclaimed by kubernetes")
+    cmds = act.evict_commands(name)
+    assert sorted(c.request["job_id"] for c in cmds) == sorted(w.job_id for w in running)
+    assert all(act.send(c)["requeued"] for c in cmds)
+    assert act.is_released(name) and act.work_started(name) == []
+    again = act.send(cmds[0])
+    assert again["requeued"] is False and "Invalid job id specified" in again["detail"]
+
+    for n in sim.state.nodes("slurm"):  # no node takes work: the platform's demand waits
+        sim.state.cordon("slurm", n["name"], "operator: maintenance", via="slurm")
+    sim.state.advance("10min")
+    pending = sim.state.pending("slurm")
+    assert pending, "the world has demand it cannot place"
+    out = scontrol(sim, "requeue", str(pending[0].job_id))
+    assert out.returncode == 1 and out.stderr.strip() == f"Job is pending execution for job {pending[0].job_id}"

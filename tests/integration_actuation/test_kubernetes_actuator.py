@@ -4,12 +4,12 @@ MIG layout via the GPU operator's labels, uncordon only gpupool's cordons."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from gpupool.actuation import handover as ho
-from gpupool.actuation.actuators.base import ForeignHoldError
+from gpupool.actuation.actuators.base import ActuationError, ForeignHoldError
 from gpupool.actuation.actuators.kubernetes import (
     HOLD_ANNOTATION,
     MIG_CONFIG_LABEL,
@@ -77,8 +77,14 @@ def test_eviction_respects_pod_disruption_budget(cluster):
     act.release("k8s-gpu-01", "gpupool: moving to slurm")
     cmds = act.evict_commands("k8s-gpu-01")
     assert [(c.action, c.request) for c in cmds] == [("evict", {"namespace": "ml", "pod": "train-0"})]
-    with pytest.raises(Exception, match="PodDisruptionBudget"):
+    kube.put("poddisruptionbudgets", "ml", "serve-pdb", {  # another budget, not the pod's: not named
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "serve-pdb", "namespace": "ml"},
+        "spec": {"selector": {"matchLabels": {"app": "serve"}}, "maxUnavailable": 0},
+        "status": {"disruptionsAllowed": 0}})
+    with pytest.raises(ActuationError) as refused:
         act.send(cmds[0])
+    assert str(refused.value).endswith(
+        "pod ml/train-0: eviction refused by PodDisruptionBudget ml/train-pdb (disruptionsAllowed 0) (429)")
     assert kube.get("pods", "ml", "train-0") is not None
     kube.put("poddisruptionbudgets", "ml", "train-pdb", {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "train-pdb", "namespace": "ml"},
@@ -87,6 +93,40 @@ def test_eviction_respects_pod_disruption_budget(cluster):
     assert kube.get("pods", "ml", "train-0") is None
     assert act.is_released("k8s-gpu-01")
     assert [e[2] for e in kube.evictions] == [429, 201]
+
+
+def test_budget_selectors_match_as_kubernetes_does():
+    from kubernetes.client import V1LabelSelector, V1LabelSelectorRequirement
+
+    from gpupool.actuation.actuators.kubernetes import selector_matches
+
+    pod = {"app": "train", "tier": "gpu"}
+    req = V1LabelSelectorRequirement
+    assert selector_matches(V1LabelSelector(), pod)  # policy/v1: an empty selector selects every pod
+    assert not selector_matches(None, pod)
+    assert selector_matches(V1LabelSelector(match_labels={"app": "train"}), pod)
+    assert not selector_matches(V1LabelSelector(match_labels={"app": "train", "tier": "cpu"}), pod)
+    assert selector_matches(V1LabelSelector(match_expressions=[req(key="tier", operator="In", values=["gpu"]),
+                                                               req(key="team", operator="NotIn", values=["a"]),
+                                                               req(key="app", operator="Exists")]), pod)
+    assert not selector_matches(V1LabelSelector(match_expressions=[req(key="app", operator="DoesNotExist")]), pod)
+
+
+def test_work_started_reads_gpu_pods_start_times(cluster):
+    from gpupool.actuation.actuators.base import NamedActuator
+
+    kube, act = cluster
+    assert act.work_started("k8s-gpu-01") == []  # the GPU pod has not reported a start yet
+    kube.patch("pods", "ml", "train-0", {"status": {"startTime": "2026-03-02T11:15:00Z"}})
+    kube.patch("pods", "kube-system", "dcgm-x", {"status": {"startTime": "2026-03-01T00:00:00Z"}})  # DaemonSet
+    kube.put("pods", "ml", "train-1", {**_pod("train-1", "k8s-gpu-01"),
+                                       "status": {"phase": "Running", "startTime": "2026-03-02T11:45:30Z"}})
+    started = sorted(act.work_started("k8s-gpu-01"))
+    assert started == [datetime(2026, 3, 2, 11, 15, tzinfo=timezone.utc),
+                       datetime(2026, 3, 2, 11, 45, 30, tzinfo=timezone.utc)]
+    assert all(t.utcoffset() == timedelta(0) for t in started)
+    named = NamedActuator(act, {"gpu-k01": "k8s-gpu-01"})
+    assert sorted(named.work_started("gpu-k01")) == started
 
 
 def test_never_uncordons_a_foreign_cordon(cluster):

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpupool.actuation import handover as ho
-from gpupool.actuation.actuators.base import ForeignHoldError
+from gpupool.actuation.actuators.base import ActuationError, ForeignHoldError
 from gpupool.actuation.actuators.slurm import SlurmActuator
 from memplatform import Datacenter, MemActuator
 
@@ -143,3 +143,84 @@ def test_connection_extra_restd_url_reaches_the_actuator(slurm_idle, monkeypatch
     act = build_actuator(cfg.platforms[0], cfg)
     assert isinstance(act, SlurmActuator) and act.restd is not None and act.restd.url == c.restd_url
     assert act.owner_state(c.node).schedulable
+
+
+def _job(c, job_id):
+    return next((j for j in c.jobs() if j["job_id"] == job_id), None)
+
+
+def test_requeue_puts_the_running_job_back_in_the_queue_and_empties_the_node(slurm_idle):
+    """Evict = `scontrol requeue`: the job is PENDING again under its own id (its place in the
+    queue), the drained node empties and does not get it back, and sending again changes nothing."""
+    c = slurm_idle
+    act = SlurmActuator("slurm", slurm_conf=c.slurm_conf)
+    assert act.can_evict and act.evict_commands(c.node) == [] and act.work_started(c.node) == []
+    job = c.sbatch(1, 300)
+    c.wait_job_state(job, "RUNNING")
+    started = act.work_started(c.node)
+    assert started == [datetime.fromtimestamp(_job(c, job)["start_time"], tz=timezone.utc)]
+    assert started[0].tzinfo is not None and abs(time.time() - started[0].timestamp()) < 60
+
+    act.release(c.node, "gpupool: reclaimed by kubernetes")
+    cmds = act.evict_commands(c.node)
+    assert [(cmd.action, cmd.request["argv"]) for cmd in cmds] == [("requeue", ["scontrol", "requeue", str(job)])]
+    assert act.send(cmds[0]) == {"job_id": job, "requeued": True, "stdout": ""}
+    assert _wait(lambda: act.is_released(c.node)), act.owner_state(c.node)
+    assert _job(c, job)["job_state"] == "PENDING" and _job(c, job)["restart_cnt"] == 1
+    assert act.work_started(c.node) == [] and act.evict_commands(c.node) == []
+
+    again = act.send(cmds[0])  # an audited command sent twice (a run that died after sending)
+    assert again["requeued"] is False and "pending" in again["detail"].lower()
+    time.sleep(1.5)  # the drain keeps the requeued job off the node
+    assert _job(c, job)["job_state"] == "PENDING" and act.is_released(c.node)
+
+
+def test_requeue_refused_for_a_job_that_may_not_be_requeued(slurm_idle):
+    """A job submitted with --no-requeue stays running; the refusal names the job (the reclaim waits)."""
+    c = slurm_idle
+    act = SlurmActuator("slurm", slurm_conf=c.slurm_conf, restd_url=c.restd_url)
+    job = c.sbatch(1, 300, "--no-requeue")
+    c.wait_job_state(job, "RUNNING")
+    act.release(c.node, "gpupool: reclaimed by kubernetes")
+    (cmd,) = act.evict_commands(c.node)
+    with pytest.raises(ActuationError, match=rf"requeue of node .*job {job} was not requeued: .*disabled"):
+        act.send(cmd)
+    assert _job(c, job)["job_state"] == "RUNNING" and not act.is_released(c.node)
+    c.run("scancel", str(job))  # emptied before the fixture resumes the node (else it reads "mixed")
+    assert _wait(lambda: act.is_released(c.node)), act.owner_state(c.node)
+
+
+def test_work_started_agrees_through_slurmrestd_and_pool_names(slurm_idle):
+    from gpupool.actuation.actuators.base import NamedActuator
+
+    c = slurm_idle
+    via_restd = SlurmActuator("slurm", slurm_conf=c.slurm_conf, restd_url=c.restd_url)
+    via_cli = SlurmActuator("slurm", slurm_conf=c.slurm_conf)
+    first = c.sbatch(1, 300)
+    c.wait_job_state(first, "RUNNING")
+    time.sleep(1.1)
+    second = c.sbatch(1, 300)
+    c.wait_job_state(second, "RUNNING")
+    want = sorted(datetime.fromtimestamp(_job(c, j)["start_time"], tz=timezone.utc) for j in (first, second))
+    assert sorted(via_restd.work_started(c.node)) == sorted(via_cli.work_started(c.node)) == want
+    named = NamedActuator(via_restd, {"gpu-pool-01": c.node})
+    assert sorted(named.work_started("gpu-pool-01")) == want
+    c.cancel_all()  # an open node left busy would read "mixed" to the fixture's reset, which resumes it
+    assert _wait(lambda: c.node_state().rstrip("*") == "idle"), c.node_state()
+
+
+def test_reclaim_handover_requeues_when_eviction_is_allowed(slurm_idle, sqlite_engine):
+    c = slurm_idle
+    slurm = SlurmActuator("slurm", slurm_conf=c.slurm_conf)
+    dc = Datacenter(("kubernetes",), {c.node: "slurm"})
+    acts = {"slurm": slurm, "kubernetes": MemActuator(dc, "kubernetes")}
+    job = c.sbatch(1, 300)
+    c.wait_job_state(job, "RUNNING")
+    hid = ho.open_handover(sqlite_engine, c.node, "slurm", "kubernetes", T0, dry_run=False)
+    ho.advance_all(sqlite_engine, acts, T0, dry_run=False, allow_evict=True)
+    assert _wait(lambda: slurm.is_released(c.node))
+    ho.advance_all(sqlite_engine, acts, T0 + timedelta(minutes=1), dry_run=False, allow_evict=True)
+    assert ho.get_handover(sqlite_engine, hid).state == ho.DONE
+    assert [(r["action"], r["status"]) for r in ho.audit_rows(sqlite_engine, hid)][:2] == [("drain", "ok"),
+                                                                                          ("requeue", "ok")]
+    assert _job(c, job)["job_state"] == "PENDING"

@@ -3,11 +3,13 @@
     python -m gpupool.emulator.scontrol show node [NAME] [--json]
     python -m gpupool.emulator.scontrol update NodeName=NAME State=DRAIN|RESUME|UNDRAIN [Reason="..."]
     python -m gpupool.emulator.scontrol update NodeName=NAME Gres=gpu:1g.10gb:56
+    python -m gpupool.emulator.scontrol requeue JOBID[,JOBID...]
 
 The server is ``$GPUPOOL_SIM_SLURMRESTD_URL`` (default ``http://127.0.0.1:6820``). Output and exit
 codes follow scontrol: ``show node`` prints the ``NodeName=...`` blocks (or, with ``--json``, the
 ``{"meta", "errors", "nodes"}`` document), ``update`` prints nothing on success, and failures print
-``slurm_update error: ...`` to stderr and exit 1.
+``slurm_update error: ...`` to stderr and exit 1; ``requeue`` prints, per job it cannot requeue,
+``<error> for job <id>`` to stderr and exits 1 (a pending job: "Job is pending execution").
 """
 
 from __future__ import annotations
@@ -129,6 +131,22 @@ def update(args: list[str]) -> int:
     return rc
 
 
+def requeue(args: list[str]) -> int:
+    ids = [i for a in args if not a.startswith("-") for i in a.split(",") if i]
+    if not ids:
+        return _fail("scontrol: error: Invalid job id specified")
+    rc = 0
+    for jid in ids:
+        try:
+            resp = requests.post(f"{_url()}/sim/slurmctld/requeue/{jid}", timeout=30)
+        except requests.RequestException:
+            return _fail("slurm_requeue error: Unable to contact slurm controller (connect failure)")
+        if resp.status_code >= 400:
+            err = (resp.json().get("errors") or [{}])[0]
+            rc = _fail(f"{err.get('error', 'Unknown error')} for job {jid}")
+    return rc
+
+
 def _expand(hostlist: str) -> list[str]:
     """A Slurm hostlist (``gpu-n[001-003,007],other``) as names."""
     out = []
@@ -158,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         return show_node(["--json", *args[3:]])
     if args and args[0] == "update":
         return update(args[1:])
+    if args and args[0] == "requeue":
+        return requeue(args[1:])
     return _fail(f"invalid keyword: {' '.join(args[:2]) or '(none)'}")
 
 

@@ -9,6 +9,11 @@
 * ``GET /slurm/v0.0.38/ping`` — the controller's ``pings``.
 * ``POST /slurm/v0.0.39/node/{name}`` ``{"state": ["DRAIN"|"RESUME"|"UNDRAIN"], "reason": ...}`` —
   the node update v0.0.39 added (22.05's v0.0.38 has none); :mod:`.scontrol` uses it.
+* ``POST /sim/slurmctld/requeue/{id}`` — what ``scontrol requeue`` asks of slurmctld (no slurmrestd
+  version has it; only :mod:`.scontrol` calls it): a running job leaves its node at once (on a
+  drained node it is gone from there; the world keeps its demand, pending elsewhere, since the
+  fluid model has no queue to put the same id back in); a pending job answers "Job is pending
+  execution", an unknown one "Invalid job id specified", as slurmctld does.
 
 A drained node takes no new jobs; its running jobs end on their own (``DRAINING`` until then,
 ``DRAINED`` after). Errors come back as Debian's slurmrestd 22.05.8 writes them (recorded in
@@ -215,6 +220,20 @@ def make_app(state: SimState) -> Starlette:
         return JSONResponse({"meta": meta(), "errors": [], "jobs": [job_object(state, found[0])]})
 
     @locked
+    async def requeue(request):
+        try:
+            jid = int(request.path_params["job_id"])
+        except ValueError:
+            return JSONResponse({"errors": [{"error": "Invalid job id specified"}]}, status_code=400)
+        found = [w for w in all_jobs() if w.job_id == jid]
+        if not found:
+            return JSONResponse({"errors": [{"error": "Invalid job id specified"}]}, status_code=404)
+        if found[0].state != "Running":
+            return JSONResponse({"errors": [{"error": "Job is pending execution"}]}, status_code=409)
+        state.evict(ROLE, jid)
+        return JSONResponse({"errors": []})
+
+    @locked
     async def update_node(request):
         name = request.path_params["name"]
         plugin = "v0.0.39"
@@ -280,4 +299,5 @@ def make_app(state: SimState) -> Starlette:
         Route("/slurm/v0.0.38/jobs", jobs, methods=["GET"]),
         Route("/slurm/v0.0.38/job/{job_id}", job, methods=["GET", "DELETE"]),
         Route("/slurm/v0.0.39/node/{name}", update_node, methods=["POST"]),
+        Route("/sim/slurmctld/requeue/{job_id}", requeue, methods=["POST"]),
     ], exception_handlers={404: not_found})

@@ -9,6 +9,7 @@ the real platforms are exercised in tests/integration_actuation/.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from gpupool.actuation.actuators.base import ActuationError, Actuator, Command, OwnerState
 
@@ -20,6 +21,7 @@ class Slot:
     schedulable: bool
     reason: str | None = None
     jobs: int = 0
+    started: list[datetime] = field(default_factory=list)  # when the jobs began, where a test says
 
 
 @dataclass
@@ -40,11 +42,13 @@ class Datacenter:
         """Platforms on which ``node`` accepts work now."""
         return [p for p in self.platforms if self.slots[(p, node)].schedulable]
 
-    def start_job(self, platform: str, node: str) -> bool:
-        """A job lands on the node if the platform may schedule there."""
+    def start_job(self, platform: str, node: str, at: datetime | None = None) -> bool:
+        """A job lands on the node if the platform may schedule there (begun ``at``, when given)."""
         slot = self.slots[(platform, node)]
         if slot.schedulable:
             slot.jobs += 1
+            if at is not None:
+                slot.started.append(at)
             return True
         return False
 
@@ -52,6 +56,7 @@ class Datacenter:
         """All running work ends."""
         for slot in self.slots.values():
             slot.jobs = 0
+            slot.started.clear()
 
 
 class Fault(Exception):
@@ -91,6 +96,14 @@ class MemActuator(Actuator):
         st = self.owner_state(node)
         return st.held_by_gpupool and st.busy == 0
 
+    def work_started(self, node: str) -> list[datetime] | None:
+        """When the node's jobs began; None when a job was started without a time (unknown)."""
+        self._maybe_fail("read", "before")
+        slot = self.dc.slots.get((self.platform, node))
+        if slot is None or len(slot.started) != slot.jobs:
+            return None
+        return list(slot.started)
+
     def release_commands(self, node: str, reason: str) -> list[Command]:
         return [Command(self.platform, node, "drain", {"node": node, "reason": reason})]
 
@@ -115,6 +128,7 @@ class MemActuator(Actuator):
             slot.schedulable, slot.reason = True, None
         elif command.action == "evict":
             slot.jobs = 0
+            slot.started.clear()
         self.sent.append(command)
         self._maybe_fail(command.action, "after")
         return {"ok": True}

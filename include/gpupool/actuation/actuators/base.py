@@ -8,9 +8,11 @@ handover state machine can put every command in ``action_audit`` *before* it is 
   and ``attach_commands(node)`` say what would be sent (a list of :class:`Command`);
 * ``send(command)`` sends one of them and returns the platform's answer.
 
-Reads are plain methods: ``owner_state(node)`` (who holds the node, why, how busy) and
-``is_released(node)`` (drained *and* empty of work). ``release(node, reason)`` and
-``attach(node)`` send their commands directly, for callers that audit elsewhere (tests, tools).
+Reads are plain methods: ``owner_state(node)`` (who holds the node, why, how busy),
+``is_released(node)`` (drained *and* empty of work) and ``work_started(node)`` (when each unit of
+work on the node began: a reclaim lets borrowed work run a minimum time before it ends it).
+``release(node, reason)`` and ``attach(node)`` send their commands directly, for callers that audit
+elsewhere (tests, tools).
 
 Every command is idempotent: sending it twice leaves the platform as sending it once, so a run
 that died between "audited" and "answered" can simply send again.
@@ -23,6 +25,7 @@ starts with ``gpupool:`` (:mod:`gpupool.actuation.marks`); it never lifts a hold
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Mapping
 
 from gpupool.actuation.marks import REASON_PREFIX, is_gpupool_reason, moving_reason  # noqa: F401 - the shared marks
@@ -105,7 +108,7 @@ class Actuator:
     Subclasses set ``platform`` (the configured platform name) and implement
     ``owner_state``, ``is_released``, ``release_commands``, ``attach_commands`` and ``send``;
     ``evict_commands`` and the MIG pair ``prepare_commands`` / ``is_prepared`` default to
-    "nothing to do".
+    "nothing to do", ``work_started`` to "unknown" (None).
     """
 
     platform: str = ""
@@ -131,6 +134,11 @@ class Actuator:
     def is_prepared(self, node: str, mig_layout: str | None) -> bool:
         """Whether ``node`` has the MIG layout it should arrive with (True when none is asked)."""
         return True
+
+    def work_started(self, node: str) -> list[datetime] | None:
+        """When each unit of work now on ``node`` began (UTC-aware; empty when none runs), or
+        None where the platform cannot say: a reclaim then cannot know how long work has run."""
+        return None
 
     # ---- writes, as commands
     def release_commands(self, node: str, reason: str) -> list[Command]:
@@ -222,6 +230,9 @@ class NamedActuator(Actuator):
 
     def is_prepared(self, node: str, mig_layout: str | None) -> bool:
         return self.inner.is_prepared(self.name_of(node), mig_layout)
+
+    def work_started(self, node: str) -> list[datetime] | None:
+        return self.inner.work_started(self.name_of(node))
 
     def release_commands(self, node: str, reason: str) -> list[Command]:
         return self.inner.release_commands(self.name_of(node), reason)

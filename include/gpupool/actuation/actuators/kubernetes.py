@@ -7,7 +7,9 @@
 * released: no GPU pod (one that requests ``nvidia.com/gpu`` or a MIG resource) is still
   pending or running on the node; DaemonSet and mirror pods (device plugin, exporters) stay.
 * evict (only when the policy allows): one Eviction per GPU pod through the Eviction API, so
-  PodDisruptionBudgets are respected — a 429 answer means "not now" and is retried next run.
+  PodDisruptionBudgets are respected — a 429 answer means "not now" and is retried next run; the
+  refusal names the budgets (policy/v1) whose selector matches the pod, so the alert says what blocks.
+* work started: the GPU pods' ``status.startTime``.
 * MIG: ``prepare`` sets the label ``nvidia.com/mig.config`` while the node is still cordoned;
   the node is ready when the GPU operator reports ``nvidia.com/mig.config.state=success``.
 * attach: uncordon, label ``gpupool.io/owner=<this platform>``, drop the annotation.
@@ -17,6 +19,7 @@ All calls use the official ``kubernetes`` client.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from gpupool import mig
@@ -46,6 +49,23 @@ def _is_daemon(pod: Any) -> bool:
     return any(r.kind == "DaemonSet" for r in refs) or "kubernetes.io/config.mirror" in annotations
 
 
+def selector_matches(selector: Any, labels: Mapping[str, str]) -> bool:
+    """Whether a ``V1LabelSelector`` selects ``labels`` (an empty selector selects every pod, as a
+    policy/v1 PodDisruptionBudget's does; a missing one selects none)."""
+    if selector is None:
+        return False
+    for k, v in (selector.match_labels or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in selector.match_expressions or []:
+        have, values = labels.get(expr.key), set(expr.values or [])
+        op = expr.operator
+        if (op == "In" and have not in values) or (op == "NotIn" and have in values) \
+                or (op == "Exists" and expr.key not in labels) or (op == "DoesNotExist" and expr.key in labels):
+            return False
+    return True
+
+
 class KubernetesActuator(Actuator):
     """Release and attach nodes of one Kubernetes cluster.
 
@@ -68,6 +88,7 @@ class KubernetesActuator(Actuator):
 
         self._client = client
         self.core = client.CoreV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
         self.platform = platform
         self.names = dict(names or {})
 
@@ -135,6 +156,30 @@ class KubernetesActuator(Actuator):
         """Cordoned by gpupool and no GPU pod left."""
         st = self.owner_state(node)
         return st.held_by_gpupool and st.busy == 0
+
+    def work_started(self, node: str) -> list[datetime]:
+        """``status.startTime`` of the GPU pods on ``node`` (UTC); a pod not started yet has none."""
+        out = []
+        for pod in self.gpu_pods(node):
+            t = pod.status.start_time if pod.status else None
+            if isinstance(t, datetime):
+                out.append(t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc))
+        return out
+
+    def blocking_budgets(self, namespace: str, pod: str) -> list[str]:
+        """``namespace/name (disruptionsAllowed N)`` of the PodDisruptionBudgets whose selector
+        matches the pod's labels; empty when the pod or the budgets cannot be read."""
+        try:
+            labels = self.core.read_namespaced_pod(pod, namespace).metadata.labels or {}
+            budgets = self.policy.list_namespaced_pod_disruption_budget(namespace).items
+        except Exception:  # the refusal is reported either way; the names only make it clearer
+            return []
+        out = []
+        for pdb in budgets:
+            if pdb.spec is not None and selector_matches(pdb.spec.selector, labels):
+                allowed = pdb.status.disruptions_allowed if pdb.status is not None else None
+                out.append(f"{namespace}/{pdb.metadata.name} (disruptionsAllowed {allowed})")
+        return sorted(out)
 
     @staticmethod
     def _whole_without_mig(obj, mig_layout: str) -> bool:
@@ -212,8 +257,12 @@ class KubernetesActuator(Actuator):
                 if exc.status == 404:
                     return {"evicted": False, "gone": True}
                 if exc.status == 429:
+                    budgets = self.blocking_budgets(req["namespace"], req["pod"])
+                    by = (f"PodDisruptionBudget {', '.join(budgets)}" if budgets
+                          else "a PodDisruptionBudget (none found matching the pod's labels)")
+                    pod = f"{req['namespace']}/{req['pod']}"
                     raise ActuationError(self.platform, node, action,
-                                         f"pod {req['namespace']}/{req['pod']}: eviction refused by a PodDisruptionBudget (429)") from exc
+                                         f"pod {pod}: eviction refused by {by} (429)") from exc
                 raise ActuationError(self.platform, node, action, f"HTTP {exc.status} {exc.reason}") from exc
             except Exception as exc:
                 raise ActuationError(self.platform, node, action, f"{type(exc).__name__}: {exc}") from exc

@@ -12,6 +12,13 @@ The node is released when no consumer has an allocation left on the tree (all us
 Attach reverses both, and only where gpupool's marks are found: a service disabled with
 another reason, or an inventory reserved without the trait, is left alone.
 
+Evict (a reclaim, or a move the policy lets end work): one live migration per instance on the
+host (``os-migrateLive`` through openstacksdk, no target host: Nova's scheduler chooses, and the
+disabled service keeps it from choosing this one). Nova refuses with 400 (no valid host) or 409 (an
+instance not ACTIVE, locked); the refusal names the instance and Nova's reason, and the release
+waits: an instance that cannot move is never deleted. ``work_started`` reads the instances'
+``OS-SRV-USG:launched_at`` (``created`` before it is set).
+
 Placement is spoken to with ``openstacksdk``'s placement proxy at an explicit microversion;
 the compute part is optional (``manage_compute_service=False``) for clouds — or test rigs —
 where Placement is used without nova. Note that a nova-compute that reports inventory itself
@@ -21,6 +28,7 @@ scheduler away, the reservation is what keeps direct Placement consumers away me
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from gpupool.actuation.actuators.base import (
@@ -158,6 +166,32 @@ class OpenStackActuator(Actuator):
         st = self.owner_state(node)
         return st.held_by_gpupool and st.busy == 0
 
+    @property
+    def can_evict(self) -> bool:  # type: ignore[override]
+        """Live migration needs the compute API: not on a Placement-only cloud."""
+        return self.manage_compute_service
+
+    def servers(self, node: str, action: str = "list servers") -> list[Any]:
+        """The instances on the host, every project's (an admin's listing filtered by ``host``)."""
+        try:
+            found = list(self.conn.compute.servers(details=True, all_projects=True, compute_host=self._name(node)))
+        except Exception as exc:
+            raise ActuationError(self.platform, node, action, f"compute servers: {exc}") from exc
+        # a Nova that ignores the filter (a non-admin caller) must not make another host's instances ours
+        return [s for s in found if getattr(s, "compute_host", None) in (None, self._name(node))]
+
+    def work_started(self, node: str) -> list[datetime] | None:
+        """When each instance on the host was launched (``created`` until it is), UTC; None on a
+        Placement-only cloud, which cannot list instances."""
+        if not self.manage_compute_service:
+            return None
+        out = []
+        for s in self.servers(node, "read work"):
+            when = _utc(getattr(s, "launched_at", None)) or _utc(getattr(s, "created_at", None))
+            if when is not None:
+                out.append(when)
+        return out
+
     # ---- writes
     def release_commands(self, node: str, reason: str) -> list[Command]:
         """Disable nova-compute (when managed), then reserve all GPU inventory and mark it."""
@@ -168,6 +202,14 @@ class OpenStackActuator(Actuator):
         cmds.append(Command(self.platform, node, "reserve_inventory",
                             {"resource_provider": self._name(node), "reserved": "total", "trait": HELD_TRAIT}))
         return cmds
+
+    def evict_commands(self, node: str) -> list[Command]:
+        """One live migration per instance on the host (the scheduler picks the destination)."""
+        if not self.manage_compute_service:
+            return []
+        return [Command(self.platform, node, "live_migrate",
+                        {"server": s.id, "name": getattr(s, "name", None), "host": None, "block_migration": "auto"})
+                for s in self.servers(node)]
 
     def attach_commands(self, node: str) -> list[Command]:
         """Unreserve gpupool-marked inventory, then enable the service — gpupool's holds only."""
@@ -202,11 +244,41 @@ class OpenStackActuator(Actuator):
             except Exception as exc:
                 raise ActuationError(self.platform, node, action, str(exc)) from exc
             return {"service": getattr(svc, "id", None), "status": "enabled"}
+        if action == "live_migrate":
+            return self._live_migrate(node, command.request)
         if action == "reserve_inventory":
             return self._set_reserved(node, action, hold=True)
         if action == "unreserve_inventory":
             return self._set_reserved(node, action, hold=False)
         raise ActuationError(self.platform, node, action, "unknown action")
+
+    def _live_migrate(self, node: str, req: Mapping[str, Any]) -> dict[str, Any]:
+        """Live-migrate one instance; one already gone from the host (moved by an earlier send,
+        migrating now, deleted) answers ok, so sending twice is sending once."""
+        from openstack import exceptions as os_exc
+
+        server = req["server"]
+        label = f"server {req.get('name') or server} ({server})" if req.get("name") else f"server {server}"
+        try:
+            cur = self.conn.compute.get_server(server)
+        except os_exc.NotFoundException:
+            return {"server": server, "migrated": False, "detail": "gone"}
+        except Exception as exc:
+            raise ActuationError(self.platform, node, "live_migrate", f"{label}: {exc}") from exc
+        host = getattr(cur, "compute_host", None)
+        if host not in (None, self._name(node)) or getattr(cur, "task_state", None) == "migrating":
+            return {"server": server, "migrated": False, "detail": f"on {host} ({getattr(cur, 'task_state', None)})"}
+        try:
+            self.conn.compute.live_migrate_server(server, host=req.get("host"),
+                                                  block_migration=req.get("block_migration", "auto"))
+        except os_exc.NotFoundException:
+            return {"server": server, "migrated": False, "detail": "gone"}
+        except os_exc.HttpException as exc:
+            raise ActuationError(self.platform, node, "live_migrate",
+                                 f"{label} refused by nova (HTTP {exc.status_code}): {exc.details or exc}") from exc
+        except Exception as exc:
+            raise ActuationError(self.platform, node, "live_migrate", f"{label}: {exc}") from exc
+        return {"server": server, "migrated": True}
 
     def _require_service(self, node: str, action: str):
         svc = self._compute_service(node, action)
@@ -246,3 +318,14 @@ class OpenStackActuator(Actuator):
                                     {"resource_provider_generation": gen,
                                      "traits": sorted(t for t in traits if t != HELD_TRAIT)})
         return {"reserved": changed}
+
+
+def _utc(value: Any) -> datetime | None:
+    """A Nova timestamp (``2024-01-02T10:00:00.000000``, ``2024-01-02T10:00:00Z``; naive = UTC) as UTC."""
+    if not value:
+        return None
+    try:
+        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)

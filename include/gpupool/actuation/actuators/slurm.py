@@ -17,6 +17,11 @@ Without a ``mig_command`` a layout change is refused with an error naming the ke
 Reads go through ``sinfo --json`` and ``squeue --json`` run with an explicit ``SLURM_CONF`` (never
 through a shell), or, with ``restd_url``, through slurmrestd's ``/nodes`` and ``/jobs``: the same
 v0.0.38 node and job objects, read where no Slurm client is installed.
+Evict (a reclaim, or a move the policy lets end work): ``scontrol requeue <jobid>`` per job running
+on the node. The job goes back to PENDING with its id and its place in the queue (Slurm holds it
+until its new begin time); the drain keeps it from landing on the node again. A job Slurm will not
+requeue (submitted with ``--no-requeue``, not a batch job) is refused with the job named, and the
+release waits for it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
 from gpupool import mig
@@ -34,6 +40,8 @@ from gpupool.sources.slurmrestd import SlurmRestd, expand_hostlist
 
 #: job states that still occupy a node
 _ACTIVE_JOB_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"}
+#: job states a requeue can still end (a completing job is ending by itself)
+_REQUEUE_STATES = {"RUNNING", "CONFIGURING", "SUSPENDED", "SIGNALING"}
 #: node state flags that mean "no new jobs"
 _HOLD_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED", "POWER_DOWN"}
 _DOWN_STATES = {"down", "future", "unknown"}
@@ -48,7 +56,7 @@ def job_nodes(job: Mapping[str, Any]) -> set[str]:
 
 
 class SlurmActuator(Actuator):
-    """Release and attach nodes of one Slurm cluster.
+    """Release and attach nodes of one Slurm cluster; evict by requeueing the node's jobs.
 
     Parameters
     ----------
@@ -69,6 +77,8 @@ class SlurmActuator(Actuator):
         The node-side MIG command, an argv template with ``{node}`` and ``{layout}``; ``None``: this
         cluster's nodes are never re-laid out.
     """
+
+    can_evict = True
 
     def __init__(
         self,
@@ -152,7 +162,8 @@ class SlurmActuator(Actuator):
             out = self._run(["squeue", "--json", "-w", name], node, "read jobs")
             jobs = json.loads(out).get("jobs", [])
         return [
-            {"job_id": j.get("job_id"), "state": j.get("job_state"), "name": j.get("name")}
+            {"job_id": j.get("job_id"), "state": str(j.get("job_state", "")).upper(), "name": j.get("name"),
+             "start_time": j.get("start_time")}
             for j in jobs
             if str(j.get("job_state", "")).upper() in _ACTIVE_JOB_STATES
         ]
@@ -177,6 +188,17 @@ class SlurmActuator(Actuator):
             detail={"state": state, "flags": sorted(flags), "jobs": [j["job_id"] for j in jobs],
                     "gres_used": rec.get("gres_used")},
         )
+
+    def work_started(self, node: str) -> list[datetime]:
+        """Start times (UTC) of the jobs occupying ``node``: their ``start_time`` (epoch seconds)."""
+        out = []
+        for j in self.running_jobs(node):
+            t = j.get("start_time")
+            if isinstance(t, dict):  # later plugins wrap numbers as {"set", "number"}
+                t = t.get("number") if t.get("set", True) else None
+            if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0:
+                out.append(datetime.fromtimestamp(t, tz=timezone.utc))
+        return out
 
     def is_released(self, node: str) -> bool:
         """Drained by gpupool and no job occupies the node."""
@@ -221,6 +243,12 @@ class SlurmActuator(Actuator):
         argv = ["scontrol", "update", f"NodeName={self._name(node)}", "State=DRAIN", f"Reason={reason}"]
         return [Command(self.platform, node, "drain", {"argv": argv})]
 
+    def evict_commands(self, node: str) -> list[Command]:
+        """``scontrol requeue <jobid>``, one per job still running on ``node``."""
+        return [Command(self.platform, node, "requeue", {"argv": ["scontrol", "requeue", str(j["job_id"])],
+                                                         "job_id": j["job_id"]})
+                for j in self.running_jobs(node) if j["state"] in _REQUEUE_STATES]
+
     def attach_commands(self, node: str) -> list[Command]:
         """``scontrol update NodeName=.. State=RESUME``, only for a node gpupool drained."""
         st = self.owner_state(node)
@@ -241,5 +269,20 @@ class SlurmActuator(Actuator):
                 raise ActuationError(self.platform, command.node, "mig_layout",
                                      f"node must be drained by gpupool and empty first ({st.busy} job(s), "
                                      f"hold: {st.hold_reason or 'none'})")
+        if command.action == "requeue":
+            return self._requeue(command)
         out = self._run(argv, command.node, command.action, slurm_tool=command.action != "mig_layout")
         return {"stdout": out.strip()}
+
+    def _requeue(self, command: Command) -> dict[str, Any]:
+        """Requeue one job; a job that no longer runs on the node (pending again, requeued by an
+        earlier send, ended, unknown) answers ok, so sending twice is sending once."""
+        job_id = command.request["job_id"]
+        try:
+            out = self._run(list(command.request["argv"]), command.node, "requeue")
+        except ActuationError as exc:
+            if any(j["job_id"] == job_id and j["state"] in _REQUEUE_STATES for j in self.running_jobs(command.node)):
+                raise ActuationError(self.platform, command.node, "requeue",
+                                     f"job {job_id} was not requeued: {exc.reason}") from exc
+            return {"job_id": job_id, "requeued": False, "detail": f"no longer running ({exc.reason})"}
+        return {"job_id": job_id, "requeued": True, "stdout": out.strip()}

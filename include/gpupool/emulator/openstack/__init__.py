@@ -10,8 +10,10 @@
   (409 ``placement.concurrent_update``). Reserving all ``PGPU`` takes the node out of service.
 * Nova at ``/compute/v2.1`` (microversions up to 2.95): ``os-services`` (list, ``PUT
   /os-services/{id}`` with ``status``/``disabled_reason`` from 2.53, the older ``disable``,
-  ``disable-log-reason`` and ``enable`` actions before it) and ``os-hypervisors`` (list, detail).
-  Disabling ``nova-compute`` of a host cordons the node: its instances run on and end.
+  ``disable-log-reason`` and ``enable`` actions before it), ``os-hypervisors`` (list, detail) and
+  ``servers`` (one per running GPU job; ``all_tenants``/``host`` filters; ``os-migrateLive``).
+  Disabling ``nova-compute`` of a host cordons the node: its instances run on and end, or leave
+  it by live migration while another enabled host has room.
 * Gnocchi at ``/metric``: one ``nova_compute`` resource per compute node (``host_name``
   attribute, as Ceilometer files compute nodes) with the metrics ``gpu.util`` (percent),
   ``gpu.allocated`` and ``gpu.capacity`` (GPUs), one ``generic`` resource for the cloud

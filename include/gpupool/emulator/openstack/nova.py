@@ -1,11 +1,22 @@
-"""Nova at ``/compute/v2.1``: ``os-services`` (disable/enable a compute host) and ``os-hypervisors``."""
+"""Nova at ``/compute/v2.1``: ``os-services`` (disable/enable a compute host), ``os-hypervisors``, and the
+servers (instances) the platform's GPU work runs as, with their ``os-migrateLive`` action.
+
+Servers: one per running one-GPU job of the platform (:meth:`SimState.running`), owned by a tenant
+of its own (``research``), listed with ``all_tenants`` and filtered by ``host`` as an admin lists
+them; the body has the keys of the API reference's admin sample (``OS-EXT-SRV-ATTR:host``,
+``OS-SRV-USG:launched_at`` = when the job began, ...). ``os-migrateLive`` is answered as Nova does
+at the microversions before 2.34, where the scheduler's checks are synchronous (openstacksdk sends
+2.30): 202 when another enabled host of the platform has a free GPU (the instance leaves its host
+at once; the fluid world places the work wherever the platform has room, as a new instance, since
+the emulator keeps no identity across hosts), 400 "No valid host was found." when none has.
+"""
 
 from __future__ import annotations
 
 import json
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gpupool.emulator.openstack.common import (
@@ -14,6 +25,7 @@ from gpupool.emulator.openstack.common import (
     ROLE,
     FacadeContext,
     OsError,
+    PROJECTS,
     int_id,
     iso,
     microversion,
@@ -21,6 +33,11 @@ from gpupool.emulator.openstack.common import (
 )
 from gpupool.emulator.openstack.placement import hold_if_fully_reserved
 from gpupool.emulator.state import SimConflict, SimNotFound, stable_uuid
+
+#: the tenant the platform's instances belong to (not gpupool's: an admin lists them with all_tenants)
+WORK_TENANT = stable_uuid("project", "research").replace("-", "")
+_TRUE = ("", "1", "t", "true", "on", "y", "yes")
+_BOOLEAN = (True, False, "True", "False", "true", "false", "1", "0", "t", "f", "on", "off", "y", "n", "yes", "no")
 
 
 def routes(ctx: FacadeContext) -> list[Route]:
@@ -204,6 +221,136 @@ def routes(ctx: FacadeContext) -> list[Route]:
                 return JSONResponse({"hypervisor": h})
         raise OsError(404, f"Hypervisor with ID '{hid}' could not be found.")
 
+    # ---- servers
+    def server_id(w) -> str:
+        return stable_uuid("server", w.job_id)
+
+    def server_body(request, w) -> dict:
+        sid, root = server_id(w), base(request)
+        node = w.node
+        stamp = w.start.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {
+            "OS-DCF:diskConfig": "MANUAL", "OS-EXT-AZ:availability_zone": "nova",
+            "OS-EXT-SRV-ATTR:host": node, "OS-EXT-SRV-ATTR:hostname": w.name,
+            "OS-EXT-SRV-ATTR:hypervisor_hostname": node, "OS-EXT-SRV-ATTR:instance_name": f"instance-{w.job_id:08x}",
+            "OS-EXT-SRV-ATTR:kernel_id": "", "OS-EXT-SRV-ATTR:launch_index": 0, "OS-EXT-SRV-ATTR:ramdisk_id": "",
+            "OS-EXT-SRV-ATTR:reservation_id": f"r-{sid[:8]}", "OS-EXT-SRV-ATTR:root_device_name": "/dev/vda",
+            "OS-EXT-SRV-ATTR:user_data": None, "OS-EXT-STS:power_state": 1, "OS-EXT-STS:task_state": None,
+            "OS-EXT-STS:vm_state": "active", "OS-SRV-USG:launched_at": iso(w.start),
+            "OS-SRV-USG:terminated_at": None, "accessIPv4": "", "accessIPv6": "",
+            "addresses": {"research-net": [{"OS-EXT-IPS-MAC:mac_addr": f"fa:16:3e:{sid[0:2]}:{sid[2:4]}:{sid[4:6]}",
+                                            "OS-EXT-IPS:type": "fixed", "addr": f"10.20.{w.job_id % 250}.{w.slot + 2}",
+                                            "version": 4}]},
+            "config_drive": "", "created": stamp, "description": None,
+            "flavor": {"disk": 100, "ephemeral": 0, "extra_specs": {"pci_passthrough:alias": "gpu:1"},
+                       "original_name": "g1.gpu", "ram": 65536, "swap": 0, "vcpus": 8},
+            "hostId": stable_uuid("host", WORK_TENANT, node).replace("-", "")[:28] * 2,
+            "host_status": "UP", "id": sid,
+            "image": {"id": stable_uuid("image", "ubuntu-cuda"),
+                      "links": [{"href": f"{root}/compute/images/{stable_uuid('image', 'ubuntu-cuda')}",
+                                 "rel": "bookmark"}]},
+            "key_name": None,
+            "links": [{"href": f"{root}/compute/v2.1/servers/{sid}", "rel": "self"},
+                      {"href": f"{root}/compute/servers/{sid}", "rel": "bookmark"}],
+            "locked": False, "locked_reason": None, "metadata": {}, "name": w.name,
+            "os-extended-volumes:volumes_attached": [], "progress": 0, "security_groups": [{"name": "default"}],
+            "status": "ACTIVE", "tags": [], "tenant_id": WORK_TENANT, "trusted_image_certificates": None,
+            "updated": stamp, "user_id": stable_uuid("user", "research").replace("-", ""),
+        }
+
+    def caller_project(request) -> str | None:
+        tok = ctx.tokens.get(request.headers.get("x-auth-token", "")) or {}
+        return PROJECTS.get(tok.get("project") or "")
+
+    def visible(request) -> list:
+        q = request.query_params
+        every = "all_tenants" in q and q["all_tenants"].strip().lower() in _TRUE
+        out = [w for w in state.running(ROLE) if every or caller_project(request) == WORK_TENANT]
+        if q.get("host"):
+            out = [w for w in out if w.node == q["host"]]
+        if q.get("node"):
+            out = [w for w in out if w.node == q["node"]]
+        return out
+
+    @nova
+    async def list_servers(request, ver):
+        items = [server_body(request, w) for w in visible(request)]
+        if not request.url.path.endswith("/detail"):
+            items = [{k: b[k] for k in ("id", "links", "name")} for b in items]
+        return JSONResponse({"servers": items})
+
+    def find_server(sid: str):
+        for w in state.running(ROLE):
+            if server_id(w) == sid:
+                return w
+        raise OsError(404, f"Instance {sid} could not be found.")
+
+    @nova
+    async def show_server(request, ver):
+        return JSONResponse({"server": server_body(request, find_server(request.path_params["sid"]))})
+
+    def migrate_live_args(body, ver) -> tuple[str | None, bool]:
+        args = body.get("os-migrateLive")
+        allowed = {"block_migration", "host"}
+        required = {"block_migration", "host"}
+        if ver < (2, 25):
+            allowed, required = allowed | {"disk_over_commit"}, required | {"disk_over_commit"}
+        elif (2, 30) <= ver < (2, 68):
+            allowed = allowed | {"force"}
+        where = "Invalid input for field/attribute os-migrateLive."
+        if not isinstance(args, dict):
+            raise OsError(400, f"{where} Value: {args}. {args!r} is not of type 'object'")
+        if set(args) - allowed:
+            raise OsError(400, f"{where} Value: {args}. Additional properties are not allowed "
+                               f"({', '.join(repr(k) for k in sorted(set(args) - allowed))} was unexpected)")
+        if required - set(args):
+            raise OsError(400, f"{where} Value: {args}. {sorted(required - set(args))[0]!r} is a required property")
+        block = args["block_migration"]
+        if block not in _BOOLEAN and not (ver >= (2, 25) and block == "auto"):
+            raise OsError(400, f"Invalid input for field/attribute block_migration. Value: {block}. "
+                               f"{block!r} is not one of {list(_BOOLEAN) + (['auto'] if ver >= (2, 25) else [])}")
+        host = args["host"]
+        if host is not None and not isinstance(host, str):
+            raise OsError(400, f"Invalid input for field/attribute host. Value: {host}. {host!r} is not of type "
+                               "'string', 'null'")
+        force = args.get("force") in (True, "True", "true", "1", "t", "on", "y", "yes")
+        if force and not host:
+            raise OsError(400, "Can't force to a non-provided destination")
+        return host, force
+
+    def room(rec: dict) -> bool:
+        return not rec["cordoned"] and not rec["in_transit"] and rec["gpus"] - int(rec["busy_gpus"]) >= 1
+
+    def migrate_live(w, host: str | None) -> None:
+        if host is not None:
+            try:
+                dest = state.node(ROLE, host)
+            except SimNotFound:
+                raise OsError(400, f"Compute host {host} could not be found.") from None
+            if host == w.node:
+                raise OsError(400, f"Unable to migrate instance ({server_id(w)}) to current host ({host}).")
+            if not room(dest):
+                raise OsError(400, f"No valid host was found. Host {host} has no room for instance {server_id(w)}")
+        elif not any(room(rec) for rec in state.nodes(ROLE) if rec["name"] != w.node):
+            raise OsError(400, "No valid host was found. There are not enough hosts available.")
+        state.evict(ROLE, w.job_id)
+
+    @nova
+    async def server_action(request, ver):
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            raise OsError(400, "Malformed request body") from None
+        if not isinstance(body, dict) or len(body) != 1:
+            raise OsError(400, "Malformed request body")
+        action = next(iter(body))
+        w = find_server(request.path_params["sid"])
+        if action != "os-migrateLive":
+            raise OsError(404, f"There is no such action: {action}")
+        host, _ = migrate_live_args(body, ver)
+        migrate_live(w, host)
+        return Response(status_code=202)
+
     return [
         Route("/compute", compute_root, methods=["GET"]),
         Route("/compute/", compute_root, methods=["GET"]),
@@ -214,4 +361,8 @@ def routes(ctx: FacadeContext) -> list[Route]:
         Route(c + "/os-hypervisors", list_hypervisors, methods=["GET"]),
         Route(c + "/os-hypervisors/detail", list_hypervisors, methods=["GET"]),
         Route(c + "/os-hypervisors/{hid}", show_hypervisor, methods=["GET"]),
+        Route(c + "/servers", list_servers, methods=["GET"]),
+        Route(c + "/servers/detail", list_servers, methods=["GET"]),
+        Route(c + "/servers/{sid}", show_server, methods=["GET"]),
+        Route(c + "/servers/{sid}/action", server_action, methods=["POST"]),
     ]
