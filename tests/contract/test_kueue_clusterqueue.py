@@ -1,0 +1,51 @@
+"""The ClusterQueue paths gpupool's queue quota reads and writes (gpupool.actuation.quota) exist
+in the published answer of Kueue's API (tests/fixtures/recorded/kueue_clusterqueue.json), and a
+change keeps its shape: the same keys and types, the annotation gpupool adds aside. The
+integration tests (tests/integration_actuation/test_kubernetes_quota.py) serve this same answer."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from gpupool.actuation.quota import GROW, KUEUE, NODES_ANNOTATION, SHRINK, change_quota, parse_quantity, quota_entry
+from tests.contract.conftest import recorded
+from tests.contract.shapes import shape_diff
+
+FLAVOR, GPU = "default-flavor", "nvidia.com/gpu"
+
+
+@pytest.fixture
+def real() -> dict:
+    return recorded("kueue_clusterqueue")["body"]
+
+
+def test_the_object_is_the_one_the_client_asks_for(real):
+    group, version, plural = KUEUE
+    assert real["apiVersion"] == f"{group}/{version}" and real["kind"] == "ClusterQueue" and plural == "clusterqueues"
+    assert "namespace" not in real["metadata"]  # cluster-scoped: the client's *_cluster_custom_object calls
+    assert isinstance(real["metadata"]["resourceVersion"], str)  # what a replace carries back
+
+
+def test_the_quota_entry_is_where_the_code_looks(real):
+    entry = quota_entry(real, FLAVOR, GPU)
+    assert parse_quantity(entry["nominalQuota"], "nominalQuota") == 16
+    for group in real["spec"]["resourceGroups"]:  # Kueue's validation: one entry per covered resource
+        assert all([r["name"] for r in f["resources"]] == group["coveredResources"] for f in group["flavors"])
+    with pytest.raises(LookupError, match="no such flavor"):
+        quota_entry(real, "spot", GPU)
+    with pytest.raises(LookupError, match="no such resource"):
+        quota_entry(real, FLAVOR, "amd.com/gpu")
+
+
+@pytest.mark.parametrize("action, gpus, after", [(SHRINK, 0, "8"), (GROW, 8, "24")])
+def test_a_change_keeps_the_shape(real, action, gpus, after):
+    obj = copy.deepcopy(real)
+    counted = {"gpu-a": 8} if action == SHRINK else {}
+    before, new = change_quota(obj, counted, FLAVOR, GPU, "gpu-a", action, gpus)
+    assert before == 16 and str(new) == after and quota_entry(obj, FLAVOR, GPU)["nominalQuota"] == after
+    annotations = obj["metadata"].pop("annotations")
+    assert set(annotations) == {NODES_ANNOTATION}
+    assert shape_diff(real, obj) == []
+    assert obj["status"] == real["status"]  # a subresource: a replace of the object leaves it alone
