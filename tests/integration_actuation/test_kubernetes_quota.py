@@ -362,3 +362,18 @@ def test_without_quota_nothing_changes(kueue):
     act = KubernetesActuator(kueue.kube.api_client(), "kubernetes")
     assert [c.action for c in act.release_commands("k8s-gpu-01", "gpupool: moving to slurm")] == ["cordon"]
     assert [c.action for c in act.attach_commands("gpu-n07")] == ["uncordon"]
+
+
+def test_platforms_yaml_quota_reaches_the_actuator(kueue):
+    """`platforms[].quota` in the configuration: the built actuator shrinks that queue."""
+    from gpupool.config import parse_config
+    from gpupool.platforms import build_actuator
+
+    cfg = parse_config({"platforms": [{
+        "name": "kubernetes", "kind": "kubernetes", "conn_id": "ai", "actuation": True,
+        "quota": {"kind": "kueue", "cluster_queue": QUEUE, "flavor": FLAVOR}}]})
+    env = {"AIRFLOW_CONN_AI": json.dumps({"conn_type": "http", "host": kueue.kube.url})}
+    act = build_actuator(cfg.platforms[0], cfg, env=env)
+    for c in act.release_commands("k8s-gpu-01", "gpupool: moving to slurm"):
+        act.send(c)
+    assert kueue.quota() == "8"
