@@ -49,3 +49,13 @@ def test_a_change_keeps_the_shape(real, action, gpus, after):
     assert set(annotations) == {NODES_ANNOTATION}
     assert shape_diff(real, obj) == []
     assert obj["status"] == real["status"]  # a subresource: a replace of the object leaves it alone
+
+
+def test_the_flavor_says_its_nodes_where_the_code_looks():
+    from gpupool.actuation.quota import FLAVORS
+
+    flavor = recorded("kueue_resourceflavor")["body"]
+    group, version, plural = FLAVORS
+    assert flavor["apiVersion"] == f"{group}/{version}" and flavor["kind"] == "ResourceFlavor"
+    assert plural == "resourceflavors" and "namespace" not in flavor["metadata"]
+    assert isinstance(flavor["spec"]["nodeLabels"], dict) and flavor["spec"]["nodeLabels"]

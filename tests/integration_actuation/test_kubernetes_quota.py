@@ -26,17 +26,19 @@ from gpupool.actuation.actuators.base import ActuationError
 from gpupool.actuation.actuators.kubernetes import HOLD_ANNOTATION, OWNER_LABEL, KubernetesActuator
 from gpupool.actuation.power.base import PARK_REASON
 from gpupool.actuation.power.holds import KubernetesHold
-from gpupool.actuation.quota import GROW, KUEUE, NODES_ANNOTATION, SHRINK
+from gpupool.actuation.quota import FLAVORS, GROW, KUEUE, NODES_ANNOTATION, SHRINK
 from memplatform import Datacenter, MemActuator
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "kueue_clusterqueue.json"
+RECORDED_FLAVOR = RECORDED.with_name("kueue_resourceflavor.json")
 QUEUE, FLAVOR, GPU = "cluster-queue", "default-flavor", "nvidia.com/gpu"
+H100, A100 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"  # the flavor's nodeLabels name H100
 SPEC = SimpleNamespace(cluster_queue=QUEUE, flavor=FLAVOR, resource=GPU)
 
 
-def _node(name, gpus=8, cordon=None, owner=None):
-    meta = {"name": name, "labels": {}, "annotations": {}}
+def _node(name, gpus=8, cordon=None, owner=None, product=H100):
+    meta = {"name": name, "labels": {"nvidia.com/gpu.product": product}, "annotations": {}}
     if owner:
         meta["labels"][OWNER_LABEL] = owner
     if cordon:
@@ -64,6 +66,12 @@ class Kueue:
             "status": {"phase": "Running"}})
         path = re.compile(rf"^/apis/{re.escape(KUEUE[0])}/{KUEUE[1]}/{KUEUE[2]}/[^/]+$")
         kube._call(lambda: kube.k["put", path] << self._replace)
+        flavor = json.loads(RECORDED_FLAVOR.read_text())["body"]
+
+        def put_flavor():
+            kube.k.objects[kmock.resource(*FLAVORS), None, FLAVOR] = flavor
+
+        kube._call(put_flavor)
 
     def _replace(self, request):
         import kmock
@@ -296,6 +304,7 @@ def test_first_sight_seeds_the_record_from_the_nodes_held(kube):
     kube.put("nodes", None, "k8s-gpu-04", _node("k8s-gpu-04", cordon="maintenance by hand"))
     kube.put("nodes", None, "gpu-n07", _node("gpu-n07", cordon="gpupool: moving to slurm", owner="slurm"))
     kube.put("nodes", None, "k8s-cpu-01", _node("k8s-cpu-01", gpus=0))
+    kube.put("nodes", None, "k8s-a100-01", _node("k8s-a100-01", product=A100))  # another flavor's
     q = Kueue(kube)
     q.put_queue("32")
     act = _actuator(kube)
@@ -316,6 +325,24 @@ def test_first_sight_grow_counts_the_arriving_node(kube):
     for c in act.attach_commands("gpu-n07"):
         act.send(c)
     assert q.counted() == {"k8s-gpu-01": 8, "gpu-n07": 4} and q.quota() == 12
+
+
+def test_a_node_of_another_flavor_leaves_the_quota_alone(kueue):
+    kueue.kube.put("nodes", None, "gpu-a01", _node("gpu-a01", cordon="gpupool: moving to slurm", owner="slurm",
+                                                  product=A100))
+    act = _actuator(kueue.kube)
+    assert [c.action for c in act.attach_commands("gpu-a01")] == ["uncordon"]
+    for c in act.attach_commands("gpu-a01"):
+        act.send(c)
+    assert [c.action for c in act.release_commands("gpu-a01", "gpupool: moving to slurm")] == ["cordon"]
+    assert kueue.quota() == "16" and kueue.writes == []
+
+
+def test_no_resource_flavor_stops_a_first_sight(kueue):
+    kueue.put_queue("16")  # no record yet: the seed needs the flavor's node labels
+    kueue.kube._call(lambda: kueue.kube.k.objects[kueue.res.__class__(*FLAVORS), None, FLAVOR].delete())
+    with pytest.raises(ActuationError, match="no such ResourceFlavor"):
+        _actuator(kueue.kube).release_commands("k8s-gpu-01", "gpupool: moving to slurm")
 
 
 def test_quota_never_goes_below_zero(kueue):

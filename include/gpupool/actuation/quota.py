@@ -12,7 +12,10 @@ commands, both audited like the rest:
   is open.
 
 The change is ``spec.resourceGroups[*].flavors[name=flavor].resources[name=resource].nominalQuota``
-of the ClusterQueue (``kueue.x-k8s.io/v1beta1``, cluster-scoped), by the node's GPUs.
+of the ClusterQueue (``kueue.x-k8s.io/v1beta1``, cluster-scoped), by the node's GPUs (what it
+reports allocatable of the resource). Only nodes of the flavor count: those carrying the
+ResourceFlavor's ``spec.nodeLabels`` (all nodes when it has none); attaching a node of another
+flavor leaves this quota alone.
 
 Idempotent and safe with two writers: the ClusterQueue itself records, in the annotation
 :data:`NODES_ANNOTATION` (JSON ``{"node": gpus}``), which nodes gpupool counted in it and how
@@ -24,8 +27,8 @@ lose each other's change. A shrink subtracts what its node added (not what the n
 now: a re-laid-out node may report other GPUs). The quota never goes below 0.
 
 First sight (no record on the ClusterQueue yet): its quota is taken as the operator set it, for
-the GPU nodes the platform holds now, and the record is seeded with them: every node that
-reports the resource, except those gpupool moved away (owner label naming another platform, or
+the GPU nodes the platform holds now, and the record is seeded with them: every node of the flavor
+that reports the resource, except those gpupool moved away (owner label naming another platform, or
 a gpupool hold other than a park). The node a grow is about is never in that seed (it is
 arriving: a grow is only built while the node is still held for the move). So a node attached
 before the quota was configured is subtracted once on its first release, and a parked node
@@ -48,6 +51,8 @@ from gpupool.k8s_keys import HOLD_ANNOTATION, OWNER_LABEL
 NODES_ANNOTATION = "gpupool.io/quota-nodes"
 #: Kueue's ClusterQueue: group, version, plural (cluster-scoped)
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
+#: Kueue's ResourceFlavor, whose ``spec.nodeLabels`` say which nodes are of the flavor
+FLAVORS = ("kueue.x-k8s.io", "v1beta1", "resourceflavors")
 #: how often a replace that met a 409 Conflict is retried on a fresh read
 CONFLICT_RETRIES = 10
 #: the hold reason of a parked node (:data:`gpupool.actuation.power.base.PARK_REASON`): it stays
@@ -97,7 +102,10 @@ class QueueQuota:
         counted = self._counted(self._read(node, GROW), name, node, GROW)
         if name in counted:
             return []
-        gpus = self._node_gpus(node, name)
+        obj = self._read_node(node, name)
+        if not self._of_flavor(obj, self._flavor_labels(node, GROW)):
+            return []  # a node of another flavor: this quota does not cover it
+        gpus = self._gpus_of(obj)
         if gpus <= 0:
             raise ActuationError(self.platform, node, GROW,
                                  f"the node reports no allocatable {self.resource!r}: {self.where} cannot count it")
@@ -167,7 +175,9 @@ class QueueQuota:
         text = ((obj.get("metadata") or {}).get("annotations") or {}).get(NODES_ANNOTATION)
         if text is None:
             try:
-                return self._seed(exclude=name if action == GROW else None)
+                return self._seed(node, action, exclude=name if action == GROW else None)
+            except ActuationError:
+                raise
             except Exception as exc:
                 raise ActuationError(self.platform, node, action,
                                      f"{self.where}: listing the nodes to seed the record: {type(exc).__name__}: {exc}") from exc
@@ -181,8 +191,9 @@ class QueueQuota:
                                  f"{self.where}: annotation {NODES_ANNOTATION} is not a JSON object of node: GPUs "
                                  f"({exc}); fix or remove it") from exc
 
-    def _seed(self, exclude: str | None) -> dict[str, int]:
-        """The GPU nodes the platform holds now (see the module's first-sight rule)."""
+    def _seed(self, node: str, action: str, exclude: str | None) -> dict[str, int]:
+        """The GPU nodes of the flavor the platform holds now (see the module's first-sight rule)."""
+        labels = self._flavor_labels(node, action)
         out: dict[str, int] = {}
         token = None
         while True:
@@ -193,7 +204,7 @@ class QueueQuota:
             for obj in page.items:
                 name = obj.metadata.name
                 gpus = self._gpus_of(obj)
-                if name != exclude and gpus > 0 and self._held_here(obj):
+                if name != exclude and gpus > 0 and self._of_flavor(obj, labels) and self._held_here(obj):
                     out[name] = gpus
             token = page.metadata._continue if page.metadata is not None else None
             if not token:
@@ -216,15 +227,36 @@ class QueueQuota:
         except ValueError:
             return 0
 
-    def _node_gpus(self, node: str, name: str) -> int:
+    def _read_node(self, node: str, name: str):
         from kubernetes.client.exceptions import ApiException
 
         try:
-            return self._gpus_of(self.core.read_node(name))
+            return self.core.read_node(name)
         except ApiException as exc:
             raise ActuationError(self.platform, node, GROW, f"read node: HTTP {exc.status} {exc.reason}") from exc
         except Exception as exc:
             raise ActuationError(self.platform, node, GROW, f"read node: {type(exc).__name__}: {exc}") from exc
+
+    def _flavor_labels(self, node: str, action: str) -> dict[str, str]:
+        """The ResourceFlavor's ``spec.nodeLabels`` (empty: every node is of the flavor)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            obj = self.custom.get_cluster_custom_object(*FLAVORS, self.flavor)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ActuationError(self.platform, node, action, f"{self.where}: no such ResourceFlavor") from exc
+            raise ActuationError(self.platform, node, action,
+                                 f"{self.where}: reading the ResourceFlavor: HTTP {exc.status} {exc.reason}") from exc
+        except Exception as exc:
+            raise ActuationError(self.platform, node, action,
+                                 f"{self.where}: reading the ResourceFlavor: {type(exc).__name__}: {exc}") from exc
+        return dict((obj.get("spec") or {}).get("nodeLabels") or {})
+
+    @staticmethod
+    def _of_flavor(obj, labels: dict[str, str]) -> bool:
+        have = obj.metadata.labels or {}
+        return all(have.get(k) == v for k, v in labels.items())
 
 
 def quota_entry(obj: dict, flavor: str, resource: str) -> dict:
