@@ -59,3 +59,57 @@ def test_the_flavor_says_its_nodes_where_the_code_looks():
     assert flavor["apiVersion"] == f"{group}/{version}" and flavor["kind"] == "ResourceFlavor"
     assert plural == "resourceflavors" and "namespace" not in flavor["metadata"]
     assert isinstance(flavor["spec"]["nodeLabels"], dict) and flavor["spec"]["nodeLabels"]
+
+
+def _created(body: dict) -> dict:
+    """A recorded object as an operator writes it: what the server sets left out."""
+    obj = copy.deepcopy(body)
+    obj.pop("status", None)
+    obj["metadata"] = {"name": obj["metadata"]["name"]}
+    return obj
+
+
+def test_the_facade_serves_the_recorded_shapes_and_the_quota_follows_a_node(sim):
+    """The virtual datacenter's Kubernetes API stores Kueue's objects as the API server does
+    (created, read back in the published shape, replaced only with the current
+    resourceVersion), and the actuator's queue quota follows a node moved on it."""
+    from types import SimpleNamespace
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from gpupool.actuation.actuators.base import moving_reason
+    from gpupool.actuation.actuators.kubernetes import KubernetesActuator
+    from gpupool.actuation.quota import FLAVORS
+
+    cfg = client.Configuration()
+    cfg.host = sim.urls["kubernetes"]
+    api = client.ApiClient(cfg)
+    custom = client.CustomObjectsApi(api)
+    assert "kueue.x-k8s.io" in {g.name for g in client.ApisApi(api).get_api_versions().groups}
+    flavor = _created(recorded("kueue_resourceflavor")["body"])
+    flavor["spec"]["nodeLabels"] = {}  # every node of the world is of the flavor
+    custom.create_cluster_custom_object(*FLAVORS, flavor)
+    custom.create_cluster_custom_object(*KUEUE, _created(recorded("kueue_clusterqueue")["body"]))
+    real = recorded("kueue_clusterqueue")["body"]
+    served = custom.get_cluster_custom_object(*KUEUE, real["metadata"]["name"])
+    assert shape_diff(real, served) == []
+    stale = copy.deepcopy(served)
+    served["spec"]["stopPolicy"] = "Hold"
+    custom.replace_cluster_custom_object(*KUEUE, served["metadata"]["name"], served)
+    with pytest.raises(ApiException) as err:
+        custom.replace_cluster_custom_object(*KUEUE, stale["metadata"]["name"], stale)
+    assert err.value.status == 409
+
+    spec = SimpleNamespace(cluster_queue=real["metadata"]["name"], flavor=FLAVOR, resource=GPU)
+    act = KubernetesActuator(api, "kubernetes", quota=spec)
+    nodes = sim.state.nodes("kubernetes")
+    name = next(n["name"] for n in nodes if n["busy_gpus"] == 0)
+    gpus = next(n["gpus"] for n in nodes if n["name"] == name)
+    assert [c.action for c in act.release_commands(name, moving_reason("slurm"))] == [SHRINK, "cordon"]
+    act.release(name, moving_reason("slurm"))
+    after = custom.get_cluster_custom_object(*KUEUE, spec.cluster_queue)
+    assert quota_entry(after, FLAVOR, GPU)["nominalQuota"] == str(16 - gpus)
+    act.attach(name)
+    after = custom.get_cluster_custom_object(*KUEUE, spec.cluster_queue)
+    assert quota_entry(after, FLAVOR, GPU)["nominalQuota"] == "16"
