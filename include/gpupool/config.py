@@ -174,6 +174,48 @@ def ownership_of(spec: BaseModel) -> Ownership:
     return Ownership(**{k: getattr(spec, k) for k in Ownership.model_fields})
 
 
+#: a Kubernetes object name (DNS-1123 subdomain): a ClusterQueue's, a ResourceFlavor's
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: the queue kinds gpupool can tell, and those it names but cannot yet
+QUOTA_KINDS = ("kueue",)
+_QUOTA_LATER = ("kai", "volcano")
+
+
+class QuotaConfig(_Strict):
+    """The queue whose quota follows the nodes gpupool moves on a Kubernetes platform (a Kueue
+    ClusterQueue's ``nominalQuota``: shrunk before a release drains a node, grown after an attach
+    opens it; docs/stages/ownership.md)."""
+
+    kind: str = Field(description="`kueue` (a ClusterQueue); KAI and Volcano queues are not supported yet")
+    cluster_queue: str = Field(description=(
+        "kueue: the ClusterQueue whose quota follows the nodes"))
+    flavor: str = Field(description=(
+        "kueue: the ResourceFlavor of the quota (a `spec.resourceGroups[].flavors[].name` of the ClusterQueue)"))
+    resource: str = Field(default="nvidia.com/gpu", max_length=253,
+                          pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+                          description=(
+        "the resource whose quota changes by what each node reports allocatable of it "
+        "(`nvidia.com/gpu`, or a MIG resource such as `nvidia.com/mig-1g.10gb`)"))
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if value in _QUOTA_LATER:
+            raise ValueError(f"{value} queues are not supported yet; supported: {', '.join(QUOTA_KINDS)}")
+        if value not in QUOTA_KINDS:
+            raise ValueError(f"unknown queue kind {shown(value)}; supported: {', '.join(QUOTA_KINDS)}")
+        return value
+
+    @field_validator("cluster_queue", "flavor")
+    @classmethod
+    def _object_name(cls, value: str) -> str:
+        import re
+
+        if len(value) > 253 or not re.fullmatch(_DNS_SUBDOMAIN, value):
+            raise ValueError(f"{shown(value)} is not a Kubernetes object name (lower-case letters, digits, '-' and '.')")
+        return value
+
+
 class PlatformConfig(_Strict):
     """One platform instance gpupool extracts from and may actuate."""
 
@@ -222,6 +264,9 @@ class PlatformConfig(_Strict):
         "`SLICES_PER_GPU` slices)"))
     power: PowerConfig | None = Field(default=None, description=(
         "how idle nodes are parked and woken (power off / on); null: never ([operations/power.md](operations/power.md))"))
+    quota: QuotaConfig | None = Field(default=None, description=(
+        "Kubernetes only: the queue whose quota follows the nodes gpupool attaches and releases, "
+        "e.g. {kind: kueue, cluster_queue: team-a, flavor: h100, resource: nvidia.com/gpu}; null: none"))
     owns: Owns
     lend_limit: LendLimit
     borrow_limit: BorrowLimit
@@ -259,6 +304,9 @@ class PlatformConfig(_Strict):
         if self.slice_profile and self.kind == "openstack":
             raise ValueError("slice_profile: gpupool cannot lay out MIG on OpenStack hosts (nova's mdev types are "
                              "node-side configuration); leave it unset there")
+        if self.quota is not None and self.kind != "kubernetes":
+            raise ValueError(f"quota: a {self.kind} platform has no Kubernetes queue (Slurm and OpenStack see the "
+                             "drain and Placement's reserved)")
         if self.power is not None and (self.kind == "simulator" or (
                 self.power.means in ("slurm", "ironic") and self.kind != {"slurm": "slurm", "ironic": "openstack"}[self.power.means])):
             raise ValueError(f"power.means: {self.power.means} cannot park the nodes of a {self.kind} platform")

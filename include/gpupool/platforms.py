@@ -248,7 +248,7 @@ def build_actuator(pcfg: PlatformConfig, cfg: GpupoolConfig, lookup=None, env: M
             kc.ssl_ca_cert = x.get("ca_cert")
             kc.verify_ssl = _flag(x.get("verify", True))
             api = client.ApiClient(kc)
-        act = KubernetesActuator(api, pcfg.name)
+        act = KubernetesActuator(api, pcfg.name, quota=pcfg.quota)
     else:  # pragma: no cover - PlatformKind is closed
         raise ActuationConfigError(f"platform {pcfg.name!r}: no actuator for kind {pcfg.kind!r}")
     return with_pool_names(cfg, {pcfg.name: act})[pcfg.name]

@@ -10,7 +10,9 @@ Served (JSON only, no auth check — loopback):
   (``nvidia.com/gpu: 1``) and one Pending/Unschedulable pod per GPU of demand that does not fit;
 * ``POST /api/v1/namespaces/{ns}/pods/{name}/eviction`` (policy/v1 Eviction);
 * ``/apis/metrics.k8s.io/v1beta1`` NodeMetrics/PodMetrics and ``/apis/custom.metrics.k8s.io/v1beta2``
-  ``DCGM_FI_DEV_GPU_UTIL`` / ``DCGM_FI_DEV_FB_USED`` per node and pod.
+  ``DCGM_FI_DEV_GPU_UTIL`` / ``DCGM_FI_DEV_FB_USED`` per node and pod;
+* ``/apis/kueue.x-k8s.io/v1beta1`` ClusterQueues and ResourceFlavors, stored as created
+  (:mod:`gpupool.emulator.kubernetes_kueue`): what gpupool's queue quota reads and replaces.
 
 What actions do to the world: ``spec.unschedulable: true`` or a NoSchedule/NoExecute taint
 cordons the node (running pods continue and finish; NoExecute evicts them); setting the
@@ -52,6 +54,9 @@ from gpupool.emulator.kubernetes_objects import (
     pod_object,
     status_body,
 )
+from gpupool.emulator.kubernetes_kueue import GROUP as KUEUE_GROUP
+from gpupool.emulator.kubernetes_kueue import VERSION as KUEUE_VERSION
+from gpupool.emulator.kubernetes_kueue import KueueStore
 from gpupool.emulator.state import WORK_NAMESPACE, SimConflict, SimInvalid, SimNotFound, SimState, stable_uuid
 
 
@@ -138,8 +143,9 @@ def make_app(state: SimState) -> Starlette:
         ]})
 
     groups = {
-        "metrics.k8s.io": "v1beta1", "custom.metrics.k8s.io": "v1beta2", "policy": "v1",
+        "metrics.k8s.io": "v1beta1", "custom.metrics.k8s.io": "v1beta2", "policy": "v1", KUEUE_GROUP: KUEUE_VERSION,
     }
+    kueue = KueueStore(lambda: iso_time(state.now))
 
     async def apis(request):
         return respond({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
@@ -153,6 +159,8 @@ def make_app(state: SimState) -> Starlette:
         if g == "metrics.k8s.io":
             res = [resource("nodes", "NodeMetrics", False, ["get", "list"]),
                    resource("pods", "PodMetrics", True, ["get", "list"])]
+        elif g == KUEUE_GROUP:
+            return respond(kueue.discovery())
         elif g == "custom.metrics.k8s.io":
             res = [resource(f"{kind}/{m}", "MetricValueList", ns, ["get"])
                    for m in GPU_METRICS for kind, ns in (("nodes", False), ("pods", True))]
@@ -361,6 +369,7 @@ def make_app(state: SimState) -> Starlette:
         Route("/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/{name}", pod_metrics_one, methods=["GET"]),
         Route(cm + "/{kind}/{target}/{metric}", custom_metric, methods=["GET"]),
         Route(cm + "/namespaces/{namespace}/{kind}/{target}/{metric}", custom_metric, methods=["GET"]),
+        *kueue.routes(read_body),
         Route("/apis/{group}/{version}", group_version, methods=["GET"]),
     ]
     return Starlette(routes=routes, exception_handlers={404: fallback, 405: method_not_allowed})

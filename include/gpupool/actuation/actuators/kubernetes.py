@@ -13,6 +13,9 @@
 * MIG: ``prepare`` sets the label ``nvidia.com/mig.config`` while the node is still cordoned;
   the node is ready when the GPU operator reports ``nvidia.com/mig.config.state=success``.
 * attach: uncordon, label ``gpupool.io/owner=<this platform>``, drop the annotation.
+* quota (a platform configured with ``quota:``): the Kueue ClusterQueue's ``nominalQuota``
+  shrinks first in a release (before the cordon) and grows last in an attach (after the
+  uncordon), :mod:`gpupool.actuation.quota`.
 
 All calls use the official ``kubernetes`` client.
 """
@@ -77,20 +80,27 @@ class KubernetesActuator(Actuator):
         The configured platform name.
     names:
         Pool node name -> Kubernetes node name, where they differ.
+    quota:
+        The platform's ``quota`` configuration (:class:`gpupool.config.QuotaConfig`); None:
+        no queue follows the nodes.
     """
 
     can_evict = True
     relayout_holds_itself = True  # the mig-manager cordons, re-lays out and uncordons the node
     can_relayout = True
 
-    def __init__(self, api_client, platform: str = "kubernetes", names: Mapping[str, str] | None = None):
+    def __init__(self, api_client, platform: str = "kubernetes", names: Mapping[str, str] | None = None,
+                 quota: Any = None):
         from kubernetes import client
+
+        from gpupool.actuation.quota import QueueQuota
 
         self._client = client
         self.core = client.CoreV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
         self.platform = platform
         self.names = dict(names or {})
+        self.quota = QueueQuota(api_client, platform, quota) if quota is not None else None
 
     def _name(self, node: str) -> str:
         return self.names.get(node, node)
@@ -203,11 +213,13 @@ class KubernetesActuator(Actuator):
 
     # ---- writes
     def release_commands(self, node: str, reason: str) -> list[Command]:
-        """Cordon, owner label (the target named in ``reason``), hold annotation."""
+        """The queue's quota shrink first (where configured), then cordon, owner label (the
+        target named in ``reason``) and hold annotation."""
         owner = reason[len(_MOVING):].strip() if reason.startswith(_MOVING) else "pool"
         body = {"spec": {"unschedulable": True},
                 "metadata": {"labels": {OWNER_LABEL: owner}, "annotations": {HOLD_ANNOTATION: reason}}}
-        return [Command(self.platform, node, "cordon", {"node": self._name(node), "patch": body})]
+        shrink = self.quota.shrink_commands(node, self._name(node)) if self.quota is not None else []
+        return shrink + [Command(self.platform, node, "cordon", {"node": self._name(node), "patch": body})]
 
     def evict_commands(self, node: str) -> list[Command]:
         """One Eviction per GPU pod still on the node (PodDisruptionBudgets decide)."""
@@ -228,20 +240,30 @@ class KubernetesActuator(Actuator):
         return [Command(self.platform, node, "mig_config", {"node": self._name(node), "patch": body})]
 
     def attach_commands(self, node: str) -> list[Command]:
-        """Uncordon a node gpupool cordoned; label it as this platform's."""
+        """Uncordon a node gpupool cordoned; label it as this platform's; then the queue's
+        quota grow (where configured and the queue does not count the node yet: also after an
+        uncordon that went out in an earlier run)."""
         st = self.owner_state(node)
         self.refuse_foreign(st, "uncordon")
+        grow = self.quota.grow_commands(node, self._name(node)) if self.quota is not None else []
         if st.schedulable and st.detail.get("owner_label") == self.platform:
-            return []
+            return grow
         body = {"spec": {"unschedulable": None},
                 "metadata": {"labels": {OWNER_LABEL: self.platform}, "annotations": {HOLD_ANNOTATION: None}}}
-        return [Command(self.platform, node, "uncordon", {"node": self._name(node), "patch": body})]
+        return [Command(self.platform, node, "uncordon", {"node": self._name(node), "patch": body})] + grow
 
     def send(self, command: Command) -> dict[str, Any]:
-        """Patch the node or create an Eviction; uncordon re-checks the hold right before."""
+        """Patch the node, create an Eviction or change the queue's quota; uncordon re-checks
+        the hold right before."""
         from kubernetes.client.exceptions import ApiException
 
+        from gpupool.actuation.quota import GROW, SHRINK
+
         node, action, req = command.node, command.action, command.request
+        if action in (SHRINK, GROW):
+            if self.quota is None:
+                raise ActuationError(self.platform, node, action, "no quota configured on this platform")
+            return self.quota.send(command)
         if action in ("cordon", "uncordon", "mig_config"):
             if action == "uncordon":
                 self.refuse_foreign(self.owner_state(node), "uncordon")
