@@ -111,7 +111,7 @@ def main() -> int:
     ownership = {p: Ownership(**kw) for p, kw in limits.items()}
     print(f"ownership at fleet scale: {args.nodes:,} nodes x {args.gpus} GPUs over {', '.join(PLATFORMS)}, each owning "
           f"what it holds; lent before the plan (to Slurm): " + ", ".join(f"{p} {away[p]}" for p in PLATFORMS if away[p])
-          + f" ({args.flying} of OpenStack's of them in a handover, arriving over 30 minutes); "
+          + f" ({args.flying} of OpenStack's in a handover, arriving over 30 minutes); "
           f"{BUSY_SHARE:.0%} busy; Slurm's demand 5 % above what it holds; horizon {HOURS} h, predictive")
     print("limits: " + "; ".join(f"{p} " + ", ".join(f"{k} {v}" for k, v in kw.items()) for p, kw in limits.items()))
 
