@@ -8,8 +8,9 @@ Interleavings: every order of the five steps (each writer's own in its order), w
 and with borrowed work on it; one step run inside another's platform call (a read or a send:
 between that writer's read of the handover and its write), drawn by hypothesis; and the three
 writers in threads released at once. After every step, at most one handover of the node is open
-(or failed) and the node is open for work on at most one platform; once the work ends and the
-open handovers are advanced, it is open on exactly one platform, the one its records say; every
+(or failed) and the node is open for work on at most one platform, on exactly one whenever no
+handover of it is open; once the work ends and the open handovers are advanced, it is open on
+exactly one platform, the one its records say; every
 command any platform received is in ``action_audit`` (``ok``) under a handover of the node, and
 nothing is left ``pending``.
 """
@@ -95,11 +96,14 @@ class Round:
     # ---- the properties
     def check_now(self) -> None:
         """At most one open (or failed) handover of the node; open on at most one platform, and
-        never open on one while work of another still runs on it."""
+        never open on one while work of another still runs on it; with no handover open, open on
+        exactly one (a node is held by gpupool only while it moves)."""
         blocking = ho.list_handovers(self.engine, ho.BLOCKING_STATES, node=self.node)
         assert len(blocking) <= 1, self.history()
         on = [p for p in PLATFORMS if self.dc.slots[(p, self.node)].schedulable or self.dc.slots[(p, self.node)].jobs]
         assert len(on) <= 1, (on, self.history())
+        if not blocking:
+            assert len(self.dc.open_on(self.node)) == 1, self.history()
 
     def settle(self, at: datetime) -> None:
         """The borrowed work ends; the open handovers are advanced (failed ones rolled back)."""
