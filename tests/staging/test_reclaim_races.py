@@ -10,9 +10,8 @@ between that writer's read of the handover and its write), drawn by hypothesis; 
 writers in threads released at once. After every step, at most one handover of the node is open
 (or failed) and the node is open for work on at most one platform, on exactly one whenever no
 handover of it is open; once the work ends and the open handovers are advanced, it is open on
-exactly one platform, the one its records say; every
-command any platform received is in ``action_audit`` (``ok``) under a handover of the node, and
-nothing is left ``pending``.
+exactly one platform, the one its records say; every command any platform received is in
+``action_audit`` (``ok``) under a handover of the node, and nothing is left ``pending``.
 """
 
 from __future__ import annotations
