@@ -29,6 +29,11 @@ Safety rules, enforced here and re-checked by every actuator:
   that loses stops with :class:`HandoverConflict`, sending nothing;
 * the target is attached only after the source reported the node released, and only while the
   source still holds it — a node is never open for work on two platforms at once;
+* a handover whose node another handover put elsewhere after it was opened (a writer that read
+  the node before it moved: a fast-path move and an owner's reclaim of one lent node) fails with
+  nothing sent: it finds the node open on a platform its node's handovers name other than its
+  source; no node open on such a platform is attached, and gpupool's hold at a source is lifted
+  only while the node is open on none of them;
 * every command is written to ``action_audit`` (``pending``) and committed before it is sent,
   then marked ``ok`` or ``failed`` with the answer; all commands are idempotent, so a command
   whose outcome is unknown is simply sent again by the next run;
@@ -248,7 +253,7 @@ def _advance(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at:
             return _settle(engine, h, actuators, at, may_send_back=True,
                            why=f"timed out in state {h.state}")
         for _ in range(max_steps):
-            nxt = _step(engine, h, src, dst, at, allow_evict)
+            nxt = _step(engine, h, actuators, at, allow_evict)
             if nxt is None:
                 break
             h = nxt
@@ -263,18 +268,27 @@ def _advance(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at:
     return h
 
 
-def _step(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetime, allow_evict: bool) -> Handover | None:
+def _step(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime,
+          allow_evict: bool) -> Handover | None:
     """One transition, or None when the handover must wait (its error says why, if anything failed).
 
     The state a step's commands belong to is written first (``releasing`` before the drain,
     ``attaching`` before the attach), and each command is audited only while the handover is
-    still in the state read.
+    still in the state read. A handover whose node another writer's handover has put elsewhere
+    since this one was opened (it is open on a platform other than the source) fails before
+    anything is sent, and a node open on any platform but the target is never attached.
     """
     node = h.node
+    src, dst = actuators[h.from_platform], actuators[h.to_platform]
     if h.state == PLANNED:
         st = src.owner_state(node)
         if not st.present:
             return update_handover(engine, h, at, state=FAILED, error=f"{h.from_platform} does not know node {node!r}")
+        elsewhere = _open_elsewhere(engine, h, actuators, h.from_platform)
+        if elsewhere:
+            return update_handover(engine, h, at, state=FAILED, error=(
+                f"node {node!r} is open on {', '.join(elsewhere)}, not held by {h.from_platform}: another "
+                f"handover moved it since this one was opened; nothing sent"))
         # the target must be able to take the node before the source lets it go
         st_t = dst.owner_state(node)
         if not st_t.present and not dst.attach_brings_node:
@@ -313,10 +327,13 @@ def _step(engine: Engine, h: Handover, src: Actuator, dst: Actuator, at: datetim
         dst.refuse_foreign(st_t, "attach")
         return update_handover(engine, h, at, state=ATTACHING, error=None)
     if h.state == ATTACHING:
-        st_s = src.owner_state(node)
-        if st_s.present and st_s.schedulable:
+        elsewhere = _open_elsewhere(engine, h, actuators, h.to_platform)
+        if h.from_platform in elsewhere:
             return update_handover(engine, h, at, state=FAILED,
                         error=f"{h.from_platform} opened node {node!r} again (hold lifted outside gpupool); not attaching")
+        if elsewhere:
+            return update_handover(engine, h, at, state=FAILED,
+                        error=f"node {node!r} is open on {', '.join(elsewhere)}; not attaching")
         layout = _arrival_layout(engine, h)
         for cmd in dst.prepare_commands(node, layout):
             send_live(engine, h, dst, cmd)
@@ -353,11 +370,10 @@ def _settle(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: 
             return update_handover(engine, h, at, state=FAILED,
                         error=f"{why}; no actuator for {h.from_platform} to lift gpupool's hold")
         try:
-            lifted = _lift_source_hold(engine, h, src)
+            done, _ = _lift_source_hold(engine, h, actuators)
         except ActuationError as exc:
             return update_handover(engine, h, at, state=FAILED,
                         error=f"{why}; lifting gpupool's hold at {h.from_platform} failed, retried next run: {exc}")
-        done = f"gpupool's hold at {h.from_platform} lifted" if lifted else f"nothing of gpupool's held at {h.from_platform}"
         return update_handover(engine, h, at, state=ROLLED_BACK, error=f"{why}; {done}")
     if not may_send_back or (h.reason or "").startswith("rollback of handover"):
         note = "dry run: not sent back" if not may_send_back else "a rollback that failed"
@@ -368,14 +384,38 @@ def _settle(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: 
     return get_handover(engine, h.id)
 
 
-def _lift_source_hold(engine: Engine, h: Handover, src: Actuator) -> bool:
-    """Re-open the node at its source, when (and only when) gpupool's hold is on it."""
+def _lift_source_hold(engine: Engine, h: Handover, actuators: Mapping[str, Actuator]) -> tuple[str, str | None]:
+    """Re-open the node at its source, when (and only when) gpupool's hold is on it and the node
+    is open nowhere else (another handover put it there: the hold at the source is that one's).
+    Returns what was done, and where the node is open instead when the hold was kept."""
+    src = actuators[h.from_platform]
     st = src.owner_state(h.node)
-    if st.held_by_gpupool:
-        for cmd in src.attach_commands(h.node):
-            send_live(engine, h, src, cmd)
-        return True
-    return False
+    if not st.held_by_gpupool:
+        return f"nothing of gpupool's held at {h.from_platform}", None
+    elsewhere = _open_elsewhere(engine, h, actuators, h.from_platform)
+    if elsewhere:
+        where = ", ".join(elsewhere)
+        return f"gpupool's hold at {h.from_platform} kept: the node is open on {where}", where
+    for cmd in src.attach_commands(h.node):
+        send_live(engine, h, src, cmd)
+    return f"gpupool's hold at {h.from_platform} lifted", None
+
+
+def _open_elsewhere(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], here: str) -> list[str]:
+    """The platforms other than ``here`` on which ``h``'s node is open for work now, among its
+    source and target and the platforms the node's other live handovers name (where another
+    writer may have put it since ``h`` was opened); a platform with no actuator is not read."""
+    named = {h.from_platform, h.to_platform}
+    named |= {p for x in list_handovers(engine, node=h.node) if x.id != h.id and not x.dry_run
+              for p in (x.from_platform, x.to_platform)}
+    out = []
+    for p in sorted(named - {here}):
+        act = actuators.get(p)
+        if act is not None:
+            st = act.owner_state(h.node)
+            if st.present and st.schedulable:
+                out.append(p)
+    return out
 
 
 def _open_reverse(engine: Engine, h: Handover, at: datetime, timeout: timedelta, error: str) -> int:
@@ -482,12 +522,13 @@ def _rollback_locked(engine: Engine, h: Handover, actuators: Mapping[str, Actuat
         if src is None:
             raise HandoverError(f"handover #{h.id}: no actuator for {h.from_platform} to lift the hold")
         try:
-            _lift_source_hold(engine, h, src)
+            done, open_on = _lift_source_hold(engine, h, actuators)
         except ActuationError as exc:
             update_handover(engine, h, at, error=f"rollback failed, retry: {exc}")
             raise
-        update_handover(engine, h, at, state=ROLLED_BACK, error=f"rolled back from {h.state}")
-        return {"id": h.id, "state": ROLLED_BACK, "action": f"returned to {h.from_platform}"}
+        update_handover(engine, h, at, state=ROLLED_BACK, error=f"rolled back from {h.state}; {done}")
+        return {"id": h.id, "state": ROLLED_BACK,
+                "action": f"left open on {open_on}" if open_on else f"returned to {h.from_platform}"}
     _refuse_superseded(engine, h)
     rid = _open_reverse(engine, h, at, timeout, f"rolled back from {h.state}")
     if src is not None and dst is not None:

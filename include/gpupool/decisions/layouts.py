@@ -7,6 +7,7 @@ in :mod:`gpupool.mig`; this module only says what a node in a layout serves.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,8 +78,7 @@ class NodeRecord:
 def node_records(nodes: Iterable[NodeRecord | Mapping[str, Any]]) -> list[NodeRecord]:
     """The pool as :class:`NodeRecord` sorted by name; duplicate names or impossible GPU counts raise."""
     out = [n if isinstance(n, NodeRecord) else NodeRecord.from_mapping(n) for n in nodes]
-    names = [r.name for r in out]
-    dup = sorted({n for n in names if names.count(n) > 1})
+    dup = sorted(n for n, k in Counter(r.name for r in out).items() if k > 1)
     if dup:
         raise PlanningError(f"nodes: duplicate names {dup[:5]}")
     for r in out:

@@ -134,6 +134,7 @@ class PlanModel:
     def _build(self, at) -> None:
         pol = self.policy
         groups: dict[tuple, _Class] = {}
+        option_sets: dict[tuple, tuple[_Option, ...]] = {}  # nodes alike share one option set (built once)
         for r in self.records:
             i = self.pidx[r.owner]
             self.current_count[i] += 1
@@ -154,25 +155,14 @@ class PlanModel:
                 at is not None and r.last_moved_at is not None and at - r.last_moved_at < pd.Timedelta(hours=pol.cooldown_hours)
             )
             can_move = (idle or pol.allow_evict) and not cooling
-            keep = _Option("keep", r.owner, node_capacity(r, unit, r.mig_layout), (1.0,) * self.hours, 0.0,
-                           r.mig_layout)
-            options = [keep]
-            best = ideal_layout(r, unit)
-            if idle and best != r.mig_layout and node_capacity(r, unit, best) > keep.capacity:
-                options.append(_Option("relayout", r.owner, node_capacity(r, unit, best),
-                                       self._avail(LAYOUT_CHANGE_MINUTES), LAYOUT_CHANGE_COST, best))
-            if can_move:
-                for p in self.platforms:
-                    if p == r.owner:
-                        continue
-                    layout = ideal_layout(r, self.units[p])
-                    cost = pol.move_cost + (LAYOUT_CHANGE_COST if layout != r.mig_layout else 0.0)
-                    options.append(_Option("move", p, node_capacity(r, self.units[p], layout),
-                                           self._avail(pol.move_minutes), cost, layout))
+            okey = self._option_key(r, idle, can_move)
+            options = option_sets.get(okey)
+            if options is None:
+                options = option_sets[okey] = self._options(r, idle, can_move)
             home = r.home if self.limited else None
-            key = (r.owner, r.gpus, tuple(options), home)
+            key = (r.owner, r.gpus, options, home)
             if key not in groups:
-                groups[key] = _Class(r.owner, r.gpus, tuple(options), [], len(options) > 1, home)
+                groups[key] = _Class(r.owner, r.gpus, options, [], len(options) > 1, home)
             groups[key].members.append(r)
         for key in sorted(groups, key=lambda k: min(m.name for m in groups[k].members)):
             cls = groups[key]
@@ -182,6 +172,32 @@ class PlanModel:
             self.classes.append(cls)
         self._build_slots()
         self.lent_now, self.borrowed_now = self.ownership_counts(self.counts_keep())
+
+    @staticmethod
+    def _option_key(r: NodeRecord, idle: bool, can_move: bool) -> tuple:
+        """What a node's options depend on: nodes with the same key have the same options."""
+        return (r.owner, r.gpus, r.mig_capable, r.mig_layout, idle, can_move)
+
+    def _options(self, r: NodeRecord, idle: bool, can_move: bool) -> tuple[_Option, ...]:
+        """Keep, re-layout (an idle node whose best layout for its holder serves more) and a move
+        to each other platform (a node that may move)."""
+        pol, unit = self.policy, self.units[r.owner]
+        keep = _Option("keep", r.owner, node_capacity(r, unit, r.mig_layout), (1.0,) * self.hours, 0.0,
+                       r.mig_layout)
+        options = [keep]
+        best = ideal_layout(r, unit)
+        if idle and best != r.mig_layout and node_capacity(r, unit, best) > keep.capacity:
+            options.append(_Option("relayout", r.owner, node_capacity(r, unit, best),
+                                   self._avail(LAYOUT_CHANGE_MINUTES), LAYOUT_CHANGE_COST, best))
+        if can_move:
+            for p in self.platforms:
+                if p == r.owner:
+                    continue
+                layout = ideal_layout(r, self.units[p])
+                cost = pol.move_cost + (LAYOUT_CHANGE_COST if layout != r.mig_layout else 0.0)
+                options.append(_Option("move", p, node_capacity(r, self.units[p], layout),
+                                       self._avail(pol.move_minutes), cost, layout))
+        return tuple(options)
 
     def ownership_counts(self, counts) -> tuple[np.ndarray, np.ndarray]:
         """Nodes each platform owns that others hold, and nodes of others it holds, after ``counts``."""

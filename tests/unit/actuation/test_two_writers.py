@@ -205,3 +205,20 @@ def test_two_pools_staged_in_two_schemas_of_one_database_do_not_share_locks(pg_s
             with pytest.raises(store.LockTimeout):
                 with store.moves_lock(one, wait_s=0.2):
                     pass
+
+
+def test_a_handover_opened_on_a_stale_view_fails_before_it_sends(engine):
+    """Issue 42: a fast path read node n1 on kubernetes (lent there by its owner slurm) and opens
+    its move to openstack just after the owner's reclaim brought it home. The move's source no
+    longer holds the node: it fails with nothing sent, and settling it keeps the hold at
+    kubernetes (the reclaim's), so the node stays open on slurm alone."""
+    dc, acts = make(("openstack", "slurm", "kubernetes"), {"n1": "kubernetes"})
+    rid = ho.open_handover(engine, "n1", "kubernetes", "slurm", T0, dry_run=False, kind=ho.RECLAIM)
+    assert ho.advance_one(engine, ho.get_handover(engine, rid), acts, T0).state == ho.DONE
+    mid = ho.open_handover(engine, "n1", "kubernetes", "openstack", T0, dry_run=False)  # the stale view
+    out = ho.advance_one(engine, ho.get_handover(engine, mid), acts, T0 + timedelta(minutes=1))
+    assert out.state == ho.ROLLED_BACK, out
+    assert "open on slurm" in out.error and "another handover moved it" in out.error
+    assert "hold at kubernetes kept" in out.error
+    assert ho.audit_rows(engine, mid) == [] and acts["openstack"].sent == []
+    assert dc.open_on("n1") == ["slurm"]
