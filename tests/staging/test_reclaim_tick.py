@@ -206,3 +206,28 @@ def test_a_dry_run_says_an_owner_waits_past_its_deadline_without_failing(engine)
     (late,) = out["late"]
     assert (late["owner"], late["node"], late["minutes_late"]) == ("slurm", None, 20.0)
     assert "unknown" in late["error"] and out["opened"] == []
+
+
+def test_the_fast_paths_limits_bind_on_owners_taken_at_first_sight(engine):
+    """``owns`` (no ``pool.nodes[].owner``, no ``reclaim_minutes``) is recorded at the tick's first
+    sight, and the decision's ``lend_limit`` binds on it: k8s owns the two nodes it holds, lends
+    none, and slurm's shortage is left waiting with the limit named; without the limit it is served."""
+    def config(limit):
+        own = {"owns": 2, **({"lend_limit": limit} if limit is not None else {})}
+        return parse_config({
+            "dry_run": False,
+            "platforms": [{"name": "slurm", "kind": "slurm", "conn_id": "slurm_hpc", "actuation": True},
+                          {"name": "k8s", "kind": "kubernetes", "conn_id": "k8s_ai", "actuation": True, **own}],
+            "limits": {"max_moves_per_decision": 4}})
+
+    for limit, moved in ((0, False), (None, True)):
+        dc = Datacenter(("slurm", "k8s"), {"k1": "k8s", "k2": "k8s", "s1": "slurm"})
+        dc.start_job("slurm", "s1")
+        acts = {p: MemActuator(dc, p) for p in dc.platforms}
+        ctx = Context(config(limit), engine)
+        at = AT + (timedelta(0) if limit == 0 else timedelta(days=1))  # the second run reads the first's owners
+        out = _tick(ctx, at, dc, acts, pending=8.0)
+        assert owner_store.owners(engine) == {"k1": "k8s", "k2": "k8s"}
+        assert bool(out["opened"]) is moved
+        if not moved:
+            assert any("lend_limit 0" in r["reason"] for r in store.decisions_at(engine, at))

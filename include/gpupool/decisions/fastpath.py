@@ -172,7 +172,8 @@ def plan_bounds(plan_row: Any, platforms: Iterable[str]) -> PlanBounds:
 
 def settings_from_config(config, backfill: bool = False, tuning: FastPathTuning | None = None) -> Settings:
     """:class:`Settings` from the configuration's platforms, limits and pool (and ``tuning``,
-    default :class:`FastPathTuning`'s)."""
+    default :class:`FastPathTuning`'s). ``homes`` are ``pool.nodes[].owner``'s; the tick adds the
+    owners ``owns`` took at first sight (:func:`gpupool.jobs.reclaim.tick_homes`)."""
     lim = config.limits
     members = None
     if config.pool.nodes and not config.pool.all_nodes:

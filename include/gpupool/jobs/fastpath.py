@@ -12,6 +12,7 @@ keeps are :mod:`gpupool.decisions.fastpath`'s.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
@@ -212,9 +213,13 @@ def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators
         gpus.update({h["node"]: h["gpus"] for h in open_h if h.get("gpus") is not None})
         judged, waking = with_power(judged, states, gpus)
         open_h += [w for w in waking if w["node"] not in {h["node"] for h in open_h}]
+    # the owners (pool.nodes[].owner and owns at first sight, recorded): the reclaim's and the limits'
+    owned = reclaim.tick_homes(ctx, at, {p: j.pressure for p, j in judged.items()}, open_h, states)
+    if owned[0]:
+        settings = replace(settings, homes={**owned[0], **settings.homes})
     # reclaim first: an owner short of GPUs takes its lent node back before any move
     step = reclaim.decide_reclaims(ctx, at, judged, open_h, recent, tick=FASTPATH_EVERY, actuators=actuators,
-                                   lookup=lookup, powered_down=states)
+                                   lookup=lookup, powered_down=states, owned=owned)
     if step is not None and step.moves:
         judged = reclaim.reading_without(judged, step.moves)
         open_h, recent = open_h + step.moving, recent + step.spent

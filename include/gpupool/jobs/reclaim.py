@@ -68,6 +68,22 @@ def homes_of(ctx, at: datetime, held: Mapping[str, Iterable[str]]) -> dict[str, 
     return homes_at(ctx, at, held)
 
 
+def tick_homes(ctx, at: datetime, pressures: Mapping[str, Any], open_h: Sequence[Mapping[str, Any]],
+               powered_down: Iterable[str] = ()) -> tuple[dict[str, str], dict[str, tuple[str, bool]]]:
+    """The owners (:func:`homes_of`, recording what is new) of the nodes the tick's readings and
+    handovers place (:func:`holders`), and those holders: what the reclaim and the fast path's
+    limits both read. Nothing read or written where no platform and no pool node names an owner."""
+    from gpupool.jobs.owners import explicit_owners, ownership_settings
+
+    if not ownership_settings(ctx.config) and not explicit_owners(ctx.config):
+        return {}, {}
+    held = holders(ctx, at, pressures, open_h, powered_down)
+    by_platform: dict[str, list[str]] = {}
+    for n, (p, _) in sorted(held.items()):
+        by_platform.setdefault(p, []).append(n)
+    return homes_of(ctx, at, by_platform), held
+
+
 # ------------------------------------------------------------------------------------ inputs
 
 
@@ -175,12 +191,14 @@ class ReclaimStep:
 
 def decide_reclaims(ctx, at: datetime, readings: Mapping[str, Judged], open_h: Sequence[Mapping[str, Any]],
                     recent: Sequence[Mapping[str, Any]], *, tick: timedelta, actuators: Mapping[str, Any] | None = None,
-                    lookup=None, powered_down: Iterable[str] = ()) -> ReclaimStep | None:
+                    lookup=None, powered_down: Iterable[str] = (),
+                    owned: tuple[dict[str, str], dict[str, tuple[str, bool]]] | None = None) -> ReclaimStep | None:
     """The reclaims to start at ``at`` on ``readings`` (platform -> judged reading, node names pool
     ids), ``open_h`` (handovers not finished, with their GPUs) and ``recent`` (handovers opened in
     the budget window: ``created_at``, ``outside_budget``); ``tick``: when the next reading comes
-    (a flagged owner waits for it where it can). Stores the owners' needs. None: no platform
-    promises a reclaim (nothing read, nothing written)."""
+    (a flagged owner waits for it where it can); ``owned``: :func:`tick_homes`' answer where the
+    caller has it. Stores the owners' needs. None: no platform promises a reclaim (nothing read,
+    nothing written)."""
     from gpupool.staging import owners as owner_store
 
     config, engine = ctx.config, ctx.engine
@@ -189,13 +207,10 @@ def decide_reclaims(ctx, at: datetime, readings: Mapping[str, Judged], open_h: S
         return None
     at = utc_datetime(at)
     pressures = {p: j.pressure for p, j in readings.items()}
-    held = holders(ctx, at, pressures, open_h, powered_down)
+    homes, held = owned if owned is not None else tick_homes(ctx, at, pressures, open_h, powered_down)
+    held = dict(held)
     gpus = {n: int(g) for r in pressures.values() for n, g in r.node_gpus.items()}
     gpus.update({h["node"]: int(h["gpus"]) for h in open_h if h.get("gpus") is not None})
-    by_platform: dict[str, list[str]] = {}
-    for n, (p, _) in sorted(held.items()):
-        by_platform.setdefault(p, []).append(n)
-    homes = homes_of(ctx, at, by_platform)
     on_way: dict[str, float] = {}
     for h in open_h:
         if h.get("state") != "failed":
