@@ -223,6 +223,31 @@ def test_handover_audits_shrink_first_and_grow_last(kueue, sqlite_engine):
     assert kueue.counted() == {"k8s-gpu-02": 8, "gpu-n07": 8} and kueue.quota() == "16"
 
 
+class CordonRefused(KubernetesActuator):
+    """The API server refuses the cordon (say, RBAC lost ``patch`` on nodes) after the shrink went out."""
+
+    def send(self, command):
+        if command.action == "cordon":
+            raise ActuationError(self.platform, command.node, "cordon", "nodes is forbidden (403)")
+        return super().send(command)
+
+
+def test_a_release_whose_cordon_failed_gives_the_quota_back_when_rolled_back(kueue, sqlite_engine):
+    """The shrink went out, the cordon did not: the node stays open on Kubernetes, and the
+    rollback gives the queue its GPUs back (it would otherwise stay short by the node)."""
+    k8s = CordonRefused(kueue.kube.api_client(), "kubernetes", quota=SPEC)
+    dc = Datacenter(("slurm",), {"k8s-gpu-01": "kubernetes"})
+    acts = {"slurm": MemActuator(dc, "slurm"), "kubernetes": k8s}
+    hid = ho.open_handover(sqlite_engine, "k8s-gpu-01", "kubernetes", "slurm", T0, dry_run=False)
+    ho.advance_all(sqlite_engine, acts, T0, dry_run=False)
+    assert kueue.quota() == "8" and "k8s-gpu-01" not in kueue.counted()
+    assert kueue.kube.get("nodes", None, "k8s-gpu-01")["spec"].get("unschedulable") is not True
+    out = ho.rollback(sqlite_engine, hid, acts, T0)
+    assert out["state"] == ho.ROLLED_BACK
+    assert kueue.quota() == "16" and kueue.counted() == {"k8s-gpu-01": 8, "k8s-gpu-02": 8}
+    assert [r["action"] for r in ho.audit_rows(sqlite_engine, hid)][-1] == GROW
+
+
 def test_two_writers_interleaved_lose_nothing(kueue):
     """Writer A reads the queue, writer B shrinks another node in between: A's replace meets a
     409, reads again and applies its change on top of B's."""

@@ -119,6 +119,7 @@ from gpupool.actuation.handover_records import (  # noqa: F401 - re-exported: ca
     update_handover,
     wall_clock,
 )
+from gpupool.actuation.quota import GROW as QUOTA_GROW, SHRINK as QUOTA_SHRINK
 from gpupool.staging import handovers as store
 from gpupool.staging import reads
 from gpupool.values import utc_datetime
@@ -391,6 +392,12 @@ def _lift_source_hold(engine: Engine, h: Handover, actuators: Mapping[str, Actua
     src = actuators[h.from_platform]
     st = src.owner_state(h.node)
     if not st.held_by_gpupool:
+        if st.present and st.schedulable and _quota_shrunk(engine, h):
+            # the queue's quota went down before a hold that never came (a cordon that failed):
+            # still open at the source, it is given back, or the queue stays short by the node
+            for cmd in [c for c in src.attach_commands(h.node) if c.action == QUOTA_GROW]:
+                send_live(engine, h, src, cmd)
+            return f"nothing of gpupool's held at {h.from_platform}; its queue's quota given back", None
         return f"nothing of gpupool's held at {h.from_platform}", None
     elsewhere = _open_elsewhere(engine, h, actuators, h.from_platform)
     if elsewhere:
@@ -399,6 +406,12 @@ def _lift_source_hold(engine: Engine, h: Handover, actuators: Mapping[str, Actua
     for cmd in src.attach_commands(h.node):
         send_live(engine, h, src, cmd)
     return f"gpupool's hold at {h.from_platform} lifted", None
+
+
+def _quota_shrunk(engine: Engine, h: Handover) -> bool:
+    """Whether ``h`` shrank its source's queue quota (an audited ``quota_shrink`` that went out)."""
+    return any(r["action"] == QUOTA_SHRINK and r["platform"] == h.from_platform and r["status"] in ("ok", "pending")
+               for r in audit_rows(engine, h.id))
 
 
 def _open_elsewhere(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], here: str) -> list[str]:
