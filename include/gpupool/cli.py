@@ -349,7 +349,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "owners":
         from datetime import datetime, timezone
 
-        from gpupool.jobs.allocation import pool_nodes
+        from gpupool.jobs.pool import pool_nodes
         from gpupool.jobs.owners import format_owners, owners_view
 
         db.upgrade(ctx.engine)

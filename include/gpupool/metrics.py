@@ -34,7 +34,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from gpupool.actuation import handover as ho
-from gpupool.jobs.allocation import pool_nodes
+from gpupool.jobs.pool import pool_nodes
 from gpupool import energy
 from gpupool.actuation.power.machine import REFUSED_PREFIX, RETRY_PREFIX
 from gpupool.canonical import DEMAND_METRICS

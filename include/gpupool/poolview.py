@@ -103,7 +103,7 @@ def node_owners(engine: Engine, at: datetime, platforms: list[str], config=None)
     that holds it at ``at`` as the planner sees the pool (a node in a handover: its target,
     ``moving`` true), None where the planner leaves it out of the pool (drained by someone else,
     open on several platforms, or in no inventory of ``platforms``)."""
-    from gpupool.jobs.allocation import pool_nodes
+    from gpupool.jobs.pool import pool_nodes
 
     explicit = {n.node: n.owner for n in config.pool.nodes if n.owner} if config is not None else {}
     owners = ownership_reads.node_owners(engine, explicit)

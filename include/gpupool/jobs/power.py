@@ -31,33 +31,14 @@ from gpupool.actuation.power import machine as pm
 from gpupool.decisions.cadence import FASTPATH_EVERY
 from gpupool.decisions.parking import (
     ON, PowerNode, daily_window, decide_parking, kept_readings, plan_upper, pressure_from_readings)
+from gpupool.jobs.pressure import FASTPATH_SEEN_WITHIN, PLAN_EVERY, fastpath_running, power_states  # noqa: F401 - shared reads
 from gpupool.values import utc_datetime
 
-#: the plan's cadence: the rule's tick when the fast path does not run (the what-if's too)
-PLAN_EVERY = timedelta(hours=1)
-#: the fast path counts as running while it recorded a tick this recently (a tick or two may fail)
-FASTPATH_SEEN_WITHIN = 3 * FASTPATH_EVERY
 
 
 def power_platforms(config) -> list[str]:
     """The platforms whose nodes the power step parks and wakes: ``power:`` and ``actuation: true``."""
     return [p.name for p in config.platforms if p.power is not None and p.actuation and p.kind != "simulator"]
-
-
-def fastpath_running(engine, at: datetime) -> bool:
-    """Whether the fast path recorded a tick within :data:`FASTPATH_SEEN_WITHIN` before ``at``
-    (it then runs the power step; otherwise the plan's actuation does)."""
-    from gpupool.staging import fastpath as store
-
-    last = store.recent_decisions(engine, limit=1, until=at)
-    return bool(last) and utc_datetime(last[0]["decided_at"]) > utc_datetime(at) - FASTPATH_SEEN_WITHIN
-
-
-def power_states(engine) -> dict[str, tuple[str, str]]:
-    """node -> (power state, platform) of every node that is not on."""
-    from gpupool.staging import power as store
-
-    return {r["node"]: (r["state"], r["platform"]) for r in store.power_rows(engine) if r["state"] != ON}
 
 
 def _build(ctx, names: list[str], live_ok: bool, lookup) -> tuple[dict, dict[str, str]]:
@@ -214,7 +195,7 @@ def _read_and_stage(ctx, at: datetime, names: list[str], lookup, out: dict) -> d
 
 def _nodes(ctx, at: datetime, names: list[str], pressures: Mapping[str, Any], settings, tick: timedelta) -> list[PowerNode]:
     """The pool nodes of ``names`` as the rule sees them (module docstring)."""
-    from gpupool.jobs.allocation import pool_nodes
+    from gpupool.jobs.pool import pool_nodes
     from gpupool.staging import power as store
 
     engine = ctx.engine
@@ -346,7 +327,7 @@ def operator_power(ctx, action: str, node: str, at: datetime, *, dry_run: bool =
     if row is not None and row["state"] != ON:
         platform = row["platform"]
     else:
-        from gpupool.jobs.allocation import pool_nodes
+        from gpupool.jobs.pool import pool_nodes
 
         records, excluded = pool_nodes(engine, at, ctx.platforms(), config)
         owner = {r.name: r.owner for r in records}

@@ -1,12 +1,38 @@
-"""Each platform's pressure read now, through its own source: what the fast path's tick and the
-power step read (GPUs allocated, pending and open, idle whole nodes)."""
+"""Each platform's pressure read now, through its own source: what the fast path's tick, the
+power step and the reclaim read (GPUs allocated, pending and open, idle whole nodes); and the
+staged state those three share (whether the fast path runs, which nodes are powered down)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Mapping
 
+from gpupool.decisions.cadence import FASTPATH_EVERY
 from gpupool.sources.base import Pressure, SourceError
+from gpupool.values import utc_datetime
+
+#: the plan's cadence: the rule's tick when the fast path does not run (the what-if's too)
+PLAN_EVERY = timedelta(hours=1)
+#: the fast path counts as running while it recorded a tick this recently (a tick or two may fail)
+FASTPATH_SEEN_WITHIN = 3 * FASTPATH_EVERY
+
+
+def fastpath_running(engine, at: datetime) -> bool:
+    """Whether the fast path recorded a tick within :data:`FASTPATH_SEEN_WITHIN` before ``at``
+    (it then runs the power step; otherwise the plan's actuation does)."""
+    from gpupool.staging import fastpath as store
+
+    last = store.recent_decisions(engine, limit=1, until=at)
+    return bool(last) and utc_datetime(last[0]["decided_at"]) > utc_datetime(at) - FASTPATH_SEEN_WITHIN
+
+
+def power_states(engine) -> dict[str, tuple[str, str]]:
+    """node -> (power state, platform) of every node that is not on."""
+    from gpupool.staging import power as store
+
+    return {r["node"]: (r["state"], r["platform"]) for r in store.power_rows(engine) if r["state"] != store.ON}
+
+
 
 
 def _pool_ids(config, p: Pressure) -> Pressure:

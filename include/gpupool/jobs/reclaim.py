@@ -123,7 +123,7 @@ def holders(ctx, at: datetime, readings: Mapping[str, Any], open_h: Sequence[Map
                 out[n] = (last[n], False)
                 continue
             if inventory is None:
-                from gpupool.jobs.allocation import pool_nodes
+                from gpupool.jobs.pool import pool_nodes
 
                 inventory = {r.name: r.owner for r in pool_nodes(ctx.engine, at, ctx.platforms(), ctx.config)[0]}
             if n in inventory:
@@ -381,14 +381,13 @@ def open_reclaims(ctx, at: datetime, moves: Sequence[ReclaimMove], live, timeout
 def plan_reclaims(ctx, at: datetime, *, live, timeout: timedelta, actuators: Mapping[str, Any] | None = None,
                   lookup=None, sources: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The reclaim of the hourly plan's actuation, before it opens the plan's moves: run when the
-    fast path does not (:func:`gpupool.jobs.power.fastpath_running`), on each platform's pressure
+    fast path does not (:func:`gpupool.jobs.pressure.fastpath_running`), on each platform's pressure
     read now and staged as the fast path stages its own (the plan's inventory is an hour old). Not
     judged: the detect rules judge readings at the fast path's cadence, and the next reading of
     the plan's cadence is too late to wait for. None: no platform promises a reclaim."""
     from gpupool.actuation import handover as ho
     from gpupool.decisions.fastpath import READING_METRICS
-    from gpupool.jobs.power import PLAN_EVERY, fastpath_running, power_states
-    from gpupool.jobs.pressure import _pool_ids, read_pressures
+    from gpupool.jobs.pressure import PLAN_EVERY, _pool_ids, fastpath_running, power_states, read_pressures
     from gpupool.staging import fastpath as store
 
     if not promised(ctx.config):
