@@ -29,7 +29,7 @@ from gpupool.actuation import handover as ho
 from gpupool.actuation.actuators.base import ActuationError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "actuation"))
-from memplatform import make  # noqa: E402
+from memplatform import Interleave, make  # noqa: E402
 from mempower import race  # noqa: E402
 
 PLATFORMS = ("openstack", "slurm", "kubernetes")
@@ -164,43 +164,13 @@ def test_every_order_of_a_reclaim_a_move_and_a_rollback_leaves_one_state(engine,
 # ------------------------------------------------------------------------------------ one inside another
 
 
-class Inside:
-    """Runs ``inner`` once, inside the ``at``-th platform call (any actuator's read or send)."""
-
-    def __init__(self, acts):
-        self.pending, self.calls = None, 0
-        for a in acts.values():
-            for method in ("owner_state", "send"):
-                setattr(a, method, self._wrap(getattr(a, method)))
-
-    def _wrap(self, real):
-        def call(*args, **kw):
-            if self.pending is not None:
-                at, inner = self.pending
-                if self.calls == at:
-                    self.pending = None
-                    inner()
-                self.calls += 1
-            return real(*args, **kw)
-        return call
-
-    def run(self, outer, inner, at: int) -> bool:
-        """Run ``outer`` with ``inner`` inside it; whether ``inner`` ran (``outer`` made fewer calls)."""
-        self.pending, self.calls = (at, inner), 0
-        try:
-            outer()
-        finally:
-            missed, self.pending = self.pending is not None, None
-        return not missed
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(order=st.sampled_from(orders()), nested=st.integers(1, 4), at=st.integers(0, 8), busy=st.booleans())
 def test_a_step_run_inside_another_writers_platform_call_leaves_one_state(engine, order, nested, at, busy):
     """Step ``nested`` of ``order`` runs inside the ``at``-th platform call of the step before it
     (between that writer's read of the handover and its write)."""
     r = Round(engine, f"x{next(_FRESH)}", busy)  # a node of its own: the engine lives across examples
-    inside = Inside(r.acts)
+    inside = Interleave(r.acts)
     steps = list(order)
     i = 0
     while i < len(steps):

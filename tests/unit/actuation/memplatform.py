@@ -139,3 +139,34 @@ def make(platforms=("openstack", "slurm", "kubernetes"), owners=None):
     owners = owners or {"n1": "slurm", "n2": "kubernetes", "n3": "openstack"}
     dc = Datacenter(tuple(platforms), dict(owners))
     return dc, {p: MemActuator(dc, p) for p in platforms}
+
+
+class Interleave:
+    """Runs one writer (``inner``) once, inside the ``at``-th platform call (any actuator's read or
+    send) another writer (``outer``) makes: the two-writer tests' deterministic interleaving."""
+
+    def __init__(self, acts):
+        self.pending, self.calls = None, 0
+        for a in acts.values():
+            for method in ("owner_state", "send"):
+                setattr(a, method, self._wrap(getattr(a, method)))
+
+    def _wrap(self, real):
+        def call(*args, **kw):
+            if self.pending is not None:
+                at, inner = self.pending
+                if self.calls == at:
+                    self.pending = None
+                    inner()
+                self.calls += 1
+            return real(*args, **kw)
+        return call
+
+    def run(self, outer, inner, at: int) -> bool:
+        """Run ``outer`` with ``inner`` inside it; whether ``inner`` ran (``outer`` made fewer calls)."""
+        self.pending, self.calls = (at, inner), 0
+        try:
+            outer()
+        finally:
+            missed, self.pending = self.pending is not None, None
+        return not missed

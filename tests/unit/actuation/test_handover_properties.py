@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from gpupool.actuation import handover as ho
 from gpupool.actuation.actuators.base import ActuationError
 from gpupool.staging.schema import action_audit, handover
-from memplatform import make
+from memplatform import Interleave, make
 
 PLATFORMS = ("openstack", "slurm", "kubernetes")
 NODES = ("n1", "n2", "n3")
@@ -97,36 +97,6 @@ def _where_records_say(engine, dc, owners: dict[str, str]) -> None:
 
 def _owner(dc, node) -> str:
     return next((p for p in PLATFORMS if dc.slots[(p, node)].schedulable), "slurm")
-
-
-class Interleave:
-    """Runs one writer inside the ``at``-th platform call (any actuator's read or send) made
-    while another writer runs."""
-
-    def __init__(self, acts):
-        self.pending = None
-        self.calls = 0
-        for a in acts.values():
-            for method in ("owner_state", "send"):
-                setattr(a, method, self._wrap(getattr(a, method)))
-
-    def _wrap(self, real):
-        def call(*args, **kw):
-            if self.pending is not None:
-                at, other = self.pending
-                if self.calls == at:
-                    self.pending = None
-                    other()
-                self.calls += 1
-            return real(*args, **kw)
-        return call
-
-    def run(self, outer, inner, at: int) -> None:
-        self.pending, self.calls = (at, inner), 0
-        try:
-            outer()
-        finally:
-            self.pending = None
 
 
 def _writer(engine, dc, acts, spec, now, finals: dict[int, str]):
