@@ -10,11 +10,14 @@ Kubernetes node through a real move: the quota shrinks before the node is cordon
 then leaves the borrowed node (its demand drops to what its own nodes hold) and comes back onto it
 at the very step Kubernetes bursts with pods its three nodes cannot run. The owner wants its node
 back while borrowed work on it has run only minutes: the reclaim waits until that work ran
-`min_runtime_minutes`, requeues the Slurm jobs (`scontrol requeue`), moves the node home and opens
-it there, and the quota grows after the uncordon, all within `reclaim_minutes` of the need.
+`min_runtime_minutes`, requeues the Slurm jobs (`scontrol requeue`: they wait in Slurm's queue under
+their own ids), moves the node home and opens it there, and the quota grows after the uncordon, all
+within `reclaim_minutes` of the need; the burst's pods then run.
 
-The datacenter between the platforms (provisioning a released node to its next platform) is
-datacenter.py's :class:`ProvisionedActuator`, the one thing this test adds to what the product builds.
+Staging holds what the hourly pipeline would have left there (a plan that reserves nothing, an
+inventory snapshot: the GPUs a node in transit brings). The datacenter between the platforms
+(provisioning a released node to its next platform) is datacenter.py's :class:`ProvisionedActuator`,
+the one thing this test adds to what the product builds.
 """
 
 from __future__ import annotations
@@ -127,11 +130,11 @@ def _quota(custom) -> int:
     return int(quota_entry(custom.get_cluster_custom_object(*KUEUE, QUEUE), FLAVOR, GPU)["nominalQuota"])
 
 
-def _jobs(urls: dict, node: str) -> list[dict]:
-    """Slurm's jobs on ``node`` as slurmrestd lists them: id, state, start (UTC)."""
+def _jobs(urls: dict) -> list[dict]:
+    """Slurm's jobs as slurmrestd lists them: id, state, node ("" while pending), start (UTC)."""
     jobs = requests.get(f"{urls['slurmrestd']}/slurm/v0.0.38/jobs", timeout=10).json()["jobs"]
-    return [{"id": j["job_id"], "state": j["job_state"], "start": datetime.fromtimestamp(j["start_time"], timezone.utc)}
-            for j in jobs if j.get("nodes") == node]
+    return [{"id": j["job_id"], "state": j["job_state"], "node": j.get("nodes") or "",
+             "start": datetime.fromtimestamp(j["start_time"], timezone.utc)} for j in jobs]
 
 
 @pytest.fixture(scope="module")
@@ -180,11 +183,13 @@ def test_an_owner_reclaims_its_lent_node_from_borrowed_work_within_its_deadline(
             pool = datacenter.pool(urls["control"])
             if lent is None:
                 lent = next((h.node for h in ho.list_handovers(engine) if h.kind != ho.RECLAIM and not h.dry_run), None)
-            if lent is not None:
-                for j in _jobs(urls, lent):
+            listed = _jobs(urls)
+            for j in listed:
+                if lent is not None and j["node"] == lent:
                     jobs.setdefault(j["id"], j)
             seen.append({"at": at, "began": began, "ended": datetime.now(timezone.utc),
                          "lag": datacenter.sim_now(urls) - at, "quota": _quota(custom),
+                         "slurm_jobs": {j["id"]: j["state"] for j in listed},
                          "pool": {n: (e["platform"], e["schedulable"], e["busy_gpus"]) for n, e in pool.items()}})
             back = [h for h in ho.list_handovers(engine) if h.kind == ho.RECLAIM and h.state == ho.DONE]
             if back and done_at is None:
@@ -235,6 +240,11 @@ def test_an_owner_reclaims_its_lent_node_from_borrowed_work_within_its_deadline(
     for r in requeues:  # sent during the run of a tick at or after the work had run min_runtime_minutes
         tick = next(s for s in seen if s["began"] <= utc_datetime(r["created_at"]) <= s["ended"])
         assert tick["at"] - BURST >= timedelta(minutes=MIN_RUNTIME_MINUTES), (tick["at"], r)
+    # requeued, not cancelled: each job waits in slurm's queue under its own id (slurm, 8 GPUs short
+    # again without the node, cannot run them) from the tick that requeued them on
+    after = [s for s in seen if s["at"] >= rec.created_at]
+    assert all(s["slurm_jobs"].get(j["id"]) == "PENDING" for s in after for j in borrowed), (
+        [(str(s["at"]), {j["id"]: s["slurm_jobs"].get(j["id"]) for j in borrowed}) for s in after])
 
     # home again: uncordoned and Ready on kubernetes, the quota grown after the uncordon, the burst running
     sent = [(r["platform"], r["action"]) for r in ho.audit_rows(engine, rec.id)]
