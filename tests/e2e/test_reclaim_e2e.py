@@ -169,6 +169,7 @@ def test_an_owner_reclaims_its_lent_node_from_borrowed_work_within_its_deadline(
         _inventory(engine, urls, NOW)
         core, custom = _kube(urls)
         _queue(custom)
+        assert _quota(custom) == 32  # the operator's quota for kubernetes' four nodes
         seen: list[dict] = []  # per tick: its logical date, the wall clock around its run, what the world shows after
         jobs: dict[int, dict] = {}  # slurm's jobs ever seen on the lent node
         lent, done_at = None, None
@@ -205,7 +206,8 @@ def test_an_owner_reclaims_its_lent_node_from_borrowed_work_within_its_deadline(
     (lend,) = [h for h in live if h.kind != ho.RECLAIM]
     assert (lend.from_platform, lend.to_platform, lend.state) == ("kubernetes", "slurm", ho.DONE), lend
     lend_sent = [(r["platform"], r["action"]) for r in ho.audit_rows(engine, lend.id)]
-    assert lend_sent[:2] == [("kubernetes", "quota_shrink"), ("kubernetes", "cordon")], lend_sent
+    # the queue stops admitting onto the node, then it is cordoned, then it leaves for slurm
+    assert lend_sent[:3] == [("kubernetes", "quota_shrink"), ("kubernetes", "cordon"), ("slurm", "provision")], lend_sent
     shrink = next(r for r in ho.audit_rows(engine, lend.id) if r["action"] == "quota_shrink")
     assert shrink["status"] == "ok" and json.loads(shrink["response"])["nominal_quota"] == "24", shrink
     on_slurm = [s for s in seen if s["pool"][lent][0] == "slurm"]
