@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -156,8 +157,10 @@ def test_errors_match_recorded_slurmrestd(sim):
 
 def test_slurm_actuator_requeues_on_the_facade_as_on_real_slurm(sim, tmp_path):
     """The actuator as the virtual datacenter runs it (reads from slurmrestd, writes through the
-    scontrol shim): requeue empties a drained node; a job that is no longer running answers ok on a
-    second send; the shim's refusals read as real scontrol's ("Job is pending execution for job N")."""
+    scontrol shim): requeue empties a drained node and the jobs wait pending under their own ids,
+    as slurmctld keeps them, until the platform's demand runs again; a job that is no longer running
+    answers ok on a second send; the shim's refusals read as real scontrol's ("Job is pending
+    execution for job N")."""
     from gpupool.actuation.actuators.slurm import SlurmActuator
 
     shim = tmp_path / "scontrol"
@@ -174,8 +177,15 @@ def test_slurm_actuator_requeues_on_the_facade_as_on_real_slurm(sim, tmp_path):
     assert sorted(c.request["job_id"] for c in cmds) == sorted(w.job_id for w in running)
     assert all(act.send(c)["requeued"] for c in cmds)
     assert act.is_released(name) and act.work_started(name) == []
+    ids = {w.job_id for w in running}
+
+    def listed() -> dict[int, str]:
+        jobs = requests.get(f"{sim.urls['slurm']}/slurm/v0.0.38/jobs", timeout=10).json()["jobs"]
+        return {j["job_id"]: j["job_state"] for j in jobs}
+
+    assert {i: listed().get(i) for i in ids} == {i: "PENDING" for i in ids}  # requeued: the same ids wait
     again = act.send(cmds[0])
-    assert again["requeued"] is False and "Invalid job id specified" in again["detail"]
+    assert again["requeued"] is False and "pending execution" in again["detail"]
 
     for n in sim.state.nodes("slurm"):  # no node takes work: the platform's demand waits
         sim.state.cordon("slurm", n["name"], "operator: maintenance", via="slurm")
@@ -184,3 +194,17 @@ def test_slurm_actuator_requeues_on_the_facade_as_on_real_slurm(sim, tmp_path):
     assert pending, "the world has demand it cannot place"
     out = scontrol(sim, "requeue", str(pending[0].job_id))
     assert out.returncode == 1 and out.stderr.strip() == f"Job is pending execution for job {pending[0].job_id}"
+    assert ids <= {w.job_id for w in pending}  # still waiting while the demand they are part of is unmet
+    for n in sim.state.nodes("slurm"):
+        if n["drain_reason"] == "operator: maintenance":
+            sim.state.uncordon("slurm", n["name"])
+    sim.state.advance("10min")
+    # the demand runs again, under new ids: of the requeued, only as many as its unmet GPUs still wait
+    # (the first requeued ran first), and nothing is listed twice
+    world, i = sim.state.world, sim.state.clock_i - 1
+    p = world.platforms.index("slurm")
+    unmet = math.ceil(max(0.0, world.demand_[p, i] - world.capacity_at(i)[p]) - 1e-6)
+    now = [w.job_id for w in sim.state.pending("slurm")]
+    order = [c.request["job_id"] for c in cmds]
+    assert len(now) == len(set(now)) == unmet
+    assert [j for j in now if j in ids] == order[len(order) - min(unmet, len(order)):], (now, order)

@@ -132,6 +132,11 @@ class ProvisionedActuator(Actuator):
     def evict_commands(self, node: str) -> list[Command]:
         return self.inner.evict_commands(node)
 
+    def work_started(self, node: str):
+        """When the work on ``node`` began, as the platform's own actuator reads it (a reclaim
+        ends borrowed work only once it ran its owner's ``min_runtime_minutes``)."""
+        return self.inner.work_started(node)
+
     def prepare_commands(self, node, mig_layout):
         return self.inner.prepare_commands(node, mig_layout)
 

@@ -10,10 +10,11 @@
 * ``POST /slurm/v0.0.39/node/{name}`` ``{"state": ["DRAIN"|"RESUME"|"UNDRAIN"], "reason": ...}`` —
   the node update v0.0.39 added (22.05's v0.0.38 has none); :mod:`.scontrol` uses it.
 * ``POST /sim/slurmctld/requeue/{id}`` — what ``scontrol requeue`` asks of slurmctld (no slurmrestd
-  version has it; only :mod:`.scontrol` calls it): a running job leaves its node at once (on a
-  drained node it is gone from there; the world keeps its demand, pending elsewhere, since the
-  fluid model has no queue to put the same id back in); a pending job answers "Job is pending
-  execution", an unknown one "Invalid job id specified", as slurmctld does.
+  version has it; only :mod:`.scontrol` calls it): a running job leaves its node at once and is
+  listed pending under its own id, as slurmctld keeps a requeued job's id, while the platform's
+  unmet demand covers it (the fluid model runs that demand again under new ids:
+  :meth:`SimState.requeue <gpupool.emulator.state.SimState.requeue>`); a pending job answers "Job
+  is pending execution", an unknown one "Invalid job id specified", as slurmctld does.
 
 A drained node takes no new jobs; its running jobs end on their own (``DRAINING`` until then,
 ``DRAINED`` after). Errors come back as Debian's slurmrestd 22.05.8 writes them (recorded in
@@ -230,7 +231,7 @@ def make_app(state: SimState) -> Starlette:
             return JSONResponse({"errors": [{"error": "Invalid job id specified"}]}, status_code=404)
         if found[0].state != "Running":
             return JSONResponse({"errors": [{"error": "Job is pending execution"}]}, status_code=409)
-        state.evict(ROLE, jid)
+        state.requeue(ROLE, jid)
         return JSONResponse({"errors": []})
 
     @locked

@@ -169,6 +169,7 @@ class SimState:
         self.meta: dict[str, NodeMeta] = {n.name: NodeMeta() for n in world.nodes}
         self.residuals: list[Residual] = []
         self.evictions: dict[tuple[int, int], set[int]] = {}  # (node idx, slot) -> steps a new run starts
+        self.requeued: dict[str, list[tuple[int, int]]] = {}  # platform -> (job id, step requeued), oldest first
         self.mig: dict[str, MigChange] = {}
         self._node_idx = {n.name: j for j, n in enumerate(world.nodes)}
         self._gmax = max((n.gpus for n in world.nodes), default=1)
@@ -353,6 +354,14 @@ class SimState:
             j = self._node_idx[w.node]
             self.evictions.setdefault((j, w.slot), set()).add(c)
         self._bump(w.node)
+        return w
+
+    def requeue(self, role: str, job_id: int) -> Work:
+        """``scontrol requeue``: the running job leaves its node now (:meth:`evict`) and waits,
+        pending under its own id, as slurmctld keeps a requeued job's id and its place in the queue
+        (:meth:`pending`)."""
+        w = self.evict(role, job_id)
+        self.requeued.setdefault(w.platform, []).append((job_id, self.clock_i))
         return w
 
     def power(self, name: str, on: bool, minutes: float | None = None) -> pd.Timestamp:
@@ -608,7 +617,23 @@ class SimState:
         unmet = max(0.0, float(self.world.demand_[pi, i] - self.world.capacity_at(i)[pi]))
         n = int(math.ceil(unmet - 1e-6))
         since = self.ts(self.clock_i)
-        return [Work(PENDING_ID_BASE + pi * 1_000_000 + k, p, None, 1, since, "Pending") for k in range(n)]
+        ids = self._requeued_waiting(p, n)
+        fresh = max(0, n - sum(1 for _, at in self.requeued.get(p, ()) if at < self.clock_i))
+        return ([Work(jid, p, None, 1, since, "Pending") for jid in ids]
+                + [Work(PENDING_ID_BASE + pi * 1_000_000 + k, p, None, 1, since, "Pending") for k in range(fresh)])
+
+    def _requeued_waiting(self, p: str, n: int) -> list[int]:
+        """The requeued jobs of platform ``p`` still pending, given ``n`` GPUs of its demand unmet
+        in the step that just ended. A job requeued in the current step waits (the world places its
+        demand from the next step); one requeued earlier is part of that unmet demand, and the
+        fluid model runs demand again under new ids, so the oldest requeued (the first in the
+        queue) are taken as placed once the unmet demand no longer covers them, and forgotten."""
+        queue = self.requeued.get(p, [])
+        older = [e for e in queue if e[1] < self.clock_i]
+        kept = older[len(older) - min(n, len(older)):] + [e for e in queue if e[1] >= self.clock_i]
+        if len(kept) != len(queue):
+            self.requeued[p] = kept
+        return [jid for jid, _ in kept]
 
     # ------------------------------------------------------------------ history for the exporters
     def exported(self, role: str, i0: int, i1: int) -> dict[str, Any]:

@@ -15,7 +15,10 @@ simulated); :func:`gpupool.platforms.build_actuator` builds it for ``kind: simul
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
+
+import numpy as np
 
 from gpupool.actuation.actuators.base import ActuationError, Actuator, Command, ForeignHoldError, OwnerState
 from gpupool.actuation.marks import REASON_PREFIX
@@ -53,6 +56,34 @@ class WorldActuator(Actuator):
                               detail={"in_transit": True})
         return OwnerState(self.platform, node, present=True, schedulable=True, busy=int(round(e["busy_gpus"])),
                           detail={"in_transit": False})
+
+    def work_started(self, node: str, lookback_steps: int = 288) -> list[datetime]:
+        """When each GPU's run of work now on ``node`` began (UTC), one entry per busy GPU, as the
+        virtual datacenter's APIs date their jobs (:mod:`gpupool.emulator.state`): GPU slot ``k``
+        of a node packed with ``b`` GPUs of work is busy while ``k < ceil(b)``, and its run began
+        at the first step of the unbroken stretch it has been busy on this platform. Empty when
+        the platform does not hold the node, it is in transit or runs nothing."""
+        j = self.world._node(node)
+        mine = self.world._pidx[self.platform]
+        slots: dict[int, int | None] = {}  # busy slot -> first step of its run (None: busy back to the chunk's start)
+        end = self.world.clock_index
+        while end > 0:
+            begin = max(0, end - lookback_steps)
+            busy = np.ceil(self.world.busy_by_node(self.world.index[begin], self._at(end))[j] - 1e-6)
+            busy = np.where(self.world.owner_[j, begin:end] == mine, busy, 0.0)
+            if end == self.world.clock_index:
+                slots = {k: None for k in range(int(busy[-1]))}
+            for k in [k for k, first in slots.items() if first is None]:
+                idle = np.nonzero(busy <= k)[0]
+                slots[k] = begin + int(idle[-1]) + 1 if len(idle) else None
+            if all(first is not None for first in slots.values()):
+                break
+            end = begin
+        return [(self.world.start + first * self.world.step).to_pydatetime()
+                for first in sorted(first or 0 for first in slots.values())]
+
+    def _at(self, i: int):
+        return self.world.index[i] if i < len(self.world.index) else self.world.end
 
     def is_released(self, node: str) -> bool:
         """Cordoned by gpupool and no work packed on it at the clock."""

@@ -204,3 +204,22 @@ def test_the_benchmarks_worlds_fit_the_limits():
                          for p, n in (("openstack", 4166), ("slurm", 4167), ("kubernetes", 4167))}}
     world = World(scenario_from_dict(raw, where="fleet"))
     assert len(world.nodes) == 12_500 and world.owner_.shape == (12_500, 120)
+
+
+def test_the_world_actuator_dates_each_gpus_run_of_work_as_the_datacenter_does(helios, tmp_path):
+    from gpupool.sim.actuator import WorldActuator
+
+    # a at 30-minute steps: demand 12, 12, 10, 30 (served 16) up to 02:00, packed by name: a-gpu001
+    # holds 8 throughout, a-gpu002 holds 4, 4, 2, 8
+    w = _world(helios, tmp_path, step="30min", clock="2020-05-01 02:00")
+    act = WorldActuator(w, "a")
+    t = pd.Timestamp("2020-05-01 00:00", tz="UTC")
+    assert act.work_started("a-gpu001") == [t.to_pydatetime()] * 8
+    # slots 0-1 ran from the start; slots 2-3 stopped at 01:00 and began again at 01:30; 4-7 began at 01:30
+    want = [t.to_pydatetime()] * 2 + [(t + pd.Timedelta("90min")).to_pydatetime()] * 6
+    assert act.work_started("a-gpu002") == want
+    assert act.work_started("a-gpu002", lookback_steps=1) == want  # found across look-back chunks alike
+    assert WorldActuator(w, "b").work_started("a-gpu002") == []  # not b's node: none of b's work on it
+    w.cordon("a-gpu002", "gpupool: moving to b")
+    w.advance("2020-05-01 02:30")
+    assert act.work_started("a-gpu002") == []  # a cordoned node serves nothing in the fluid model
