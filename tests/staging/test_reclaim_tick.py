@@ -231,3 +231,22 @@ def test_the_fast_paths_limits_bind_on_owners_taken_at_first_sight(engine):
         assert bool(out["opened"]) is moved
         if not moved:
             assert any("lend_limit 0" in r["reason"] for r in store.decisions_at(engine, at))
+
+
+def test_a_handover_keeps_the_gpus_its_node_brings(engine):
+    """What is on its way while a node moves is known from the handover itself (a fresh install
+    has no inventory staged before its first pipeline run)."""
+    dc = Datacenter(("slurm", "k8s"), {"k1": "k8s", "k2": "k8s", "s1": "slurm"})
+    dc.start_job("slurm", "s1")
+    dc.start_job("k8s", "k2")  # busy: its move waits in releasing, the node in transit
+    acts = {p: MemActuator(dc, p) for p in dc.platforms}
+    hid = ho.open_handover(engine, "k2", "k8s", "slurm", AT, dry_run=False, gpus=8)
+    ho.advance_all(engine, acts, AT, dry_run=False)
+    h = ho.get_handover(engine, hid)
+    assert (h.state, h.gpus) == (ho.RELEASING, 8) and h.as_dict()["gpus"] == 8
+    ho.rollback(engine, hid, acts, AT + TICK)
+    assert ho.get_handover(engine, hid).state == ho.ROLLED_BACK
+    # the tick counts them on their way: slurm short 8 with k2's 8 coming is not served twice
+    hid2 = ho.open_handover(engine, "k2", "k8s", "slurm", AT + 2 * TICK, dry_run=False, gpus=8)
+    out = _tick(Context(_config(reclaim_minutes=None, owners=False), engine), AT + 2 * TICK, dc, acts, pending=8.0)
+    assert [o["node"] for o in out["opened"]] == [] and ho.get_handover(engine, hid2).gpus == 8

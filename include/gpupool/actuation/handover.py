@@ -439,7 +439,7 @@ def _open_reverse(engine: Engine, h: Handover, at: datetime, timeout: timedelta,
             engine, h.id, h.state, dict(state=ROLLED_BACK, error=f"{error}: reverse handover opened", updated_at=at),
             dict(node=h.node, from_platform=h.to_platform, to_platform=h.from_platform, state=PLANNED,
                  plan_id=None, reason=f"rollback of handover #{h.id}", error=None, dry_run=False,
-                 created_at=at, updated_at=at, deadline=at + timeout),
+                 created_at=at, updated_at=at, deadline=at + timeout, gpus=h.gpus),
             BLOCKING_STATES)
     except store.Blocked as exc:
         raise conflict_from(exc) from None

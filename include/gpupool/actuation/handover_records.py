@@ -93,6 +93,8 @@ class Handover:
     outside_budget: bool = False
     #: a reclaim's: when its owner's need began
     need_since: datetime | None = None
+    #: the GPUs the node brings, where the opener knew them
+    gpus: int | None = None
 
     @classmethod
     def from_row(cls, row) -> "Handover":
@@ -105,6 +107,7 @@ class Handover:
             deadline=None if m["deadline"] is None else utc_datetime(m["deadline"]),
             kind=m.get("kind"), outside_budget=bool(m.get("outside_budget")),
             need_since=None if m.get("need_since") is None else utc_datetime(m["need_since"]),
+            gpus=None if m.get("gpus") is None else int(m["gpus"]),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -133,11 +136,13 @@ def open_handover(
     kind: str | None = None,
     outside_budget: bool = False,
     need_since: datetime | None = None,
+    gpus: int | None = None,
 ) -> int:
     """Open a handover of ``node`` from ``source`` to ``target``; returns its id.
 
     ``kind`` "reclaim": the node's owner takes it back (issue 42; ``outside_budget``: it takes no
-    slot of the move budget; ``need_since``: when the owner's need began); None: a move.
+    slot of the move budget; ``need_since``: when the owner's need began); None: a move. ``gpus``:
+    the GPUs the node brings (what the decisions count on its way while it moves), where known.
 
     Raises :class:`HandoverConflict` when the node already has a handover in
     :data:`BLOCKING_STATES`. The check and the insert run in one transaction, under a per-node
@@ -156,6 +161,7 @@ def open_handover(
             reason=reason, error=None, dry_run=dry_run, created_at=at, updated_at=at, deadline=at + timeout,
             kind=kind, outside_budget=bool(outside_budget) if kind is not None else None,
             need_since=None if need_since is None else utc_datetime(need_since),
+            gpus=None if gpus is None else int(gpus),
         ), BLOCKING_STATES)
     except store.Blocked as exc:
         raise conflict_from(exc) from None

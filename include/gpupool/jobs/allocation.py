@@ -277,7 +277,7 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
                     and src in actuators and dst in actuators)
             try:
                 hid = ho.open_handover(engine, node, src, dst, at, plan_id=plan_id, reason=m.get("reason"),
-                                       dry_run=not live, timeout=timeout)
+                                       dry_run=not live, timeout=timeout, gpus=m.get("gpus"))
             except ho.HandoverConflict as exc:
                 skipped.append({"node": node, "why": str(exc)})
                 continue

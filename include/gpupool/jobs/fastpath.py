@@ -200,7 +200,8 @@ def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators
         inv = reads.read_inventory(engine, at, ctx.platforms())
         known = {config.pool.node_id(r.platform, r.node): int(r.gpus) for r in inv.itertuples()}
         for h in open_h:
-            h.setdefault("gpus", known.get(h["node"]))
+            if h.get("gpus") is None:  # opened without its GPUs (by the plan, or before they were kept)
+                h["gpus"] = known.get(h["node"])
     # the power step first (a wake is faster than a move); the decision takes what it leaves
     power = power_step(ctx, at, dry_run=dry_run, actuators=power_actuators, by="fastpath", lookup=lookup,
                        pressures={name: j.pressure for name, j in judged.items()})
@@ -244,7 +245,7 @@ def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators
         if not isinstance(d, FastMove):
             continue
         try:
-            hid = ho.open_handover(engine, d.node, d.source, d.target, at, reason=d.reason, dry_run=not live(d),
+            hid = ho.open_handover(engine, d.node, d.source, d.target, at, reason=d.reason, dry_run=not live(d), gpus=d.gpus,
                                    timeout=timeout, **reclaim.open_kwargs(d))
         except ho.HandoverConflict as exc:
             store.set_handover(engine, did, None, note=f"not opened: {exc}")

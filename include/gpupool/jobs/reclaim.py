@@ -369,7 +369,7 @@ def open_reclaims(ctx, at: datetime, moves: Sequence[ReclaimMove], live, timeout
     for m in moves:
         try:
             hid = ho.open_handover(ctx.engine, m.node, m.source, m.target, at, reason=m.reason, dry_run=not live(m),
-                                   timeout=timeout, **open_kwargs(m))
+                                   timeout=timeout, gpus=m.gpus, **open_kwargs(m))
         except ho.HandoverConflict as exc:
             refused.append({"node": m.node, "why": str(exc)})
             continue

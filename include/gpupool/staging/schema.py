@@ -204,6 +204,8 @@ handover = Table(
     Column("outside_budget", Boolean),
     # a reclaim's: when its owner's need began (its latency runs from here to `done`)
     Column("need_since", TS),
+    # the GPUs the node brings, where the opener knew them: what is on its way while it moves
+    Column("gpus", Integer),
     Index("ix_handover_node_state", "node", "state"),
 )
 

@@ -4,7 +4,8 @@ Revision ID: 0008
 Revises: 0007
 Issue 42: each pool node's owner is recorded once (config or first sight) so a restart does not
 reshuffle it; an owner's need for its lent nodes is kept between ticks; a reclaim is a handover
-of kind "reclaim" that says whether it took a slot of the move budget and when its need began.
+of kind "reclaim" that says whether it took a slot of the move budget and when its need began; a
+handover keeps the GPUs its node brings, so what is on its way is known without an inventory.
 """
 
 from alembic import op
@@ -22,6 +23,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column('kind', sa.String(length=16), nullable=True))
         batch.add_column(sa.Column('outside_budget', sa.Boolean(), nullable=True))
         batch.add_column(sa.Column('need_since', sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column('gpus', sa.Integer(), nullable=True))
     op.create_table(
         'node_owner',
         sa.Column('node', sa.String(length=256), primary_key=True),
@@ -48,6 +50,7 @@ def downgrade() -> None:
     op.drop_table('owner_sight')
     op.drop_table('node_owner')
     with op.batch_alter_table('handover') as batch:
+        batch.drop_column('gpus')
         batch.drop_column('need_since')
         batch.drop_column('outside_budget')
         batch.drop_column('kind')
