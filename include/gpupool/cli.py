@@ -177,6 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     moving = PlanLimits().move_minutes  # the operator's default, defined once
     p.add_argument("--move-minutes", type=float, default=moving,
                    help=f"minutes a moving node serves nobody (default {moving:g})")
+    for key, value, what in (
+            ("owns", "N", "owns the first N of the nodes it starts with (default: all, once any of these is given)"),
+            ("lend_limit", "N", "lends at most N of its own nodes at once"),
+            ("borrow_limit", "N", "borrows at most N nodes of others at once"),
+            ("reclaim_minutes", "M", "gets a lent node back within M minutes of needing it"),
+            ("min_runtime_minutes", "M", "lets borrowed work on its nodes run M minutes before a reclaim ends it")):
+        p.add_argument("--" + key.replace("_", "-"), action="append", metavar=f"[PLATFORM=]{value}",
+                       help=f"every platform (PLATFORM=: that one) {what}; docs/stages/ownership.md (repeatable)")
     p.add_argument("--policy", default="predictive", choices=POLICY_KINDS)
     p.add_argument("--json", "--out", dest="json_out", help="write the result JSON here (not an input; its "
                    "directory must exist)")
@@ -463,7 +471,8 @@ def _whatif(args: argparse.Namespace) -> int:
     `gpupool simulate` runs one; outputs are checked against every input before it runs."""
     from gpupool.errors import UsageError
     from gpupool.sim.study import simulate
-    from gpupool.sim.whatif import WHATIF_PLATFORMS, parse_source, scenario_text, whatif_scenario
+    from gpupool.sim.whatif import (OWNERSHIP_OPTIONS, WHATIF_PLATFORMS, parse_ownership, parse_source, scenario_text,
+                                    whatif_scenario)
     from gpupool.tsio import atomic_output, check_output
 
     sources = {n: getattr(args, n) for n in WHATIF_PLATFORMS if getattr(args, n)}
@@ -471,6 +480,7 @@ def _whatif(args: argparse.Namespace) -> int:
     for name, count in nodes.items():
         if count is not None and (count < 0 or name not in sources):
             raise UsageError(f"--{name}-nodes {count}: " + ("give 0 or more" if count < 0 else f"without --{name}"))
+    ownership = parse_ownership({k: getattr(args, k) for k in OWNERSHIP_OPTIONS}, sources)
     settings = {"step": args.step, "node_gpus": args.node_gpus, "move_minutes": args.move_minutes}
     named: dict[str, str] = {}  # the history files the options name, before any is read
     for name, texts in sources.items():
@@ -482,7 +492,8 @@ def _whatif(args: argparse.Namespace) -> int:
     for option, target in (("--json", args.json_out), ("--scenario-out", args.scenario_out)):
         if target:  # writable, and nothing it must not replace, before the histories are read
             check_output(target, named, option=option)
-    scenario, raw = whatif_scenario(sources, nodes, start=args.start, end=args.end, settings=settings)
+    scenario, raw = whatif_scenario(sources, nodes, start=args.start, end=args.end, settings=settings,
+                                    ownership=ownership)
     inputs = {f"--{name} file": path for name, spec in scenario.platforms.items() for path in spec.trace_files()}
     json_out = check_output(args.json_out, inputs, option="--json") if args.json_out else None
     scenario_out = check_output(args.scenario_out, inputs, option="--scenario-out") if args.scenario_out else None

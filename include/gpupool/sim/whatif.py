@@ -5,10 +5,15 @@ A source on the command line is ``FORMAT:PATH[,key=value...]`` — ``sacct:jobs.
 ``prometheus:allocated.json,pending=pending.json`` — or a bare path (a Helios CSV). The keys are
 those of a scenario's trace mapping (:class:`gpupool.sim.history.HistorySpec`); a live Prometheus
 (``url`` and queries, whose commas a command line cannot split) goes in a scenario file.
+
+The ownership keys of a scenario's platform (``owns``, ``lend_limit``, ...; docs/stages/ownership.md)
+are options named after them, ``--reclaim-minutes [PLATFORM=]VALUE`` (:func:`parse_ownership`): a
+bare value holds for every platform of the study, ``PLATFORM=VALUE`` for that one (over a bare one).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +21,68 @@ import pandas as pd
 import yaml
 
 from gpupool import inputfiles
+from gpupool.cli_args import echo
+from gpupool.config import MAX_DURATION_HOURS
 from gpupool.errors import UsageError, one_line
 from gpupool.sim.history import HISTORY_FORMATS, HistorySpec, history_span
 from gpupool.sim.scenario import Scenario, scenario_from_dict
 
 #: the platforms `gpupool whatif` has options for (their nodes are named as the real ones are)
 WHATIF_PLATFORMS = ("slurm", "kubernetes", "openstack")
+#: the ownership keys `gpupool whatif` has options for (``--lend-limit`` for ``lend_limit``), each
+#: with whether it is a whole count and the least value it takes (reclaim_minutes: more than 0)
+OWNERSHIP_OPTIONS = {"owns": (True, 0), "lend_limit": (True, 0), "borrow_limit": (True, 0),
+                     "reclaim_minutes": (False, None), "min_runtime_minutes": (False, 0)}
+
+
+def parse_ownership(given: dict[str, list[str] | None], study: Any) -> dict[str, dict[str, Any]]:
+    """Platform -> its ownership keys, from each key's option values (``given``: ``lend_limit`` ->
+    the ``--lend-limit`` values, None or [] where not given) for the platforms of the ``study``
+    (those with a history). ``VALUE`` holds for every platform of the study, ``PLATFORM=VALUE`` for
+    that one, over a bare value. A platform `gpupool whatif` has no option for or that has no history,
+    a value that is not a number (a whole one for a count) or out of range, or one said twice, is a
+    UsageError naming the option and the value."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, texts in given.items():
+        whole, least = OWNERSHIP_OPTIONS[key]
+        option = "--" + key.replace("_", "-")
+        every: Any = None
+        own: dict[str, Any] = {}
+        for text in texts or ():
+            name, eq, value = text.rpartition("=")
+            name = name.strip()
+            where = f"{option} {echo(text)}"
+            if eq and name not in WHATIF_PLATFORMS:
+                raise UsageError(f"{where}: no platform {echo(name)} (give {', '.join(WHATIF_PLATFORMS)}, or no "
+                                 "PLATFORM= for every platform)")
+            if eq and name not in study:
+                raise UsageError(f"{where}: without --{name}")
+            number = _number(value.strip(), whole, least, where)
+            if (name in own) if eq else (every is not None):
+                raise UsageError(f"{where}: {key} of {name if eq else 'every platform'} is given twice")
+            if eq:
+                own[name] = number
+            else:
+                every = number
+        for name in study:
+            value = own.get(name, every)
+            if value is not None:
+                out.setdefault(name, {})[key] = value
+    return {name: out[name] for name in study if name in out}
+
+
+def _number(text: str, whole: bool, least: float | None, where: str) -> int | float:
+    """``text`` as a count (``whole``) or minutes in range; else a UsageError at ``where``."""
+    limit = MAX_DURATION_HOURS * 60
+    try:
+        value: int | float = int(text) if whole else float(text)
+    except ValueError:
+        raise UsageError(f"{where}: not a {'whole number' if whole else 'number of minutes'}") from None
+    if whole and value < 0:
+        raise UsageError(f"{where}: give 0 or more")
+    if not whole and not (math.isfinite(value) and (value > 0 if least is None else value >= least) and value <= limit):
+        raise UsageError(f"{where}: give minutes {'above 0' if least is None else 'from 0'} up to {limit} (a year)")
+    return value
 
 
 def parse_source(text: str, option: str) -> dict[str, Any] | str:

@@ -126,6 +126,28 @@ def test_whatif_step_and_move_minutes(capsys, history, monkeypatch, option, valu
              needles=(option, needle))
 
 
+@pytest.mark.parametrize("argv, needles", [
+    (("--owns", "gpu=1"), ("--owns 'gpu=1'", "no platform 'gpu'", "slurm, kubernetes, openstack")),
+    (("--lend-limit", "openstack=1"), ("--lend-limit 'openstack=1'", "without --openstack")),
+    (("--borrow-limit", "slurm=-1"), ("--borrow-limit 'slurm=-1'", "give 0 or more")),
+    (("--owns", "slurm=1.5"), ("--owns 'slurm=1.5'", "not a whole number")),
+    (("--reclaim-minutes", "soon"), ("--reclaim-minutes 'soon'", "not a number of minutes")),
+    (("--reclaim-minutes", "0"), ("--reclaim-minutes '0'", "above 0")),
+    (("--min-runtime-minutes", "nan"), ("--min-runtime-minutes 'nan'", "from 0")),
+    (("--min-runtime-minutes", "slurm=1e9"), ("--min-runtime-minutes 'slurm=1e9'", "up to 527040")),
+    (("--owns", "slurm=1", "--owns", "slurm=2"), ("--owns 'slurm=2'", "owns of slurm is given twice")),
+    (("--reclaim-minutes", "30", "--reclaim-minutes", "45"), ("'45'", "reclaim_minutes of every platform is given twice")),
+    (("--owns", f"{ESC}=1"), ("--owns", "no platform")),
+], ids=["unknown-platform", "not-in-study", "negative", "fraction", "not-a-number", "zero-reclaim", "nan",
+        "beyond-a-year", "twice", "bare-twice", "escape"])
+def test_whatif_ownership_options(capsys, history, monkeypatch, argv, needles):
+    """A bad ownership option is one line naming the option and the value, before the what-if runs."""
+    import gpupool.sim.study as study
+
+    monkeypatch.setattr(study, "simulate", lambda *a, **k: pytest.fail("the what-if ran"))
+    _refused(capsys, "whatif", "--slurm", history, "--slurm-nodes", "4", "--no-progress", *argv, needles=needles)
+
+
 def test_a_scenario_with_an_infinite_move_time(capsys, tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("move_minutes: .inf\nstart: 2026-01-01\nend: 2026-01-02\nplatforms:\n  slurm: {nodes: 2}\n")

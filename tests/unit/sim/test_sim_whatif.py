@@ -13,7 +13,7 @@ import yaml
 
 from gpupool.cli import main
 from gpupool.errors import UsageError
-from gpupool.sim.whatif import parse_source, whatif_scenario
+from gpupool.sim.whatif import parse_ownership, parse_source, whatif_scenario
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "history"
 
@@ -132,3 +132,57 @@ def test_whatif_names_what_is_wrong_with_times_and_values(logs, capsys, name, te
     assert main(["whatif", "--slurm", source, "--slurm-nodes", "2", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "move_minutes" not in err and re.search(match, err), err
+
+
+def test_ownership_options_give_each_platform_its_keys():
+    study = {"slurm": ["sacct:jobs.txt"], "kubernetes": ["pods:pods.csv"]}
+    given = {"owns": ["slurm=1"], "lend_limit": None, "borrow_limit": ["kubernetes=0"],
+             "reclaim_minutes": ["30", "kubernetes=45"], "min_runtime_minutes": ["10"]}
+    # a bare value holds for every platform of the study, PLATFORM=VALUE over it for that one
+    assert parse_ownership(given, study) == {
+        "slurm": {"owns": 1, "reclaim_minutes": 30.0, "min_runtime_minutes": 10.0},
+        "kubernetes": {"borrow_limit": 0, "reclaim_minutes": 45.0, "min_runtime_minutes": 10.0}}
+    assert parse_ownership({"owns": None, "reclaim_minutes": []}, study) == {}
+
+
+WHATIF_ARGV = ["whatif", "--slurm", "sacct:jobs.txt", "--slurm-nodes", "2", "--kubernetes",
+               "pods:pods.csv,origin=2023-04-26T00:00:00Z", "--kubernetes-nodes", "2", "--move-minutes", "10",
+               "--no-progress"]
+OWNERSHIP_KEYS = {"owned_gpus", "lent_gpu_hours", "borrowed_gpu_hours", "regret_gpu_hours", "reclaims",
+                  "preempted_gpu_hours"}
+
+
+def test_whatif_with_reclaim_minutes_reports_ownership_per_platform(logs, capsys):
+    argv = [*WHATIF_ARGV, "--reclaim-minutes", "30", "--lend-limit", "kubernetes=1", "--scenario-out", "built.yaml"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    built = yaml.safe_load((logs / "built.yaml").read_text())
+    assert {k: v for k, v in built["platforms"]["slurm"].items() if k != "trace"} == {
+        "nodes": 2, "reclaim_minutes": 30.0}
+    assert {k: v for k, v in built["platforms"]["kubernetes"].items() if k != "trace"} == {
+        "nodes": 2, "lend_limit": 1, "reclaim_minutes": 30.0}
+    for name, block in report["platforms"].items():
+        assert OWNERSHIP_KEYS <= set(block), name
+        assert block["owned_gpus"] == 16  # every platform owns the two nodes it starts with
+        assert set(block["reclaims"]) == {"count", "late", "p50_minutes", "p95_minutes", "max_minutes"}
+    # the regret is each platform's unmet against static's on the same scenario
+    assert main(["simulate", "built.yaml", "--policy", "static", "--no-progress"]) == 0
+    static = json.loads(capsys.readouterr().out)
+    for name, block in report["platforms"].items():
+        expected = block["unmet_gpu_hours"] - static["platforms"][name]["unmet_gpu_hours"]
+        assert block["regret_gpu_hours"] == pytest.approx(expected, abs=1e-3)
+    assert any(block["regret_gpu_hours"] != 0 for block in report["platforms"].values())  # pooling changed something
+    assert report["platforms"]["kubernetes"]["lent_gpu_hours"] == report["platforms"]["slurm"]["borrowed_gpu_hours"]
+    # the scenario written reruns to the same figures under `gpupool simulate`
+    assert main(["simulate", "built.yaml", "--no-progress"]) == 0
+    rerun = json.loads(capsys.readouterr().out)
+    assert rerun["platforms"] == report["platforms"] and rerun["total"] == report["total"]
+
+
+def test_whatif_without_ownership_options_reports_as_before(logs, capsys):
+    """No option, no key: the scenario and the report are those of a scenario without ownership."""
+    assert main([*WHATIF_ARGV, "--scenario-out", "built.yaml"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    built = yaml.safe_load((logs / "built.yaml").read_text())
+    assert {k for p in built["platforms"].values() for k in p} == {"trace", "nodes"}
+    assert not OWNERSHIP_KEYS & {k for block in (report["total"], *report["platforms"].values()) for k in block}
