@@ -53,25 +53,33 @@ def _node(name, gpus=8, cordon=None, owner=None, product=H100):
 class Kueue:
     """The ClusterQueue side of the emulated API server (see the module docstring)."""
 
+    API = KUEUE
+
     def __init__(self, kube):
         import kmock
 
         self.kube = kube
-        self.res = kmock.resource(*KUEUE)
+        self.res = kmock.resource(*self.API)
         self.writes: list[dict] = []  # each accepted replace: quota and the nodes cordoned then
         self.conflicts = 0
         kube.put("pods", "web", "api-0", {  # a CPU pod: the node's pod list has something to filter
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "api-0", "namespace": "web"},
             "spec": {"nodeName": "k8s-cpu-01", "containers": [{"name": "c", "image": "x", "resources": {}}]},
             "status": {"phase": "Running"}})
-        path = re.compile(rf"^/apis/{re.escape(KUEUE[0])}/{KUEUE[1]}/{KUEUE[2]}/[^/]+$")
+        path = re.compile(rf"^/apis/{re.escape(self.API[0])}/{self.API[1]}/{self.API[2]}/[^/]+$")
         kube._call(lambda: kube.k["put", path] << self._replace)
+        self._more()
+
+    def _more(self):
+        """What else the queue needs served: the ResourceFlavor."""
+        import kmock
+
         flavor = json.loads(RECORDED_FLAVOR.read_text())["body"]
 
         def put_flavor():
-            kube.k.objects[kmock.resource(*FLAVORS), None, FLAVOR] = flavor
+            self.kube.k.objects[kmock.resource(*FLAVORS), None, FLAVOR] = flavor
 
-        kube._call(put_flavor)
+        self.kube._call(put_flavor)
 
     def _replace(self, request):
         import kmock
@@ -83,7 +91,7 @@ class Kueue:
             cur = None
         if cur is None or cur.deleted:
             raise kmock.KubernetesError(status=404, reason="NotFound",
-                                        message=f'clusterqueues.kueue.x-k8s.io "{request.name}" not found')
+                                        message=f'{self.API[2]}.{self.API[0]} "{request.name}" not found')
         body = request.data
         rv = (body.get("metadata") or {}).get("resourceVersion")
         if not rv:
@@ -94,7 +102,7 @@ class Kueue:
             self.conflicts += 1
             raise kmock.KubernetesError(
                 status=409, reason="Conflict",
-                message=f'Operation cannot be fulfilled on clusterqueues.kueue.x-k8s.io "{request.name}": the object '
+                message=f'Operation cannot be fulfilled on {self.API[2]}.{self.API[0]} "{request.name}": the object '
                         "has been modified; please apply your changes to the latest version and try again")
         new = copy.deepcopy(body)
         new["status"] = copy.deepcopy(stored.get("status"))

@@ -1,23 +1,31 @@
-"""The platform's own admission quota follows the nodes gpupool moves: a Kueue ClusterQueue.
+"""The platform's own admission quota follows the nodes gpupool moves: a Kueue ClusterQueue or
+a KAI-Scheduler Queue.
 
 A Kubernetes AI cluster admits work through a queue's quota, not through the nodes: a node
-gpupool attaches is invisible to a ClusterQueue whose ``nominalQuota`` did not grow, and a node
-it takes away keeps being admitted onto until the quota shrinks. So a Kubernetes platform
-configured with ``quota: {kind: kueue, cluster_queue, flavor, resource}`` gets two more
-commands, both audited like the rest:
+gpupool attaches is invisible to a queue whose quota did not grow, and a node it takes away
+keeps being admitted onto until the quota shrinks. So a Kubernetes platform configured with
+``quota:`` gets two more commands, both audited like the rest:
 
 * ``quota_shrink`` first in a release, before the cordon (and any eviction): the queue stops
   admitting onto the node before it is drained;
 * ``quota_grow`` last in an attach, after the uncordon: the queue admits onto the node once it
   is open.
 
-The change is ``spec.resourceGroups[*].flavors[name=flavor].resources[name=resource].nominalQuota``
-of the ClusterQueue (``kueue.x-k8s.io/v1beta1``, cluster-scoped), by the node's GPUs (what it
-reports allocatable of the resource). Only nodes of the flavor count: those carrying the
-ResourceFlavor's ``spec.nodeLabels`` (all nodes when it has none); attaching a node of another
-flavor leaves this quota alone.
+:class:`QueueQuota` is the mechanism; one subclass per CRD shape says where the number lives and
+how a node counts:
 
-Idempotent and safe with two writers: the ClusterQueue itself records, in the annotation
+* :class:`KueueQuota` (``{kind: kueue, cluster_queue, flavor, resource}``):
+  ``spec.resourceGroups[*].flavors[name=flavor].resources[name=resource].nominalQuota`` of the
+  ClusterQueue (``kueue.x-k8s.io/v1beta1``, cluster-scoped), by what the node reports allocatable
+  of the resource. Only nodes of the flavor count: those carrying the ResourceFlavor's
+  ``spec.nodeLabels`` (all nodes when it has none); a node of another flavor leaves it alone.
+* :class:`KaiQuota` (``{kind: kai, queue}``): ``spec.resources.gpu.quota`` of the Queue
+  (``scheduling.run.ai/v2``, cluster-scoped), a JSON number of KAI's GPU units: a node adds its
+  allocatable ``nvidia.com/gpu`` plus X per ``nvidia.com/mig-<X>g.*`` device. KAI has no
+  flavor: every GPU node of the platform counts. ``limit`` and ``overQuotaWeight`` beside it are
+  left as the operator set them; a quota of -1 (unlimited) cannot follow nodes and is refused.
+
+Idempotent and safe with two writers: the queue itself records, in the annotation
 :data:`NODES_ANNOTATION` (JSON ``{"node": gpus}``), which nodes gpupool counted in it and how
 many GPUs each added. A shrink subtracts only when its node leaves that record, a grow adds
 only when its node enters it, and the record and the quota change in one ``replace`` carrying
@@ -26,10 +34,10 @@ stale, which reads again and retries. So a command sent twice acts once, and two
 lose each other's change. A shrink subtracts what its node added (not what the node reports
 now: a re-laid-out node may report other GPUs). The quota never goes below 0.
 
-First sight (no record on the ClusterQueue yet): its quota is taken as the operator set it, for
-the GPU nodes the platform holds now, and the record is seeded with them: every node of the flavor
-that reports the resource, except those gpupool moved away (owner label naming another platform, or
-a gpupool hold other than a park). The node a grow is about is never in that seed (it is
+First sight (no record on the queue yet): its quota is taken as the operator set it, for the
+GPU nodes the platform holds now, and the record is seeded with them: every node the queue
+covers that reports GPUs, except those gpupool moved away (owner label naming another platform,
+or a gpupool hold other than a park). The node a grow is about is never in that seed (it is
 arriving: a grow is only built while the node is still held for the move). So a node attached
 before the quota was configured is subtracted once on its first release, and a parked node
 that wakes adds nothing.
@@ -47,12 +55,14 @@ from gpupool.actuation.actuators.base import ActuationError, Command
 from gpupool.actuation.marks import is_gpupool_reason
 from gpupool.k8s_keys import HOLD_ANNOTATION, OWNER_LABEL
 
-#: the ClusterQueue annotation that records the nodes gpupool counted in its quota
+#: the queue annotation that records the nodes gpupool counted in its quota
 NODES_ANNOTATION = "gpupool.io/quota-nodes"
 #: Kueue's ClusterQueue: group, version, plural (cluster-scoped)
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
 #: Kueue's ResourceFlavor, whose ``spec.nodeLabels`` say which nodes are of the flavor
 FLAVORS = ("kueue.x-k8s.io", "v1beta1", "resourceflavors")
+#: KAI-Scheduler's Queue: group, version, plural (cluster-scoped)
+KAI = ("scheduling.run.ai", "v2", "queues")
 #: how often a replace that met a 409 Conflict is retried on a fresh read
 CONFLICT_RETRIES = 10
 #: the hold reason of a parked node (:data:`gpupool.actuation.power.base.PARK_REASON`): it stays
@@ -62,28 +72,77 @@ _PARKED = "gpupool: parked"
 SHRINK, GROW = "quota_shrink", "quota_grow"
 
 
-class QueueQuota:
-    """One Kueue ClusterQueue's quota for one flavor and resource, following the nodes.
+def queue_quota(api_client, platform: str, spec: Any) -> "QueueQuota":
+    """The quota of the platform's ``quota`` configuration (:class:`gpupool.config.QuotaConfig`):
+    a :class:`KaiQuota` for ``kind: kai``, else a :class:`KueueQuota`."""
+    kind = getattr(spec, "kind", "kueue")
+    if kind == "kai":
+        return KaiQuota(api_client, platform, spec)
+    if kind == "kueue":
+        return KueueQuota(api_client, platform, spec)
+    raise ValueError(f"quota: no queue of kind {kind!r}")
 
-    ``api_client`` is a ``kubernetes.client.ApiClient``; ``spec`` the platform's ``quota``
-    configuration (:class:`gpupool.config.QuotaConfig`, or any object with ``cluster_queue``,
-    ``flavor`` and ``resource``).
+
+class QueueQuota:
+    """One queue's GPU quota following the nodes: the mechanism, common to every CRD shape.
+
+    A subclass says which object (:attr:`API`, :attr:`queue`), where its number lives
+    (:meth:`slot`, :meth:`parse`, :meth:`format`), which nodes it covers (:meth:`selector`,
+    :meth:`covers`) and what a node adds (:meth:`units_of`). ``api_client`` is a
+    ``kubernetes.client.ApiClient``.
     """
 
-    def __init__(self, api_client, platform: str, spec: Any):
+    API: tuple[str, str, str]
+    #: the object's kind, for messages
+    KIND = "queue"
+    #: what a node must report to be counted, for messages
+    UNITS = "GPUs"
+    #: the key of the quota in a command's answer
+    ANSWER_KEY = "quota"
+
+    def __init__(self, api_client, platform: str, queue: str):
         from kubernetes import client
 
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+        # no client: only :meth:`change` on an object read elsewhere (the contract tests)
+        self.custom = client.CustomObjectsApi(api_client) if api_client is not None else None
+        self.core = client.CoreV1Api(api_client) if api_client is not None else None
         self.platform = platform
-        self.queue = spec.cluster_queue
-        self.flavor = spec.flavor
-        self.resource = spec.resource
+        self.queue = queue
 
+    # ---- the shape (subclasses)
     @property
     def where(self) -> str:
-        """The quota named for messages: queue, flavor, resource."""
-        return f"ClusterQueue {self.queue!r} flavor {self.flavor!r} resource {self.resource!r}"
+        """The quota named for messages."""
+        return f"{self.KIND} {self.queue!r}"
+
+    def request_fields(self) -> dict[str, Any]:
+        """What a command's request and answer say of the queue."""
+        raise NotImplementedError
+
+    def slot(self, obj: dict, write: bool = False) -> tuple[dict, str]:
+        """The dict holding the quota in ``obj`` and its key; LookupError saying what is missing
+        (``write``: create what a missing quota defaults from)."""
+        raise NotImplementedError
+
+    def parse(self, value: Any) -> Decimal:
+        """The quota's value as a Decimal; ValueError when it cannot follow nodes."""
+        raise NotImplementedError
+
+    def format(self, value: Decimal, like: Any) -> Any:
+        """``value`` written as the object wants it."""
+        raise NotImplementedError
+
+    def units_of(self, obj) -> int:
+        """What node ``obj`` (a ``V1Node``) adds to the quota."""
+        raise NotImplementedError
+
+    def selector(self, node: str, action: str) -> Any:
+        """What :meth:`covers` needs, read once per decision (None: every node)."""
+        return None
+
+    def covers(self, obj, selector: Any) -> bool:
+        """Whether node ``obj`` counts in this queue."""
+        return True
 
     # ---- commands
     def shrink_commands(self, node: str, name: str | None = None) -> list[Command]:
@@ -93,7 +152,7 @@ class QueueQuota:
         counted = self._counted(self._read(node, SHRINK), name, node, SHRINK)
         if name not in counted:
             return []
-        return [Command(self.platform, node, SHRINK, self._request(name))]
+        return [Command(self.platform, node, SHRINK, {**self.request_fields(), "node": name})]
 
     def grow_commands(self, node: str, name: str | None = None) -> list[Command]:
         """The grow of ``node`` (``name`` in Kubernetes) by the GPUs it reports, or nothing when
@@ -103,16 +162,13 @@ class QueueQuota:
         if name in counted:
             return []
         obj = self._read_node(node, name)
-        if not self._of_flavor(obj, self._flavor_labels(node, GROW)):
+        if not self.covers(obj, self.selector(node, GROW)):
             return []  # a node of another flavor: this quota does not cover it
-        gpus = self._gpus_of(obj)
+        gpus = self.units_of(obj)
         if gpus <= 0:
             raise ActuationError(self.platform, node, GROW,
-                                 f"the node reports no allocatable {self.resource!r}: {self.where} cannot count it")
-        return [Command(self.platform, node, GROW, {**self._request(name), "gpus": gpus})]
-
-    def _request(self, name: str) -> dict[str, Any]:
-        return {"cluster_queue": self.queue, "flavor": self.flavor, "resource": self.resource, "node": name}
+                                 f"the node reports no allocatable {self.UNITS}: {self.where} cannot count it")
+        return [Command(self.platform, node, GROW, {**self.request_fields(), "node": name, "gpus": gpus})]
 
     def send(self, command: Command) -> dict[str, Any]:
         """Apply a shrink or grow: read, change the record and the quota, replace with the
@@ -126,14 +182,13 @@ class QueueQuota:
             obj = self._read(node, action)
             counted = self._counted(obj, name, node, action)
             try:
-                before, after = change_quota(obj, counted, self.flavor, self.resource, name,
-                                             action, int(command.request.get("gpus") or 0))
+                before, after = self.change(obj, counted, name, action, int(command.request.get("gpus") or 0))
             except ValueError as exc:
                 raise ActuationError(self.platform, node, action, f"{self.where}: {exc}") from None
             if after is None:
                 return self._answer(before, changed=False, counted=counted)
             try:
-                self.custom.replace_cluster_custom_object(*KUEUE, self.queue, obj)
+                self.custom.replace_cluster_custom_object(*self.API, self.queue, obj)
             except ApiException as exc:
                 if exc.status == 409 and attempt + 1 < CONFLICT_RETRIES:
                     time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))  # writers out of step
@@ -145,33 +200,61 @@ class QueueQuota:
             return self._answer(after, changed=True, counted=counted)
         raise ActuationError(self.platform, node, action, f"{self.where}: still conflicting after {CONFLICT_RETRIES} tries")
 
+    def change(self, obj: dict, counted: dict[str, int], name: str, action: str,
+               gpus: int) -> tuple[Decimal, Decimal | None]:
+        """Apply a shrink or grow of node ``name`` to a read queue ``obj`` and the record
+        ``counted``, in place: the quota and the annotation :data:`NODES_ANNOTATION`. Returns
+        (quota before, quota after); after is None when the record says there is nothing to
+        change (the node already left, or already entered). ValueError when the quota is missing
+        or cannot follow nodes."""
+        try:
+            holder, key = self.slot(obj)
+        except LookupError as exc:
+            raise ValueError(str(exc)) from None
+        before = self.parse(holder.get(key))
+        if action == SHRINK:
+            if name not in counted:
+                return before, None
+            after = max(Decimal(0), before - Decimal(counted.pop(name)))
+        else:
+            if name in counted:
+                return before, None
+            counted[name] = gpus
+            after = before + gpus
+        holder, key = self.slot(obj, write=True)
+        holder[key] = self.format(after, holder.get(key))
+        obj.setdefault("metadata", {}).setdefault("annotations", {})[NODES_ANNOTATION] = json.dumps(counted, sort_keys=True)
+        return before, after
+
     def _answer(self, quota: Decimal, changed: bool, counted: dict[str, int]) -> dict[str, Any]:
-        return {"cluster_queue": self.queue, "flavor": self.flavor, "resource": self.resource,
-                "nominal_quota": str(quota), "changed": changed, "nodes_counted": len(counted)}
+        return {**self.request_fields(), self.ANSWER_KEY: str(quota), "changed": changed, "nodes_counted": len(counted)}
 
     # ---- reads
     def _read(self, node: str, action: str) -> dict:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            return self.custom.get_cluster_custom_object(*KUEUE, self.queue)
+            return self.custom.get_cluster_custom_object(*self.API, self.queue)
         except ApiException as exc:
             if exc.status == 404:
-                raise ActuationError(self.platform, node, action, f"{self.where}: no such ClusterQueue") from exc
+                raise ActuationError(self.platform, node, action, f"{self.where}: no such {self.KIND}") from exc
             raise ActuationError(self.platform, node, action, f"{self.where}: HTTP {exc.status} {exc.reason}") from exc
         except Exception as exc:
             raise ActuationError(self.platform, node, action, f"{self.where}: {type(exc).__name__}: {exc}") from exc
 
-    def _quota_holder(self, obj: dict, node: str, action: str) -> dict:
+    def _check(self, obj: dict, node: str, action: str) -> None:
+        """ActuationError when the read queue has no quota where the shape says, or one that
+        cannot follow nodes."""
         try:
-            return quota_entry(obj, self.flavor, self.resource)
-        except LookupError as exc:
+            holder, key = self.slot(obj)
+            self.parse(holder.get(key))
+        except (LookupError, ValueError) as exc:
             raise ActuationError(self.platform, node, action, f"{self.where}: {exc}") from None
 
     def _counted(self, obj: dict, name: str, node: str, action: str) -> dict[str, int]:
         """The nodes the queue counts and their GPUs: the record, or the first-sight seed;
-        ActuationError when the queue has no such flavor or resource."""
-        self._quota_holder(obj, node, action)  # a missing flavor or resource is said first
+        ActuationError when the queue has no quota where the shape says."""
+        self._check(obj, node, action)  # a missing flavor or resource is said first
         text = ((obj.get("metadata") or {}).get("annotations") or {}).get(NODES_ANNOTATION)
         if text is None:
             try:
@@ -192,8 +275,8 @@ class QueueQuota:
                                  f"({exc}); fix or remove it") from exc
 
     def _seed(self, node: str, action: str, exclude: str | None) -> dict[str, int]:
-        """The GPU nodes of the flavor the platform holds now (see the module's first-sight rule)."""
-        labels = self._flavor_labels(node, action)
+        """The GPU nodes the queue covers that the platform holds now (see the module's first-sight rule)."""
+        selector = self.selector(node, action)
         out: dict[str, int] = {}
         token = None
         while True:
@@ -203,8 +286,8 @@ class QueueQuota:
             page = self.core.list_node(**kwargs)
             for obj in page.items:
                 name = obj.metadata.name
-                gpus = self._gpus_of(obj)
-                if name != exclude and gpus > 0 and self._of_flavor(obj, labels) and self._held_here(obj):
+                gpus = self.units_of(obj)
+                if name != exclude and gpus > 0 and self.covers(obj, selector) and self._held_here(obj):
                     out[name] = gpus
             token = page.metadata._continue if page.metadata is not None else None
             if not token:
@@ -220,13 +303,6 @@ class QueueQuota:
         hold = (obj.metadata.annotations or {}).get(HOLD_ANNOTATION)
         return not (cordoned and is_gpupool_reason(hold) and hold.strip() != _PARKED)
 
-    def _gpus_of(self, obj) -> int:
-        alloc = (obj.status.allocatable if obj.status else None) or {}
-        try:
-            return int(parse_quantity(alloc.get(self.resource, 0), self.resource))
-        except ValueError:
-            return 0
-
     def _read_node(self, node: str, name: str):
         from kubernetes.client.exceptions import ApiException
 
@@ -237,7 +313,48 @@ class QueueQuota:
         except Exception as exc:
             raise ActuationError(self.platform, node, GROW, f"read node: {type(exc).__name__}: {exc}") from exc
 
-    def _flavor_labels(self, node: str, action: str) -> dict[str, str]:
+
+def _allocatable(obj) -> dict:
+    return (obj.status.allocatable if obj.status else None) or {}
+
+
+class KueueQuota(QueueQuota):
+    """A Kueue ClusterQueue's ``nominalQuota`` for one flavor and resource; ``spec`` has
+    ``cluster_queue``, ``flavor`` and ``resource``."""
+
+    API = KUEUE
+    KIND = "ClusterQueue"
+    ANSWER_KEY = "nominal_quota"
+
+    def __init__(self, api_client, platform: str, spec: Any):
+        super().__init__(api_client, platform, spec.cluster_queue)
+        self.flavor = spec.flavor
+        self.resource = spec.resource
+        self.UNITS = repr(self.resource)
+
+    @property
+    def where(self) -> str:
+        return f"ClusterQueue {self.queue!r} flavor {self.flavor!r} resource {self.resource!r}"
+
+    def request_fields(self) -> dict[str, Any]:
+        return {"cluster_queue": self.queue, "flavor": self.flavor, "resource": self.resource}
+
+    def slot(self, obj: dict, write: bool = False) -> tuple[dict, str]:
+        return quota_entry(obj, self.flavor, self.resource), "nominalQuota"
+
+    def parse(self, value: Any) -> Decimal:
+        return parse_quantity(value, "nominalQuota")
+
+    def format(self, value: Decimal, like: Any) -> Any:
+        return format_quantity(value, like)
+
+    def units_of(self, obj) -> int:
+        try:
+            return int(parse_quantity(_allocatable(obj).get(self.resource, 0), self.resource))
+        except ValueError:
+            return 0
+
+    def selector(self, node: str, action: str) -> dict[str, str]:
         """The ResourceFlavor's ``spec.nodeLabels`` (empty: every node is of the flavor)."""
         from kubernetes.client.exceptions import ApiException
 
@@ -253,10 +370,84 @@ class QueueQuota:
                                  f"{self.where}: reading the ResourceFlavor: {type(exc).__name__}: {exc}") from exc
         return dict((obj.get("spec") or {}).get("nodeLabels") or {})
 
-    @staticmethod
-    def _of_flavor(obj, labels: dict[str, str]) -> bool:
+    def covers(self, obj, selector: dict[str, str]) -> bool:
         have = obj.metadata.labels or {}
-        return all(have.get(k) == v for k, v in labels.items())
+        return all(have.get(k) == v for k, v in selector.items())
+
+
+class KaiQuota(QueueQuota):
+    """A KAI-Scheduler Queue's ``spec.resources.gpu.quota``; ``spec`` has ``queue``. Every GPU
+    node counts, by KAI's GPU units (:func:`kai_gpu_units`)."""
+
+    API = KAI
+    KIND = "Queue"
+    UNITS = "GPUs (nvidia.com/gpu or nvidia.com/mig-*)"
+
+    def __init__(self, api_client, platform: str, spec: Any):
+        super().__init__(api_client, platform, spec.queue)
+
+    @property
+    def where(self) -> str:
+        return f"KAI Queue {self.queue!r}"
+
+    def request_fields(self) -> dict[str, Any]:
+        return {"queue": self.queue}
+
+    def slot(self, obj: dict, write: bool = False) -> tuple[dict, str]:
+        """``spec.resources.gpu``; an absent one is a quota of 0 (KAI's default), created on write."""
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            raise LookupError("the Queue has no spec")
+        if write:
+            return spec.setdefault("resources", {}).setdefault("gpu", {}), "quota"
+        return ((spec.get("resources") or {}).get("gpu") or {}), "quota"
+
+    def parse(self, value: Any) -> Decimal:
+        if value is None:
+            return Decimal(0)  # unset: no guaranteed GPUs
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"spec.resources.gpu.quota {value!r} is not a number")
+        quota = Decimal(str(value))
+        if quota < 0:
+            raise ValueError(f"spec.resources.gpu.quota is {value} (unlimited): it cannot follow nodes; "
+                             "give the queue a number of GPUs")
+        return quota
+
+    def format(self, value: Decimal, like: Any) -> Any:
+        return int(value) if value == value.to_integral_value() else float(value)
+
+    def units_of(self, obj) -> int:
+        return kai_gpu_units(_allocatable(obj))
+
+
+def kai_gpu_units(allocatable: dict) -> int:
+    """KAI's GPU units of a node's allocatable: each ``nvidia.com/gpu`` 1, each
+    ``nvidia.com/mig-<X>g.<Y>gb`` device X (KAI's queue documentation); unreadable counts 0."""
+    import re
+
+    units = 0
+    for key, value in allocatable.items():
+        if key == "nvidia.com/gpu":
+            weight = 1
+        else:
+            m = re.fullmatch(r"nvidia\.com/mig-(\d+)g\..+", key)
+            if not m:
+                continue
+            weight = int(m.group(1))
+        try:
+            units += weight * int(parse_quantity(value, key))
+        except ValueError:
+            continue
+    return units
+
+
+def change_quota(obj: dict, counted: dict[str, int], flavor: str, resource: str, name: str, action: str,
+                 gpus: int) -> tuple[Decimal, Decimal | None]:
+    """:meth:`QueueQuota.change` of a read ClusterQueue ``obj`` for ``flavor`` and ``resource``."""
+    from types import SimpleNamespace
+
+    spec = SimpleNamespace(cluster_queue=obj.get("metadata", {}).get("name", ""), flavor=flavor, resource=resource)
+    return KueueQuota(None, "", spec).change(obj, counted, name, action, gpus)
 
 
 def quota_entry(obj: dict, flavor: str, resource: str) -> dict:
@@ -273,34 +464,6 @@ def quota_entry(obj: dict, flavor: str, resource: str) -> dict:
                 if res.get("name") == resource:
                     return res
     raise LookupError("the flavor has no such resource" if seen else "no such flavor")
-
-
-def change_quota(obj: dict, counted: dict[str, int], flavor: str, resource: str, name: str, action: str,
-                 gpus: int) -> tuple[Decimal, Decimal | None]:
-    """Apply a shrink or grow of node ``name`` to a read ClusterQueue ``obj`` and the record
-    ``counted``, in place: the quota entry's ``nominalQuota`` and the annotation
-    :data:`NODES_ANNOTATION`. Returns (quota before, quota after); after is None when the record
-    says there is nothing to change (the node already left, or already entered). ValueError
-    when the quota is not a quantity or the entry is missing."""
-    try:
-        entry = quota_entry(obj, flavor, resource)
-    except LookupError as exc:
-        raise ValueError(str(exc)) from None
-    before = parse_quantity(entry.get("nominalQuota"), "nominalQuota")
-    if action == SHRINK:
-        if name not in counted:
-            return before, None
-        after = max(Decimal(0), before - Decimal(counted.pop(name)))
-    else:
-        if name in counted:
-            return before, None
-        counted[name] = gpus
-        after = before + gpus
-    entry["nominalQuota"] = format_quantity(after, entry.get("nominalQuota"))
-    obj.setdefault("metadata", {}).setdefault("annotations", {})[NODES_ANNOTATION] = json.dumps(counted, sort_keys=True)
-    return before, after
-
-
 def parse_quantity(value: Any, where: str) -> Decimal:
     """A Kubernetes quantity (``8``, ``"8"``, ``"1k"``) as a Decimal; ValueError naming ``where``."""
     from kubernetes.utils import parse_quantity as parse

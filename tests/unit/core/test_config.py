@@ -98,3 +98,30 @@ def test_prometheus_match_reaches_default_and_configured_queries(tmp_path):
     assert util.node_label == "Hostname" and job.entity_kind == "job"
     assert job.expr == 'avg by (hpc_job) (DCGM_FI_DEV_GPU_UTIL{hpc_job!="", cluster="west", site="a"})'
     assert queries["gpu_pending"].expr == 'sum(my_pending{cluster="west", site="a"}) / 2'
+
+
+def _quota(q: dict):
+    from gpupool.config import parse_config
+
+    return parse_config({"platforms": [{"name": "ai", "kind": "kubernetes", "conn_id": "k8s", "quota": q}]}).platforms[0].quota
+
+
+def test_quota_kinds_take_their_own_keys():
+    assert _quota({"kind": "kai", "queue": "team-ai"}).queue == "team-ai"
+    kueue = _quota({"kind": "kueue", "cluster_queue": "team-ai", "flavor": "h100"})
+    assert (kueue.cluster_queue, kueue.flavor, kueue.resource, kueue.queue) == ("team-ai", "h100", "nvidia.com/gpu", None)
+
+
+@pytest.mark.parametrize("q, message", [
+    ({"kind": "kai"}, "quota.queue: required for a kai queue"),
+    ({"kind": "kai", "queue": "team-ai", "flavor": "h100"}, "quota.flavor: only for a kueue queue"),
+    ({"kind": "kai", "queue": "team-ai", "resource": "nvidia.com/gpu"}, "quota.resource: only for a kueue queue"),
+    ({"kind": "kueue", "cluster_queue": "a", "flavor": "b", "queue": "c"}, "quota.queue: only for a kai queue"),
+    ({"kind": "kueue", "flavor": "b"}, "quota.cluster_queue: required for a kueue queue"),
+    ({"kind": "kai", "queue": "Team_AI"}, "'Team_AI' is not a Kubernetes object name"),
+    ({"kind": "volcano", "queue": "a"}, "volcano queues are not supported yet; supported: kueue, kai"),
+])
+def test_quota_refused_at_load_naming_the_key(q, message):
+    with pytest.raises(ConfigError) as err:
+        _quota(q)
+    assert message in str(err.value) and "platforms[ai].quota" in str(err.value)

@@ -13,8 +13,8 @@
 * MIG: ``prepare`` sets the label ``nvidia.com/mig.config`` while the node is still cordoned;
   the node is ready when the GPU operator reports ``nvidia.com/mig.config.state=success``.
 * attach: uncordon, label ``gpupool.io/owner=<this platform>``, drop the annotation.
-* quota (a platform configured with ``quota:``): the Kueue ClusterQueue's ``nominalQuota``
-  shrinks first in a release (before the cordon) and grows last in an attach (after the
+* quota (a platform configured with ``quota:``): the Kueue ClusterQueue's ``nominalQuota`` or
+  the KAI-Scheduler Queue's GPU ``quota`` shrinks first in a release (before the cordon) and grows last in an attach (after the
   uncordon), :mod:`gpupool.actuation.quota`.
 
 All calls use the official ``kubernetes`` client.
@@ -93,14 +93,14 @@ class KubernetesActuator(Actuator):
                  quota: Any = None):
         from kubernetes import client
 
-        from gpupool.actuation.quota import QueueQuota
+        from gpupool.actuation.quota import queue_quota
 
         self._client = client
         self.core = client.CoreV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
         self.platform = platform
         self.names = dict(names or {})
-        self.quota = QueueQuota(api_client, platform, quota) if quota is not None else None
+        self.quota = queue_quota(api_client, platform, quota) if quota is not None else None
 
     def _name(self, node: str) -> str:
         return self.names.get(node, node)
