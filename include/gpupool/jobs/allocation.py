@@ -286,7 +286,8 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     layouts = _layout_step(ctx, row, decided, actuators, live_platforms if live_ok else set(),
                            f"plan decided {decided.isoformat()} is older than {lim.max_actuation_age_hours} h "
                            f"at {at.isoformat()}" if stale else None)
-    advance = ho.advance_all(engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
+    advance = ho.advance_all(engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict,
+                             reclaim_minutes=reclaim.promised_minutes(ctx.config))
     out = {"plan_id": plan_id, "live": live_ok, "opened": opened, "skipped": skipped, "layouts": layouts,
            "advance": advance}
     errors: list[Exception] = []
@@ -342,7 +343,8 @@ def advance_handovers(ctx, at: datetime, dry_run: bool = True, actuators: Mappin
     at = utc(at).to_pydatetime()
     live_ok = (not dry_run) and (not ctx.config.dry_run)
     actuators = _actuators_for(ctx, at, live_ok, actuators, lookup)
-    report = ho.advance_all(ctx.engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
+    report = ho.advance_all(ctx.engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict,
+                            reclaim_minutes=reclaim.promised_minutes(ctx.config))
     if report["failed"]:
         raise ho.HandoverFailed(report)
     return report
