@@ -44,7 +44,9 @@ Safety rules, enforced here and re-checked by every actuator:
 * a reclaim (``kind`` "reclaim", issue 42) ends the borrowed work on its node through the
   source's ``evict_commands`` where the source can evict, even without ``allow_evict``: the
   reclaim rule let that work run its ``min_runtime_minutes`` first. An eviction the platform
-  refuses (a PodDisruptionBudget) keeps the handover waiting with the refusal as its error. A
+  refuses (a PodDisruptionBudget) keeps the handover waiting with the refusal as its error, and
+  (the source's ``blocking_budgets``) the budgets that block and by when the reclaim's deadline
+  falls; nothing is ever deleted around a budget, ``allow_evict`` or not. A
   reclaim keeps the handover's deadline: past it, it is rolled back like any handover (the node
   stays with, or goes back to, the borrower, never held by gpupool), its error says it was a
   reclaim and the run fails on it; the owner's need stays open and the next tick reclaims again;
@@ -374,8 +376,10 @@ def _blocked_said(h: Handover, src: Actuator, reclaim_minutes: Mapping[str, floa
     if not budgets:
         return ""
     minutes = (reclaim_minutes or {}).get(h.to_platform)
-    when = ("unknown" if minutes is None or h.need_since is None
-            else f"{(h.need_since + timedelta(minutes=minutes)).isoformat()} ({h.to_platform}'s reclaim_minutes {minutes:g})")
+    when = "unknown"
+    if minutes is not None and h.need_since is not None:
+        deadline = h.need_since + timedelta(minutes=minutes)
+        when = f"{deadline.isoformat()} ({h.to_platform}'s reclaim_minutes {minutes:g})"
     return f"; {BLOCKED_BY}{', '.join(budgets)}; the reclaim's deadline falls at {when}"
 
 

@@ -189,7 +189,8 @@ class KubernetesActuator(Actuator):
         for pod in self.gpu_pods(node):
             ns = pod.metadata.namespace
             if ns not in listed:
-                listed[ns] = self._call(node, "list budgets", self.policy.list_namespaced_pod_disruption_budget, ns).items
+                listed[ns] = self._call(node, "list budgets",
+                                        self.policy.list_namespaced_pod_disruption_budget, ns).items
             labels = pod.metadata.labels or {}
             for pdb in listed[ns]:
                 allowed = pdb.status.disruptions_allowed if pdb.status is not None else None
