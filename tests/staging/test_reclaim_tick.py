@@ -236,6 +236,21 @@ def test_a_dry_run_reports_a_blocking_budget_as_the_reclaim_opens(engine):
                                                                                   ["ml/train-pdb"], 2.0)
 
 
+def test_the_hourly_plan_fails_at_once_on_a_blocked_reclaim_its_next_run_would_be_late_for(engine):
+    """The plan's actuation runs the reclaim when the fast path does not: its next chance is an
+    hour away, so a budget that blocks a 45-minute promise fails this run."""
+    dc, acts = _blocked_world()
+    ctx = Context(_config(reclaim_minutes=45.0, min_runtime=15.0), engine)
+    with engine.begin() as conn:
+        plan_id = conn.execute(allocation_plan.insert().values(
+            decided_at=AT, policy="predictive", solver="milp", dry_run=False, moves=[],
+            summary={"platforms": {}}).returning(allocation_plan.c.id)).scalar_one()
+    with pytest.raises(ho.ReclaimBlocked, match=r"ml/train-pdb allow no disruption; deadline 2026-06-03T12:50"):
+        allocation.actuate_plan(ctx, plan_id, dry_run=False, actuators=acts, at=AT, sources=_sources(dc))
+    (h,) = ho.list_handovers(engine)
+    assert h.kind == ho.RECLAIM and h.state == ho.RELEASING and dc.slots[("k8s", "n1")].jobs == 1
+
+
 def test_a_dry_run_opens_a_dry_run_reclaim_once(engine):
     dc, acts = _world(busy=("n1",))
     acts["k8s"].started["n1"] = AT - timedelta(hours=1)

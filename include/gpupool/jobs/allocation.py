@@ -228,7 +228,9 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     when a handover failed or timed out (its node's hold lifted or the node sent back where
     gpupool could), so the Airflow task fails and alerts; :class:`~gpupool.actuation.relayout.LayoutChangeFailed`
     likewise when a re-layout failed (its node back in service), and (live) :class:`~gpupool.actuation.handover.ReclaimLate`
-    when a reclaim this run is responsible for is past its deadline. ``lookup`` is Airflow's
+    when a reclaim this run is responsible for is past its deadline, and ``ReclaimBlocked`` when
+    a disruption budget blocks one whose deadline falls before the next plan (within the hour;
+    listed under ``reclaim.blocked`` either way). ``lookup`` is Airflow's
     connection lookup (inside a task); ``sources`` the pressure sources of the reclaim (default:
     built from the configuration).
     """
@@ -302,6 +304,15 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
             out["reclaim"]["late"] = late
             if live_ok:
                 errors.append(ho.ReclaimLate(late))
+        if "note" not in reclaims:  # the plan ran the reclaim: a blocking budget said as the fast path says it
+            from gpupool.jobs.pressure import PLAN_EVERY
+
+            blocked = reclaim.blocked_reclaims(ctx, at, reclaims.pop("blocked", ()))
+            due = reclaim.blocked_due(blocked, at, PLAN_EVERY) if blocked else []
+            if blocked:
+                out["reclaim"]["blocked"] = blocked
+            if due and live_ok:
+                errors.append(ho.ReclaimBlocked(due))
     if errors:  # the first fails the task; the others are said with it
         for other in errors[1:]:
             errors[0].add_note(f"{type(other).__name__}: {other}")

@@ -507,4 +507,4 @@ def plan_reclaims(ctx, at: datetime, *, live, timeout: timedelta, actuators: Map
     step = decide_reclaims(ctx, at, judged, open_h, recent, tick=PLAN_EVERY, actuators=actuators, lookup=lookup,
                            powered_down=power_states(ctx.engine))
     opened, refused = open_reclaims(ctx, at, step.moves, live, timeout)
-    return {"opened": opened, "refused": refused, "waits": step.waits, "unread": unread}
+    return {"opened": opened, "refused": refused, "waits": step.waits, "unread": unread, "blocked": step.blocked}
