@@ -370,6 +370,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         from gpupool.actuation import handover_records as ho_records
         from gpupool.jobs.fastpath import run_fastpath
+        from gpupool.jobs.reclaim import format_blocked
         from gpupool.jobs.text import format_decisions, format_power_step
 
         db.upgrade(ctx.engine)
@@ -379,7 +380,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(_json(out, indent=2) if args.json
               else "\n".join(t for t in (format_power_step(out.get("power")),
                                            format_decisions(out["decisions"], title=f"fast path at {out['at']}"),
-                                           late) if t))
+                                           format_blocked(out.get("blocked") or ()), late) if t))
         return 0
     if args.command == "power":
         from gpupool.jobs import power as power_job

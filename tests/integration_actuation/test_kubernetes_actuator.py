@@ -164,3 +164,30 @@ def test_handover_into_kubernetes_with_mig_layout(cluster, sqlite_engine):
     assert not node["spec"].get("unschedulable") and node["metadata"]["labels"][OWNER_LABEL] == "kubernetes"
     assert [(r["platform"], r["action"]) for r in ho.audit_rows(sqlite_engine, hid)] == [
         ("slurm", "drain"), ("kubernetes", "mig_config"), ("kubernetes", "uncordon")]
+
+
+def _pdb(name, ns, selector, allowed):
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": selector, "maxUnavailable": 0}, "status": {"disruptionsAllowed": allowed}}
+
+
+def test_blocking_budgets_names_the_budgets_of_the_nodes_gpu_pods_that_allow_no_disruption(cluster):
+    """Read before an eviction is tried (a reclaim reports them at once): only budgets that select
+    a GPU pod on the node, in its namespace, with ``disruptionsAllowed`` 0."""
+    from gpupool.actuation.actuators.base import NamedActuator
+
+    kube, act = cluster
+    kube.put("poddisruptionbudgets", "ml", "serve-pdb", _pdb("serve-pdb", "ml", {"matchLabels": {"app": "serve"}}, 0))
+    assert act.blocking_budgets("k8s-gpu-01") == []  # no budget of its pods
+    kube.put("poddisruptionbudgets", "ml", "train-pdb", _pdb("train-pdb", "ml", {"matchLabels": {"app": "train"}}, 0))
+    kube.put("poddisruptionbudgets", "ml", "loose-pdb", _pdb("loose-pdb", "ml", {"matchLabels": {"app": "train"}}, 1))
+    kube.put("poddisruptionbudgets", "ml", "other-pdb", _pdb("other-pdb", "ml", {"matchLabels": {"app": "other-0"}}, 0))
+    kube.put("poddisruptionbudgets", "web", "web-pdb", _pdb("web-pdb", "web", {}, 0))  # selects the CPU pod only
+    kube.put("poddisruptionbudgets", "kube-system", "ds-pdb", _pdb("ds-pdb", "kube-system", {}, 0))  # the DaemonSet's
+    kube.put("poddisruptionbudgets", "lab", "train-pdb", _pdb("train-pdb", "lab", {"matchLabels": {"app": "train"}}, 0))
+    assert act.blocking_budgets("k8s-gpu-01") == ["ml/train-pdb"]
+    assert act.blocking_budgets("k8s-gpu-02") == ["ml/other-pdb"]
+    assert NamedActuator(act, {"gpu-k01": "k8s-gpu-01"}).blocking_budgets("gpu-k01") == ["ml/train-pdb"]
+    kube.put("poddisruptionbudgets", "ml", "train-pdb", _pdb("train-pdb", "ml", {"matchLabels": {"app": "train"}}, 1))
+    assert act.blocking_budgets("k8s-gpu-01") == []  # the budget allows one now: the eviction would go through
+    assert MemActuator(Datacenter(("a",), {"n": "a"}), "a").blocking_budgets("n") == []  # other platforms: none

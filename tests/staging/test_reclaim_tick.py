@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "actuation
 from memplatform import Datacenter, MemActuator  # noqa: E402
 
 from gpupool.actuation import handover as ho  # noqa: E402
+from gpupool.actuation.actuators.base import ActuationError  # noqa: E402
 from gpupool.config import parse_config  # noqa: E402
 from gpupool.jobs import allocation  # noqa: E402
 from gpupool.jobs.fastpath import run_fastpath  # noqa: E402
@@ -157,6 +158,97 @@ def test_a_late_reclaim_raises_after_the_rest_of_the_tick_and_the_next_tick_keep
     assert any(r["node"] == "n1" for r in store.decisions_at(engine, AT))  # the tick was recorded first
     out = _tick(ctx, AT + TICK, dc, acts)  # the refusal passed: the reclaim goes through
     assert ho.get_handover(engine, h.id).state == ho.DONE and dc.open_on("n1") == ["slurm"] and "late" not in out
+
+
+class Budgeted(Timed):
+    """A :class:`Timed` borrower whose disruption budgets (``budgets``: node -> "ns/name") refuse
+    every eviction on their node while named, as the Kubernetes Eviction API does (429)."""
+
+    def __init__(self, dc, platform):
+        super().__init__(dc, platform)
+        self.budgets: dict[str, list[str]] = {}
+
+    def blocking_budgets(self, node):
+        return list(self.budgets.get(node, ()))
+
+    def send(self, command):
+        if command.action == "evict" and self.budgets.get(command.node):
+            raise ActuationError(self.platform, command.node, "evict", "eviction refused by a budget (429)")
+        return super().send(command)
+
+
+def _blocked_world():
+    dc, acts = _world(busy=("n1",))
+    acts["k8s"] = Budgeted(dc, "k8s")
+    acts["k8s"].started["n1"] = AT - timedelta(hours=1)  # past min_runtime: the reclaim may end it
+    acts["k8s"].budgets["n1"] = ["ml/train-pdb"]
+    return dc, acts
+
+
+@pytest.mark.parametrize("allow_evict", [False, True])
+def test_a_budget_blocking_a_reclaim_is_reported_at_once_and_never_worked_around(engine, allow_evict):
+    dc, acts = _blocked_world()
+    ctx = Context(_config(reclaim_minutes=45.0, min_runtime=15.0), engine)
+    out = _tick(ctx, AT, dc, acts, allow_evict=allow_evict)  # 45 min before the deadline: said, not raised
+    (h,) = ho.list_handovers(engine)
+    assert h.kind == ho.RECLAIM and h.state == ho.RELEASING
+    assert "blocked by disruption budget(s) ml/train-pdb" in h.error
+    assert "the reclaim's deadline falls at 2026-06-03T12:50:00+00:00 (slurm's reclaim_minutes 45)" in h.error
+    (b,) = out["blocked"]
+    assert (b["id"], b["node"], b["owner"], b["borrower"]) == (h.id, "n1", "slurm", "k8s")
+    assert b["budgets"] == ["ml/train-pdb"]
+    assert (b["deadline"], b["minutes_left"]) == ("2026-06-03T12:50:00+00:00", 45.0)
+    # allow_evict or not, only the Eviction API was asked: the borrowed work still runs
+    assert dc.slots[("k8s", "n1")].jobs == 1 and dc.open_on("n1") == []
+    assert [c.action for c in acts["k8s"].sent] == ["drain"]
+    from gpupool.jobs.reclaim import format_blocked
+
+    assert format_blocked(out["blocked"]).splitlines()[1] == (
+        f"  node n1 of slurm on k8s (handover #{h.id}): ml/train-pdb; deadline 2026-06-03T12:50:00+00:00, 45 min left")
+
+
+def test_a_blocked_reclaim_fails_the_run_at_the_last_tick_before_its_deadline(engine):
+    dc, acts = _blocked_world()
+    ctx = Context(_config(reclaim_minutes=30.0, min_runtime=15.0), engine)
+    for minutes in (0, 20):  # the next tick comes before the deadline (12:35): waiting may still keep it
+        out = _tick(ctx, AT + timedelta(minutes=minutes), dc, acts)
+        assert out["blocked"][0]["minutes_left"] == 30.0 - minutes and "late" not in out
+    with pytest.raises(ho.ReclaimBlocked, match=r"node n1 of slurm on k8s \(handover #\d+\): ml/train-pdb allow no "
+                                                 r"disruption; deadline 2026-06-03T12:35:00\+00:00 \(5 min left\)"):
+        _tick(ctx, AT + timedelta(minutes=25), dc, acts)  # the next one would be at the deadline
+    (h,) = ho.list_handovers(engine)
+    assert h.state == ho.RELEASING and dc.slots[("k8s", "n1")].jobs == 1  # still asking, never around it
+    with pytest.raises(ho.ReclaimLate, match=r"10 min late.*ml/train-pdb") as late:  # past it: the lateness says it
+        _tick(ctx, AT + timedelta(minutes=40), dc, acts)
+    assert "ReclaimBlocked" not in "".join(getattr(late.value, "__notes__", []))
+    acts["k8s"].budgets["n1"] = []  # the borrower's budget allows it now: the next eviction goes through
+    out = _tick(ctx, AT + timedelta(minutes=45), dc, acts)
+    assert ho.get_handover(engine, h.id).state == ho.DONE and dc.open_on("n1") == ["slurm"] and "blocked" not in out
+
+
+def test_a_dry_run_reports_a_blocking_budget_as_the_reclaim_opens(engine):
+    dc, acts = _blocked_world()
+    ctx = Context(_config(reclaim_minutes=30.0, min_runtime=15.0), engine)
+    owner_store.set_needs(engine, {"slurm": AT - timedelta(minutes=28)}, AT - timedelta(minutes=28))
+    out = _tick(ctx, AT, dc, acts, dry_run=True)  # 2 min left, but a dry run says it and does not fail
+    (b,) = out["blocked"]
+    assert (b["id"], b["state"], b["node"], b["budgets"], b["minutes_left"]) == (None, "opening", "n1",
+                                                                                  ["ml/train-pdb"], 2.0)
+
+
+def test_the_hourly_plan_fails_at_once_on_a_blocked_reclaim_its_next_run_would_be_late_for(engine):
+    """The plan's actuation runs the reclaim when the fast path does not: its next chance is an
+    hour away, so a budget that blocks a 45-minute promise fails this run."""
+    dc, acts = _blocked_world()
+    ctx = Context(_config(reclaim_minutes=45.0, min_runtime=15.0), engine)
+    with engine.begin() as conn:
+        plan_id = conn.execute(allocation_plan.insert().values(
+            decided_at=AT, policy="predictive", solver="milp", dry_run=False, moves=[],
+            summary={"platforms": {}}).returning(allocation_plan.c.id)).scalar_one()
+    with pytest.raises(ho.ReclaimBlocked, match=r"ml/train-pdb allow no disruption; deadline 2026-06-03T12:50"):
+        allocation.actuate_plan(ctx, plan_id, dry_run=False, actuators=acts, at=AT, sources=_sources(dc))
+    (h,) = ho.list_handovers(engine)
+    assert h.kind == ho.RECLAIM and h.state == ho.RELEASING and dc.slots[("k8s", "n1")].jobs == 1
 
 
 def test_a_dry_run_opens_a_dry_run_reclaim_once(engine):

@@ -44,7 +44,9 @@ Safety rules, enforced here and re-checked by every actuator:
 * a reclaim (``kind`` "reclaim", issue 42) ends the borrowed work on its node through the
   source's ``evict_commands`` where the source can evict, even without ``allow_evict``: the
   reclaim rule let that work run its ``min_runtime_minutes`` first. An eviction the platform
-  refuses (a PodDisruptionBudget) keeps the handover waiting with the refusal as its error. A
+  refuses (a PodDisruptionBudget) keeps the handover waiting with the refusal as its error, and
+  (the source's ``blocking_budgets``) the budgets that block and by when the reclaim's deadline
+  falls; nothing is ever deleted around a budget, ``allow_evict`` or not. A
   reclaim keeps the handover's deadline: past it, it is rolled back like any handover (the node
   stays with, or goes back to, the borrower, never held by gpupool), its error says it was a
   reclaim and the run fails on it; the owner's need stays open and the next tick reclaims again;
@@ -89,6 +91,7 @@ from sqlalchemy.engine import Engine
 from gpupool.actuation.actuators.base import ActuationError, Actuator, Command, ForeignHoldError, moving_reason
 from gpupool.actuation.handover_records import (  # noqa: F401 - re-exported: callers name them here
     ATTACHING,
+    BLOCKED_BY,
     BLOCKING_STATES,
     DEFAULT_TIMEOUT,
     RECLAIM,
@@ -106,6 +109,7 @@ from gpupool.actuation.handover_records import (  # noqa: F401 - re-exported: ca
     HandoverConflict,
     HandoverError,
     HandoverFailed,
+    ReclaimBlocked,
     ReclaimLate,
     audit_rows,
     conflict_from,
@@ -147,6 +151,7 @@ def advance_all(
     dry_run: bool = True,
     allow_evict: bool = False,
     max_steps: int = MAX_STEPS,
+    reclaim_minutes: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Move every open handover forward as far as it safely can now, and time out stuck ones.
 
@@ -157,6 +162,8 @@ def advance_all(
     gpupool's own hold at the source lifted when one has passed or the handover failed (see
     the module's safety rules). ``allow_evict`` lets actuators that can evict (the Kubernetes
     Eviction API) ask running GPU work to leave; otherwise release waits for it.
+    ``reclaim_minutes`` (owner -> its promise): a reclaim blocked by a disruption budget says
+    in its error by when its deadline falls.
 
     Each handover is re-read under its node's lock; one whose node another writer holds is
     left alone and listed under ``busy`` (the next run retries it).
@@ -178,7 +185,7 @@ def advance_all(
                 continue
             conflict = None
             try:
-                after = _advance_locked(engine, h, actuators, at, dry_run, allow_evict, max_steps)
+                after = _advance_locked(engine, h, actuators, at, dry_run, allow_evict, max_steps, reclaim_minutes)
             except HandoverConflict as exc:  # a writer that does not take the lock changed it
                 conflict, after = str(exc), get_handover(engine, h.id)
             if after is None:
@@ -195,7 +202,8 @@ def advance_all(
 
 
 def _advance_locked(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime, dry_run: bool,
-                    allow_evict: bool, max_steps: int) -> Handover | None:
+                    allow_evict: bool, max_steps: int,
+                    reclaim_minutes: Mapping[str, float] | None = None) -> Handover | None:
     """One handover's turn in :func:`advance_all`, its node's lock held; None: skipped."""
     if h.dry_run:
         if h.state == FAILED:
@@ -208,7 +216,8 @@ def _advance_locked(engine: Engine, h: Handover, actuators: Mapping[str, Actuato
         return _settle(engine, h, actuators, at, may_send_back=False, why=why)
     if h.state == FAILED:
         return _settle(engine, h, actuators, at, may_send_back=True)
-    return _advance(engine, h, actuators, at, allow_evict=allow_evict, max_steps=max_steps)
+    return _advance(engine, h, actuators, at, allow_evict=allow_evict, max_steps=max_steps,
+                    reclaim_minutes=reclaim_minutes)
 
 
 def _past_deadline(h: Handover, at: datetime) -> bool:
@@ -225,7 +234,8 @@ def _failed(before: Handover, after: Handover, at: datetime) -> bool:
 
 
 def advance_one(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime,
-                allow_evict: bool = False, max_steps: int = MAX_STEPS) -> Handover:
+                allow_evict: bool = False, max_steps: int = MAX_STEPS,
+                reclaim_minutes: Mapping[str, float] | None = None) -> Handover:
     """Advance one live handover (see :func:`advance_all`); returns it as it ends up.
 
     Takes the node's writer lock and re-reads the handover under it; :class:`HandoverConflict`
@@ -238,11 +248,13 @@ def advance_one(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], 
         fresh = get_handover(engine, h.id)
         if fresh.state not in OPEN_STATES:
             return fresh
-        return _advance(engine, fresh, actuators, at, allow_evict=allow_evict, max_steps=max_steps)
+        return _advance(engine, fresh, actuators, at, allow_evict=allow_evict, max_steps=max_steps,
+                        reclaim_minutes=reclaim_minutes)
 
 
 def _advance(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime,
-             allow_evict: bool = False, max_steps: int = MAX_STEPS) -> Handover:
+             allow_evict: bool = False, max_steps: int = MAX_STEPS,
+             reclaim_minutes: Mapping[str, float] | None = None) -> Handover:
     """:func:`advance_one` with the node's lock held: step while each step completes at once."""
     src, dst = actuators.get(h.from_platform), actuators.get(h.to_platform)
     missing = [p for p, a in ((h.from_platform, src), (h.to_platform, dst)) if a is None]
@@ -254,7 +266,7 @@ def _advance(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at:
             return _settle(engine, h, actuators, at, may_send_back=True,
                            why=f"timed out in state {h.state}")
         for _ in range(max_steps):
-            nxt = _step(engine, h, actuators, at, allow_evict)
+            nxt = _step(engine, h, actuators, at, allow_evict, reclaim_minutes)
             if nxt is None:
                 break
             h = nxt
@@ -270,7 +282,7 @@ def _advance(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at:
 
 
 def _step(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime,
-          allow_evict: bool) -> Handover | None:
+          allow_evict: bool, reclaim_minutes: Mapping[str, float] | None = None) -> Handover | None:
     """One transition, or None when the handover must wait (its error says why, if anything failed).
 
     The state a step's commands belong to is written first (``releasing`` before the drain,
@@ -314,6 +326,8 @@ def _step(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: da
                     raise
                 except ActuationError as exc:  # a PodDisruptionBudget says not now: keep waiting, say why
                     refused = f"eviction refused: {exc}"
+                    if h.kind == RECLAIM:
+                        refused += _blocked_said(h, src, reclaim_minutes)
                     break
         if src.is_released(node):
             return update_handover(engine, h, at, state=RELEASED, error=None)
@@ -349,6 +363,24 @@ def _step(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: da
         update_handover(engine, h, at, error=f"waiting: {h.to_platform} does not report node {node!r} schedulable yet")
         return None
     return None
+
+
+def _blocked_said(h: Handover, src: Actuator, reclaim_minutes: Mapping[str, float] | None) -> str:
+    """What a reclaim whose eviction was refused adds to its error: the disruption budgets that
+    allow no disruption on its node now (``src.blocking_budgets``) and by when its deadline
+    (``need_since`` + the owner's ``reclaim_minutes``) falls; empty where no budget is named."""
+    try:
+        budgets = src.blocking_budgets(h.node)
+    except Exception:  # the refusal is recorded either way; the names only say what blocks
+        return ""
+    if not budgets:
+        return ""
+    minutes = (reclaim_minutes or {}).get(h.to_platform)
+    when = "unknown"
+    if minutes is not None and h.need_since is not None:
+        deadline = h.need_since + timedelta(minutes=minutes)
+        when = f"{deadline.isoformat()} ({h.to_platform}'s reclaim_minutes {minutes:g})"
+    return f"; {BLOCKED_BY}{', '.join(budgets)}; the reclaim's deadline falls at {when}"
 
 
 def _settle(engine: Engine, h: Handover, actuators: Mapping[str, Actuator], at: datetime,

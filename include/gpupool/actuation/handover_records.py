@@ -71,6 +71,28 @@ class ReclaimLate(RuntimeError):
         super().__init__(f"{len(late)} reclaim(s) late: {items}")
 
 
+#: how a reclaim's error names the disruption budgets that refuse its eviction (read back by the tick)
+BLOCKED_BY = "blocked by disruption budget(s) "
+
+
+class ReclaimBlocked(RuntimeError):
+    """Reclaims a disruption budget (a Kubernetes PodDisruptionBudget) keeps from ending the
+    borrowed work, raised by a tick after the rest of its work at the last tick before their
+    deadline (:func:`gpupool.jobs.reclaim.blocked_due`), so the run fails while the promise still
+    holds; the reclaims stay open and keep asking through the Eviction API. ``blocked``:
+    :func:`gpupool.jobs.reclaim.blocked_reclaims`' entries."""
+
+    def __init__(self, blocked: list[dict[str, Any]]):
+        self.blocked = blocked
+        items = "; ".join(
+            f"node {x['node']} of {x['owner']} on {x['borrower']}"
+            + (f" (handover #{x['id']})" if x.get("id") is not None else "")
+            + f": {', '.join(x['budgets'])} allow no disruption; deadline {x['deadline'] or 'unknown'}"
+            + (f" ({x['minutes_left']:g} min left)" if x.get("minutes_left") is not None else "") for x in blocked)
+        super().__init__(f"{len(blocked)} reclaim(s) blocked by disruption budgets, their deadline before the "
+                         f"next tick: {items}")
+
+
 @dataclass(frozen=True)
 class Handover:
     """One row of ``handover``."""

@@ -228,7 +228,9 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     when a handover failed or timed out (its node's hold lifted or the node sent back where
     gpupool could), so the Airflow task fails and alerts; :class:`~gpupool.actuation.relayout.LayoutChangeFailed`
     likewise when a re-layout failed (its node back in service), and (live) :class:`~gpupool.actuation.handover.ReclaimLate`
-    when a reclaim this run is responsible for is past its deadline. ``lookup`` is Airflow's
+    when a reclaim this run is responsible for is past its deadline, and ``ReclaimBlocked`` when
+    a disruption budget blocks one whose deadline falls before the next plan (within the hour;
+    listed under ``reclaim.blocked`` either way). ``lookup`` is Airflow's
     connection lookup (inside a task); ``sources`` the pressure sources of the reclaim (default:
     built from the configuration).
     """
@@ -286,7 +288,8 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
     layouts = _layout_step(ctx, row, decided, actuators, live_platforms if live_ok else set(),
                            f"plan decided {decided.isoformat()} is older than {lim.max_actuation_age_hours} h "
                            f"at {at.isoformat()}" if stale else None)
-    advance = ho.advance_all(engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
+    advance = ho.advance_all(engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict,
+                             reclaim_minutes=reclaim.promised_minutes(ctx.config))
     out = {"plan_id": plan_id, "live": live_ok, "opened": opened, "skipped": skipped, "layouts": layouts,
            "advance": advance}
     errors: list[Exception] = []
@@ -301,6 +304,15 @@ def actuate_plan(ctx, plan_id: int, dry_run: bool = True, backfill: bool = False
             out["reclaim"]["late"] = late
             if live_ok:
                 errors.append(ho.ReclaimLate(late))
+        if "note" not in reclaims:  # the plan ran the reclaim: a blocking budget said as the fast path says it
+            from gpupool.jobs.pressure import PLAN_EVERY
+
+            blocked = reclaim.blocked_reclaims(ctx, at, reclaims.pop("blocked", ()))
+            due = reclaim.blocked_due(blocked, at, PLAN_EVERY) if blocked else []
+            if blocked:
+                out["reclaim"]["blocked"] = blocked
+            if due and live_ok:
+                errors.append(ho.ReclaimBlocked(due))
     if errors:  # the first fails the task; the others are said with it
         for other in errors[1:]:
             errors[0].add_note(f"{type(other).__name__}: {other}")
@@ -342,7 +354,8 @@ def advance_handovers(ctx, at: datetime, dry_run: bool = True, actuators: Mappin
     at = utc(at).to_pydatetime()
     live_ok = (not dry_run) and (not ctx.config.dry_run)
     actuators = _actuators_for(ctx, at, live_ok, actuators, lookup)
-    report = ho.advance_all(ctx.engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict)
+    report = ho.advance_all(ctx.engine, actuators, at, dry_run=not live_ok, allow_evict=allow_evict,
+                            reclaim_minutes=reclaim.promised_minutes(ctx.config))
     if report["failed"]:
         raise ho.HandoverFailed(report)
     return report

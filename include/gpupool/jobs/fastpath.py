@@ -128,7 +128,10 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
     :class:`FastPathReadError` when a platform could not be read,
     :class:`~gpupool.actuation.power.machine.PowerFailed` when a park or wake failed and (a live
     tick) :class:`~gpupool.actuation.handover.ReclaimLate` when a reclaim is past its owner's
-    ``reclaim_minutes``, after the rest was done (the first of them, the others in its notes).
+    ``reclaim_minutes`` and :class:`~gpupool.actuation.handover.ReclaimBlocked` when a disruption
+    budget still blocks one whose deadline falls before the next tick, after the rest was done
+    (the first of them, the others in its notes). Blocked reclaims are listed under ``blocked``
+    from the first tick that sees them (:func:`gpupool.jobs.reclaim.blocked_reclaims`).
     """
     from gpupool.jobs import allocation
     from gpupool.staging import handovers as handover_store
@@ -140,8 +143,8 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
         out = _decide_and_open(ctx, at, dry_run, backfill, actuators, sources, lookup, power_actuators)
     if out.get("repeat") or out.get("backfill"):
         return out
-    from gpupool.actuation.handover import HandoverFailed, ReclaimLate
-    from gpupool.jobs.reclaim import late_reclaims
+    from gpupool.actuation.handover import HandoverFailed, ReclaimBlocked, ReclaimLate
+    from gpupool.jobs.reclaim import blocked_due, blocked_reclaims, late_reclaims
 
     errors: list[Exception] = []
     try:
@@ -161,6 +164,12 @@ def run_fastpath(ctx, at: datetime, dry_run: bool = True, backfill: bool = False
         out["late"] = late
         if out.get("live"):
             errors.append(ReclaimLate(late))
+    blocked = blocked_reclaims(ctx, at, (out.get("reclaim") or {}).pop("blocked", ()))
+    if blocked:  # said at once; the run fails only at the last tick before the deadline
+        out["blocked"] = blocked
+        due = blocked_due(blocked, at, FASTPATH_EVERY)
+        if due and out.get("live"):
+            errors.append(ReclaimBlocked(due))
     if errors:  # the first fails the task; the others are said with it
         for other in errors[1:]:
             errors[0].add_note(f"{type(other).__name__}: {other}")
@@ -255,7 +264,8 @@ def _decide_and_open(ctx, at: datetime, dry_run: bool, backfill: bool, actuators
     out = {"at": at.isoformat(), "live": live_ok, "decisions": store.decisions_at(engine, at), "opened": opened,
            "unread": unread, "refits": refits, "power": power}
     if step is not None:
-        out["reclaim"] = {"waits": step.waits, "need": {p: t.isoformat() for p, t in step.need.items()}}
+        out["reclaim"] = {"waits": step.waits, "need": {p: t.isoformat() for p, t in step.need.items()},
+                          "blocked": step.blocked}
     return out
 
 

@@ -23,6 +23,12 @@ reclaims as audited handovers of kind ``reclaim``:
   cover has its need closed (the handover carries its ``need_since``), as in the what-if. A
   reclaim rolled back in the last :data:`RESUMED_WITHIN` (its deadline passed) hands its need back
   to its owner, so the next reclaim of it is judged (and alerted) against the need's first start.
+* **blocked.** A reclaim of a busy node whose borrower's disruption budgets allow no disruption
+  (a Kubernetes PodDisruptionBudget: ``blocking_budgets`` as it opens, or its eviction refused
+  since) is listed at once (:func:`blocked_reclaims`); it keeps asking through the Eviction API,
+  never around the budget, and the tick raises
+  :class:`~gpupool.actuation.handover_records.ReclaimBlocked` at the last tick before its deadline
+  (:func:`blocked_due`), a tick before it would be late.
 * **lateness.** :func:`late_reclaims` lists the live reclaims still open past ``need_since +
   reclaim_minutes`` and the owners still waiting past theirs; the tick raises
   :class:`~gpupool.actuation.handover_records.ReclaimLate` on them after the rest of its work.
@@ -31,7 +37,7 @@ reclaims as audited handovers of kind ``reclaim``:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,6 +63,12 @@ def promised(config) -> dict[str, Ownership]:
     """The platforms' promises where one promises a reclaim (``reclaim_minutes``); empty otherwise."""
     own = {p.name: ownership_of(p) for p in config.platforms}
     return own if any(o.reclaim_minutes is not None for o in own.values()) else {}
+
+
+def promised_minutes(config) -> dict[str, float]:
+    """Owner -> its ``reclaim_minutes``, for the platforms that promise one (a blocked reclaim's
+    error says by when its deadline falls)."""
+    return {p: o.reclaim_minutes for p, o in promised(config).items() if o.reclaim_minutes is not None}
 
 
 def homes_of(ctx, at: datetime, held: Mapping[str, Iterable[str]]) -> dict[str, str]:
@@ -184,6 +196,8 @@ class ReclaimStep:
     need: dict[str, datetime]
     moving: list[dict[str, Any]]
     spent: list[dict[str, Any]]
+    #: the reclaims of busy nodes whose borrower's disruption budgets allow no disruption as they open
+    blocked: list[dict[str, Any]] = field(default_factory=list)
 
     def skips(self) -> list[Skip]:
         return [Skip(owner, f"reclaim waits: {why}") for owner, why in self.waits]
@@ -235,6 +249,7 @@ def decide_reclaims(ctx, at: datetime, readings: Mapping[str, Judged], open_h: S
     moves: list[Reclaim] = []
     waits: list[tuple[str, str]] = []
     unknown: set[str] = set()
+    acts: dict[str, Any] = {}
     if need:
         wanted = [n for n in nodes if n.home in need and n.home != n.holder and not n.moving and n.busy_gpus > 0]
         acts = _read_actuators(ctx, {n.holder for n in wanted}, actuators, lookup) if wanted else {}
@@ -257,10 +272,31 @@ def decide_reclaims(ctx, at: datetime, readings: Mapping[str, Judged], open_h: S
         owner_store.set_needs(engine, need, at)
     out = [ReclaimMove(m.node, m.source, m.target, m.gpus, m.reason, outside_budget=m.outside_budget,
                        need_since=opened_need.get(m.target), busy_gpus=m.busy_gpus) for m in moves]
+    blocked = _blocked_at_opening(out, acts, ownership, at)
     moving = [{"node": m.node, "to_platform": m.target, "state": "planned", "gpus": m.gpus} for m in out]
     spent = [{"node": m.node, "from_platform": m.source, "to_platform": m.target, "created_at": at,
               "outside_budget": m.outside_budget, "kind": "reclaim"} for m in out]
-    return ReclaimStep(out, waits, need, moving, spent)
+    return ReclaimStep(out, waits, need, moving, spent, blocked)
+
+
+def _blocked_at_opening(moves: Sequence[ReclaimMove], acts: Mapping[str, Any], ownership: Mapping[str, Ownership],
+                        at: datetime) -> list[dict[str, Any]]:
+    """The reclaims of busy nodes whose borrower reports disruption budgets that allow no
+    disruption now (``blocking_budgets``), as :func:`blocked_reclaims` lists them; a borrower
+    whose budgets cannot be read is not named (the eviction's refusal says it then)."""
+    out = []
+    for m in moves:
+        act = acts.get(m.source)
+        if m.busy_gpus <= 0 or act is None:
+            continue
+        try:
+            budgets = act.blocking_budgets(m.node)
+        except Exception:  # unread: the handover's eviction finds out and says so
+            continue
+        if budgets:
+            out.append(_blocked_entry(None, m.node, m.target, m.source, list(budgets), m.need_since,
+                                      ownership.get(m.target), at, "opening"))
+    return out
 
 
 def _unknown_said(why: str, unknown: set[str], held: Mapping[str, tuple[str, bool]]) -> str:
@@ -357,6 +393,69 @@ def late_reclaims(ctx, at: datetime, waits: Sequence[tuple[str, str]] = ()) -> l
     return out
 
 
+def _blocked_entry(hid: int | None, node: str, owner: str, borrower: str, budgets: list[str],
+                   since: datetime | None, promise: Ownership | None, at: datetime, state: str,
+                   error: str | None = None) -> dict[str, Any]:
+    deadline = None
+    if since is not None and promise is not None and promise.reclaim_minutes is not None:
+        deadline = utc_datetime(since) + timedelta(minutes=promise.reclaim_minutes)
+    return {"id": hid, "node": node, "owner": owner, "borrower": borrower, "budgets": budgets,
+            "deadline": deadline.isoformat() if deadline is not None else None,
+            "minutes_left": round((deadline - at).total_seconds() / 60.0, 1) if deadline is not None else None,
+            "state": state, "error": error}
+
+
+def blocked_reclaims(ctx, at: datetime, opening: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The reclaims a disruption budget blocks at ``at``: each live reclaim handover still open
+    whose last eviction was refused with budgets named (the handover's error, ``BLOCKED_BY``), and
+    the ``opening`` ones (:attr:`ReclaimStep.blocked`: the budgets read as the reclaim opened, a
+    dry run's too) not listed already. Each: id (None: at opening), node, owner, borrower, budgets
+    ("ns/name"), deadline (``need_since + reclaim_minutes``, ISO), minutes_left, state, error."""
+    from gpupool.actuation import handover as ho
+
+    ownership = promised(ctx.config)
+    if not ownership:
+        return []
+    at = utc_datetime(at)
+    out = []
+    for h in sorted(ho.list_handovers(ctx.engine, ho.BLOCKING_STATES), key=lambda x: x.id):
+        if h.kind != ho.RECLAIM or h.dry_run or ho.BLOCKED_BY not in (h.error or ""):
+            continue
+        named = h.error.split(ho.BLOCKED_BY, 1)[1].split(";", 1)[0]
+        out.append(_blocked_entry(h.id, h.node, h.to_platform, h.from_platform,
+                                  [b.strip() for b in named.split(",") if b.strip()], h.need_since,
+                                  ownership.get(h.to_platform), at, h.state, h.error))
+    listed = {x["node"] for x in out}
+    return out + [dict(x) for x in opening if x["node"] not in listed]
+
+
+def blocked_due(blocked: Sequence[Mapping[str, Any]], at: datetime, tick: timedelta) -> list[dict[str, Any]]:
+    """The blocked reclaims that fail the run now: those whose deadline falls before the next
+    tick (``deadline <= at + tick``), so waiting on the budget one more tick would break the
+    promise, and not yet passed (past it :class:`~gpupool.actuation.handover_records.ReclaimLate`
+    says it, the refusal in its error). A reclaim whose deadline is unknown never fails here."""
+    at = utc_datetime(at)
+    out = []
+    for x in blocked:
+        if x.get("deadline") is None:
+            continue
+        deadline = utc_datetime(datetime.fromisoformat(x["deadline"]))
+        if at < deadline <= at + tick:
+            out.append(dict(x))
+    return out
+
+
+def format_blocked(blocked: Sequence[Mapping[str, Any]]) -> str:
+    """The blocked reclaims as ``gpupool fastpath`` prints them, one line each."""
+    return "\n".join(
+        [f"{len(blocked)} reclaim(s) blocked by disruption budgets (the Eviction API keeps asking):"]
+        + [f"  node {x['node']} of {x['owner']} on {x['borrower']}"
+           + (f" (handover #{x['id']})" if x.get("id") is not None else " (opening)")
+           + f": {', '.join(x['budgets'])}; deadline {x['deadline'] or 'unknown'}"
+           + (f", {x['minutes_left']:g} min left" if x.get("minutes_left") is not None else "") for x in blocked]
+    ) if blocked else ""
+
+
 # ------------------------------------------------------------------------------------ opening
 
 
@@ -408,4 +507,4 @@ def plan_reclaims(ctx, at: datetime, *, live, timeout: timedelta, actuators: Map
     step = decide_reclaims(ctx, at, judged, open_h, recent, tick=PLAN_EVERY, actuators=actuators, lookup=lookup,
                            powered_down=power_states(ctx.engine))
     opened, refused = open_reclaims(ctx, at, step.moves, live, timeout)
-    return {"opened": opened, "refused": refused, "waits": step.waits, "unread": unread}
+    return {"opened": opened, "refused": refused, "waits": step.waits, "unread": unread, "blocked": step.blocked}

@@ -9,8 +9,9 @@ handover state machine can put every command in ``action_audit`` *before* it is 
 * ``send(command)`` sends one of them and returns the platform's answer.
 
 Reads are plain methods: ``owner_state(node)`` (who holds the node, why, how busy),
-``is_released(node)`` (drained *and* empty of work) and ``work_started(node)`` (when each unit of
-work on the node began: a reclaim lets borrowed work run a minimum time before it ends it).
+``is_released(node)`` (drained *and* empty of work), ``work_started(node)`` (when each unit of
+work on the node began: a reclaim lets borrowed work run a minimum time before it ends it) and
+``blocking_budgets(node)`` (the disruption budgets that would refuse ending that work now).
 ``release(node, reason)`` and ``attach(node)`` send their commands directly, for callers that audit
 elsewhere (tests, tools).
 
@@ -140,6 +141,12 @@ class Actuator:
         None where the platform cannot say: a reclaim then cannot know how long work has run."""
         return None
 
+    def blocking_budgets(self, node: str) -> list[str]:
+        """The disruption budgets that would refuse ending the work on ``node`` now ("ns/name"),
+        so a reclaim can say what blocks before its deadline; empty where the platform has none
+        (Kubernetes alone has PodDisruptionBudgets)."""
+        return []
+
     # ---- writes, as commands
     def release_commands(self, node: str, reason: str) -> list[Command]:
         """Commands that stop new work landing on ``node`` (drain / cordon / disable)."""
@@ -233,6 +240,9 @@ class NamedActuator(Actuator):
 
     def work_started(self, node: str) -> list[datetime] | None:
         return self.inner.work_started(self.name_of(node))
+
+    def blocking_budgets(self, node: str) -> list[str]:
+        return self.inner.blocking_budgets(self.name_of(node))
 
     def release_commands(self, node: str, reason: str) -> list[Command]:
         return self.inner.release_commands(self.name_of(node), reason)

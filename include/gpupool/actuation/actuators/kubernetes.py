@@ -10,6 +10,9 @@
   PodDisruptionBudgets are respected — a 429 answer means "not now" and is retried next run; the
   refusal names the budgets (policy/v1) whose selector matches the pod, so the alert says what blocks.
 * work started: the GPU pods' ``status.startTime``.
+* blocking budgets: the PodDisruptionBudgets (policy/v1, the same read) that select a GPU pod on
+  the node and allow no disruption now, read before an eviction is tried so a reclaim reports them
+  at once.
 * MIG: ``prepare`` sets the label ``nvidia.com/mig.config`` while the node is still cordoned;
   the node is ready when the GPU operator reports ``nvidia.com/mig.config.state=success``.
 * attach: uncordon, label ``gpupool.io/owner=<this platform>``, drop the annotation.
@@ -176,7 +179,26 @@ class KubernetesActuator(Actuator):
                 out.append(t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc))
         return out
 
-    def blocking_budgets(self, namespace: str, pod: str) -> list[str]:
+    def blocking_budgets(self, node: str) -> list[str]:
+        """``namespace/name`` of the PodDisruptionBudgets that select a GPU pod on ``node`` and
+        allow no disruption now (``status.disruptionsAllowed`` 0, or not computed yet: the API
+        server refuses an eviction then too). :class:`ActuationError` when the pods or the budgets
+        cannot be read: a caller that only reports them says it could not tell."""
+        out: set[str] = set()
+        listed: dict[str, list[Any]] = {}
+        for pod in self.gpu_pods(node):
+            ns = pod.metadata.namespace
+            if ns not in listed:
+                listed[ns] = self._call(node, "list budgets",
+                                        self.policy.list_namespaced_pod_disruption_budget, ns).items
+            labels = pod.metadata.labels or {}
+            for pdb in listed[ns]:
+                allowed = pdb.status.disruptions_allowed if pdb.status is not None else None
+                if pdb.spec is not None and not allowed and selector_matches(pdb.spec.selector, labels):
+                    out.add(f"{ns}/{pdb.metadata.name}")
+        return sorted(out)
+
+    def pod_budgets(self, namespace: str, pod: str) -> list[str]:
         """``namespace/name (disruptionsAllowed N)`` of the PodDisruptionBudgets whose selector
         matches the pod's labels; empty when the pod or the budgets cannot be read."""
         try:
@@ -279,7 +301,7 @@ class KubernetesActuator(Actuator):
                 if exc.status == 404:
                     return {"evicted": False, "gone": True}
                 if exc.status == 429:
-                    budgets = self.blocking_budgets(req["namespace"], req["pod"])
+                    budgets = self.pod_budgets(req["namespace"], req["pod"])
                     by = (f"PodDisruptionBudget {', '.join(budgets)}" if budgets
                           else "a PodDisruptionBudget (none found matching the pod's labels)")
                     pod = f"{req['namespace']}/{req['pod']}"
