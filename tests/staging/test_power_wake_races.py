@@ -10,6 +10,8 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from gpupool.actuation import handover as ho
 from gpupool.actuation.power import machine as pm
 
@@ -212,3 +214,18 @@ def test_a_reclaim_opened_while_the_node_is_woken_or_parked_is_refused(engine):
     h = ho.advance_one(engine, ho.get_handover(engine, hid), acts, T0 + timedelta(minutes=7))
     assert len(parks) == 1 and isinstance(parks[0], pm.PowerConflict), parks
     assert h.state == ho.DONE and dc.open_on("w1") == ["slurm"] and pm.power_of(engine, "w1") == pm.ON
+
+
+def test_a_park_decided_before_a_reclaim_finished_is_refused_once_the_node_moved(engine):
+    """The borrower's power step read the node idle, then its owner's reclaim brought it home: the
+    park that follows names the borrower and would power off a node the owner now runs. Refused,
+    naming where the node is; a park naming the owner goes on."""
+    power = MemPower("kubernetes", ["m1"])
+    hid = _reclaim(engine, "m1", T0)
+    _reclaim_done(engine, "m1", hid, T0)
+    with pytest.raises(pm.PowerConflict, match="on slurm now, not kubernetes"):
+        pm.park(engine, "m1", "kubernetes", power, T0 + timedelta(minutes=1), dry_run=False, by="fastpath")
+    assert pm.power_of(engine, "m1") == pm.ON and power.sent == []
+    out = pm.park(engine, "m1", "slurm", MemPower("slurm", ["m1"]), T0 + timedelta(minutes=2), dry_run=False,
+                  by="fastpath")
+    assert out["action"] == "park"

@@ -60,6 +60,20 @@ def transition(engine: Engine, node: str, platform: str, expected: str, to: str,
         return None
 
 
+def _refuse_moved(conn: sa.Connection, node: str, platform: str) -> None:
+    """:class:`Blocked` when the node's last handover left it on another platform than the one a
+    park names (a park decided on a reading taken before a move or reclaim of the node finished
+    would power off a node another platform now runs)."""
+    last = conn.execute(sa.select(handover.c.id, handover.c.state, handover.c.from_platform, handover.c.to_platform)
+                        .where(handover.c.node == node, handover.c.dry_run.is_(False))
+                        .order_by(handover.c.id.desc()).limit(1)).first()
+    if last is None or last.state not in ("done", "rolled_back"):
+        return
+    holder = last.to_platform if last.state == "done" else last.from_platform
+    if holder != platform:
+        raise Blocked(node, int(last.id), f"{last.state}: the node is on {holder} now, not {platform}")
+
+
 class _Lost(Exception):
     """The node left the expected state between the read and the write: roll back."""
 
@@ -72,6 +86,8 @@ def _transition(engine: Engine, node: str, platform: str, expected: str, to: str
         hit = _blocking_handover(conn, node, blocking)
         if hit is not None:
             raise Blocked(node, int(hit.id), hit.state)
+        if expected == ON and to == "parking":
+            _refuse_moved(conn, node, platform)
         row = _row(conn, node)
         current = row.state if row is not None else ON
         if current != expected:
