@@ -73,6 +73,18 @@ def write_config(tmp_path: Path) -> Path:
     return path
 
 
+def record_plan(engine, at: datetime, upper: dict[str, float] | None = None) -> None:
+    """An hourly plan in staging that lets every platform lend (it reserves nothing and moves
+    nothing): the plan the fast path's tick reads; ``upper``: each platform's demand bound."""
+    from gpupool.staging.schema import allocation_plan
+
+    bounds = {"slurm": 0.0, "kubernetes": 0.0, **(upper or {})}
+    with engine.begin() as conn:
+        conn.execute(allocation_plan.insert().values(
+            decided_at=at, policy="predictive", solver="milp", dry_run=False, moves=[],
+            summary={"platforms": {p: {"demand_upper": [v]} for p, v in bounds.items()}}))
+
+
 def connect(monkeypatch, tmp_path: Path, urls: dict) -> None:
     """The connections a deployment would define, and `scontrol` as the Slurm actuator runs it."""
     bin_dir = tmp_path / "slurm-bin"

@@ -55,16 +55,6 @@ def _scenario(tmp_path: Path) -> Path:
     return datacenter.write_scenario(tmp_path, slurm, k8s, MOVE_MINUTES)
 
 
-def _plan(engine, at: datetime) -> None:
-    """An hourly plan that lets both lend (it reserves nothing and moves nothing)."""
-    from gpupool.staging.schema import allocation_plan
-
-    with engine.begin() as conn:
-        conn.execute(allocation_plan.insert().values(
-            decided_at=at, policy="predictive", solver="milp", dry_run=False, moves=[],
-            summary={"platforms": {"slurm": {"demand_upper": [0.0]}, "kubernetes": {"demand_upper": [0.0]}}}))
-
-
 def _dag(dags_root: Path):
     from airflow.dag_processing.dagbag import DagBag
 
@@ -112,7 +102,7 @@ def _deployment(monkeypatch, tmp_path: Path, urls: dict, staging_url: str):
     monkeypatch.setenv("GPUPOOL_STAGING_URL", staging_url)
     engine = db.make_engine(staging_url)
     db.upgrade(engine)
-    _plan(engine, NOW)
+    datacenter.record_plan(engine, NOW)
     return engine
 
 

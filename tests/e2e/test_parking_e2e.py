@@ -68,16 +68,6 @@ def _config(tmp_path: Path, bmc) -> Path:
     return path
 
 
-def _plan(engine, at: datetime) -> None:
-    """An hourly plan that lets both lend (it reserves nothing and moves nothing)."""
-    from gpupool.staging.schema import allocation_plan
-
-    with engine.begin() as conn:
-        conn.execute(allocation_plan.insert().values(
-            decided_at=at, policy="predictive", solver="milp", dry_run=False, moves=[],
-            summary={"platforms": {"slurm": {"demand_upper": [24.0]}, "kubernetes": {"demand_upper": [8.0]}}}))
-
-
 @pytest.fixture(scope="module")
 def dag(dags_root, airflow_home, tmp_path_factory):
     """The fast-path DAG after one run on the embedded default (imports and serialization warm)."""
@@ -117,7 +107,7 @@ def test_idle_nodes_park_through_their_bmcs_and_a_burst_wakes_them_in_time(dag, 
         monkeypatch.setenv("GPUPOOL_STAGING_URL", staging_url)
         engine = db.make_engine(staging_url)
         db.upgrade(engine)
-        _plan(engine, NOW)
+        datacenter.record_plan(engine, NOW, {"slurm": 24.0, "kubernetes": 8.0})
         powered_at: list[tuple[datetime, dict]] = []
         for k in range(1, TICKS + 1):
             at = NOW + k * TICK

@@ -71,16 +71,6 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-def _plan(engine, at: datetime) -> None:
-    """An hourly plan that lets both lend (it reserves nothing and moves nothing)."""
-    from gpupool.staging.schema import allocation_plan
-
-    with engine.begin() as conn:
-        conn.execute(allocation_plan.insert().values(
-            decided_at=at, policy="predictive", solver="milp", dry_run=False, moves=[],
-            summary={"platforms": {"slurm": {"demand_upper": [0.0]}, "kubernetes": {"demand_upper": [0.0]}}}))
-
-
 def _inventory(engine, urls: dict, at: datetime) -> None:
     """The hourly pipeline's inventory snapshot of both platforms at ``at``, as the datacenter
     lists its nodes: what tells the fast path the GPUs a node in transit brings."""
@@ -165,7 +155,7 @@ def test_an_owner_reclaims_its_lent_node_from_borrowed_work_within_its_deadline(
         monkeypatch.setenv("GPUPOOL_STAGING_URL", staging_url)
         engine = db.make_engine(staging_url)
         db.upgrade(engine)
-        _plan(engine, NOW)
+        datacenter.record_plan(engine, NOW)
         _inventory(engine, urls, NOW)
         core, custom = _kube(urls)
         _queue(custom)
