@@ -73,6 +73,21 @@ def write_config(tmp_path: Path) -> Path:
     return path
 
 
+def warm_dag(dags_root: Path, dag_id: str, warm_dir: Path, at: datetime, run_conf: dict | None = None):
+    """DAG ``dag_id`` (``dags/<dag_id>.py``) after one run at ``at`` on the embedded default (no
+    GPUPOOL_CONFIG, a staging file in ``warm_dir``), so the timed runs of a test start warm
+    (imports, the DAG's serialization in Airflow's database) while the served clock runs."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(dags_root / "dags" / f"{dag_id}.py")).dags[dag_id]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("GPUPOOL_CONFIG", raising=False)
+        mp.setenv("GPUPOOL_STAGING_URL", f"sqlite:///{warm_dir / 'staging.db'}")
+        run = dag.test(logical_date=at, run_conf=run_conf) if run_conf is not None else dag.test(logical_date=at)
+        assert str(run.state).endswith("success"), (dag_id, at, run.state)
+    return dag
+
+
 def record_plan(engine, at: datetime, upper: dict[str, float] | None = None) -> None:
     """An hourly plan in staging that lets every platform lend (it reserves nothing and moves
     nothing): the plan the fast path's tick reads; ``upper``: each platform's demand bound."""

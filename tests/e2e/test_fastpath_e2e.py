@@ -55,12 +55,6 @@ def _scenario(tmp_path: Path) -> Path:
     return datacenter.write_scenario(tmp_path, slurm, k8s, MOVE_MINUTES)
 
 
-def _dag(dags_root: Path):
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(dags_root / "dags" / "gpupool_fastpath.py")).dags["gpupool_fastpath"]
-
-
 def _tick(dag, at: datetime, dry_run: bool) -> None:
     run = dag.test(logical_date=at, run_conf={"dry_run": dry_run})
     assert str(run.state).endswith("success"), (at, run.state)
@@ -70,12 +64,8 @@ def _tick(dag, at: datetime, dry_run: bool) -> None:
 def dag(dags_root, airflow_home, tmp_path_factory):
     """The fast-path DAG after one run on the embedded default, so the timed runs below start
     warm (imports, the DAG's serialization in Airflow's database) while the served clock runs."""
-    dag = _dag(dags_root)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("GPUPOOL_CONFIG", raising=False)
-        mp.setenv("GPUPOOL_STAGING_URL", f"sqlite:///{tmp_path_factory.mktemp('warm') / 'staging.db'}")
-        _tick(dag, NOW - TICK, dry_run=True)
-    return dag
+    return datacenter.warm_dag(dags_root, "gpupool_fastpath", tmp_path_factory.mktemp("warm"), NOW - TICK,
+                               {"dry_run": True})
 
 
 @contextlib.contextmanager

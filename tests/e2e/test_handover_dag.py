@@ -50,14 +50,7 @@ def _run(dag, at: datetime) -> None:
 def dag(dags_root, airflow_home, tmp_path_factory):
     """The handover DAG after one run on the embedded default (no handover open, dry run), so
     the runs below start warm while the served clock runs."""
-    from airflow.dag_processing.dagbag import DagBag
-
-    dag = DagBag(dag_folder=str(dags_root / "dags" / "gpupool_handover.py")).dags["gpupool_handover"]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("GPUPOOL_CONFIG", raising=False)
-        mp.setenv("GPUPOOL_STAGING_URL", f"sqlite:///{tmp_path_factory.mktemp('warm') / 'staging.db'}")
-        _run(dag, NOW - TICK)
-    return dag
+    return datacenter.warm_dag(dags_root, "gpupool_handover", tmp_path_factory.mktemp("warm"), NOW - TICK)
 
 
 def _deployment(monkeypatch, tmp_path: Path, urls: dict, staging_url: str):

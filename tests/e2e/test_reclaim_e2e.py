@@ -130,15 +130,8 @@ def _jobs(urls: dict) -> list[dict]:
 @pytest.fixture(scope="module")
 def dag(dags_root, airflow_home, tmp_path_factory):
     """The fast-path DAG after one run on the embedded default (imports and serialization warm)."""
-    from airflow.dag_processing.dagbag import DagBag
-
-    dag = DagBag(dag_folder=str(dags_root / "dags" / "gpupool_fastpath.py")).dags["gpupool_fastpath"]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("GPUPOOL_CONFIG", raising=False)
-        mp.setenv("GPUPOOL_STAGING_URL", f"sqlite:///{tmp_path_factory.mktemp('warm') / 'staging.db'}")
-        run = dag.test(logical_date=NOW - TICK, run_conf={"dry_run": True})
-        assert str(run.state).endswith("success")
-    return dag
+    return datacenter.warm_dag(dags_root, "gpupool_fastpath", tmp_path_factory.mktemp("warm"), NOW - TICK,
+                               {"dry_run": True})
 
 
 def test_an_owner_reclaims_its_lent_node_from_borrowed_work_within_its_deadline(dag, tmp_path, monkeypatch,
