@@ -29,6 +29,9 @@ _SQRT_2PI = math.sqrt(2.0 * math.pi)
 LAYOUT_CHANGE_MINUTES = 10.0  # a MIG re-layout makes a node unavailable this long
 LAYOUT_CHANGE_COST = 0.5  # GPU-hours charged per MIG layout change: it must pay for itself, as a move
 SOLVER_TIME_LIMIT_S = 10.0  # the MILP's search time; then the best solution found is taken
+#: two plans whose exact objectives differ by less than this (priority-weighted GPU-hours over the
+#: horizon) serve the platforms equally well: the fair share decides between them
+FAIR_TIE = 0.01
 
 
 def expected_unmet(capacity: np.ndarray | float, mean: np.ndarray | float, sigma: np.ndarray | float) -> np.ndarray:
@@ -108,6 +111,11 @@ class PlanModel:
         self.fixed_borrowed = np.zeros(len(platforms))
         self.classes: list[_Class] = []
         self._build(at)
+        # fair share: the GPUs each platform owns (its nominal share), where owners are known
+        self.owned_gpus = np.zeros(len(platforms))
+        for r in records:
+            if r.home is not None and r.home in self.pidx:
+                self.owned_gpus[self.pidx[r.home]] += r.gpus
         # the source-risk term: demand one horizon further out, and each platform's risk there now
         self.far_mean = self.mean[:, -1].copy()
         self.far_sigma = self.sigma[:, -1] * _FAR_SPREAD
@@ -489,6 +497,65 @@ class PlanModel:
             if best is None:
                 return counts
             best_obj, counts = best
+
+    # ---- fair share between borrowers
+    def shares(self, counts) -> np.ndarray:
+        """Each platform's GPUs held after ``counts`` over the GPUs it owns (inf: owns none)."""
+        held = self._held_gpus(counts)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.owned_gpus > 0, held / np.maximum(self.owned_gpus, 1e-12), np.inf)
+
+    def _held_gpus(self, counts) -> np.ndarray:
+        held = np.zeros(len(self.platforms))
+        for r in self.records:
+            if r.in_handover:
+                held[self.pidx[r.owner]] += r.gpus
+        for cls, row in zip(self.classes, counts):
+            for opt, n in zip(cls.options, row):
+                held[self.pidx[opt.target]] += n * cls.gpus
+        return held
+
+    def fair_share(self, counts, reasons: list[str], ceiling: float = np.inf) -> list[list[int]]:
+        """Where two platforms could take the same moving node equally well (exact objectives
+        within :data:`FAIR_TIE`), the one further below its nominal share (GPUs held over GPUs
+        owned, as Kueue's and KAI's fair sharing rank borrowers) gets it.
+
+        One node at a time changes target, each change lowering the larger of the two platforms'
+        shares, so the search ends; the plan stays feasible and within the tie of the objective it
+        started from (and never above ``ceiling``, the objective of changing nothing). Without owners (no node has a ``home``) the plan is returned unchanged."""
+        if not (self.owned_gpus > 0).any():
+            return counts
+        counts = [row[:] for row in counts]
+        limit = min(self.evaluate(counts)[0] + FAIR_TIE, ceiling)
+        while True:
+            share = self.shares(counts)
+            best = None
+            for k, cls in enumerate(self.classes):
+                for o1, opt1 in enumerate(cls.options):
+                    if opt1.kind != "move" or counts[k][o1] == 0:
+                        continue
+                    p = self.pidx[opt1.target]
+                    for o2, opt2 in enumerate(cls.options):
+                        q = self.pidx[opt2.target]
+                        if opt2.kind != "move" or q == p or not self.owned_gpus[q] > 0:
+                            continue
+                        after_q = share[q] + cls.gpus / self.owned_gpus[q]
+                        if not after_q < share[p] - 1e-9:
+                            continue
+                        key = (-share[p], after_q, opt1.target, opt2.target, k)
+                        if best is not None and key >= best[0]:
+                            continue
+                        trial = [row[:] for row in counts]
+                        trial[k][o1] -= 1
+                        trial[k][o2] += 1
+                        if self.feasible(trial) and self.evaluate(trial)[0] <= limit + 1e-12:
+                            best = (key, trial, opt1.target, opt2.target)
+            if best is None:
+                return counts
+            _, counts, p_name, q_name = best
+            share = self.shares(counts)
+            reasons.append(f"fair share: a node goes to {q_name} ({share[self.pidx[q_name]]:.0%} of what it owns "
+                           f"after) rather than {p_name}, which serves no better")
 
     # ---- from counts to named nodes
     def realise(self, counts, reasons: list[str]):

@@ -47,9 +47,15 @@ small and its solution unique up to the deterministic choice of which member mov
 Constraints: each node has one target; at most ``max_moves_per_decision`` moves; only idle nodes
 (``busy_gpus == 0``, unless the policy may evict), not in a handover and out of their cool-down
 may move, and the GPUs leaving a platform never exceed its idle GPUs; per-platform min/max node
-counts are soft (large penalty) but never made worse than they are now. If the MILP solver
-fails, a greedy search over single actions on the same exact objective is used and the plan
-says so.
+counts are soft (large penalty) but never made worse than they are now; with owners
+(``NodeRecord.home``) and a platform's ``lend_limit`` or ``borrow_limit``, nodes lent and
+borrowed stay within them. If the MILP solver fails, a greedy search over single actions on the
+same exact objective is used and the plan says so.
+
+Fair share: with owners known, where two platforms could take the same moving node equally well
+(exact objectives within ``FAIR_TIE``), the one holding the least of what it owns gets it
+(:meth:`PlanModel.fair_share`, the borrowers' order of Kueue's and KAI's fair sharing). It only
+breaks ties: a platform whose need weighs more still gets the node.
 
 Where it lives: :func:`plan` here (the inputs, the policy's headroom floor, the bounds' check);
 the model over node classes, its exact objective, the MILP and the greedy search in
@@ -183,6 +189,9 @@ def plan(
     if obj_after > obj_before + 1e-9:  # never worse than doing nothing (approximation safety)
         reasons.append(f"solution ({obj_after:.3f}) not better than no change ({obj_before:.3f}); keeping all nodes")
         counts, obj_after, unmet_after = before, obj_before, unmet_before
+    elif counts is not before:
+        counts = model.fair_share(counts, reasons, ceiling=obj_before)
+        obj_after, unmet_after = model.evaluate(counts)
     moves, changes, targets = model.realise(counts, reasons)
     if infeasible:  # the bounds are soft (penalised), so the solver still says "optimal": say why not
         status = f"{status}; {infeasible}"

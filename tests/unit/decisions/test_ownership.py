@@ -13,6 +13,7 @@ from gpupool.config import Ownership
 from gpupool.decisions.fastpath import FastMove, Judged, PlanBounds, Settings, decide
 from gpupool.decisions.ownership import (HeldNode, covered, first_sight_homes, lent_and_borrowed, may_move, need_since,
                                          reclaim)
+from gpupool.decisions.plan_model import PlanModel
 from gpupool.decisions.planner import NodeRecord, plan
 from gpupool.decisions.policy import Policy
 from gpupool.sources.base import Pressure
@@ -69,6 +70,63 @@ def test_without_limits_owners_change_nothing():
     with_homes = plan(_pool(), DEMAND, policy)
     without = plan([replace(r, home=None) for r in _pool()], DEMAND, Policy(kind="reactive"))
     assert with_homes.moves == without.moves and with_homes.objective_after == without.objective_after
+
+
+def _two_borrowers():
+    # a lends: 2 idle nodes of its own. b holds its 4 and 2 of c's (150 % of what it owns), c holds
+    # 2 of its 4 (50 %); all busy
+    return ([NodeRecord(f"a{i}", "a", 8, home="a") for i in range(2)]
+            + [NodeRecord(f"b{i}", "b", 8, busy_gpus=8, home="b") for i in range(4)]
+            + [NodeRecord(f"c{i}", "b", 8, busy_gpus=8, home="c") for i in range(2)]
+            + [NodeRecord(f"c{i}", "c", 8, busy_gpus=8, home="c") for i in range(2, 4)])
+
+
+@pytest.mark.parametrize("solver", ["milp", "greedy"])
+def test_two_borrowers_equally_short_the_one_furthest_below_its_share_gets_the_surplus(solver):
+    demand = {"a": [0.0, 0.0], "b": [200.0, 200.0], "c": [200.0, 200.0]}
+    out = plan(_two_borrowers(), demand, Policy(kind="reactive"), solver=solver)
+    assert [(m.source, m.target) for m in out.moves] == [("a", "c"), ("a", "c")]
+    # the mirror: b furthest below its share now gets both
+    swap = {"b": "c", "c": "b"}
+    mirror = [replace(r, owner=swap.get(r.owner, r.owner), home=swap.get(r.home, r.home)) for r in _two_borrowers()]
+    out = plan(mirror, demand, Policy(kind="reactive"), solver=solver)
+    assert [m.target for m in out.moves] == ["b", "b"]
+
+
+@pytest.mark.parametrize("solver", ["milp", "greedy"])
+def test_fair_share_only_breaks_ties(solver):
+    # c needs one node more, not two: the second serves b better, whatever the shares say
+    demand = {"a": [0.0, 0.0], "b": [200.0, 200.0], "c": [24.0, 24.0]}
+    out = plan(_two_borrowers(), demand, Policy(kind="reactive"), solver=solver)
+    assert sorted(m.target for m in out.moves) == ["b", "c"]
+    # a platform that weighs more gets both, below its share or not
+    heavy = Policy(kind="reactive", priority={"b": 3.0})
+    out = plan(_two_borrowers(), {"a": [0.0, 0.0], "b": [200.0, 200.0], "c": [200.0, 200.0]}, heavy, solver=solver)
+    assert [m.target for m in out.moves] == ["b", "b"]
+
+
+def test_fair_share_moves_a_node_to_the_platform_below_its_share_and_says_so():
+    demand = {p: _demand(v) for p, v in {"a": [0.0], "b": [200.0], "c": [200.0]}.items()}
+    model = PlanModel(_two_borrowers(), ["a", "b", "c"], demand, Policy(kind="reactive"), 1, None)
+    to_b = [[0] + [1 if o.target == "b" else 0 for o in cls.options[1:]] if cls.owner == "a" else
+            [len(cls.members)] + [0] * (len(cls.options) - 1) for cls in model.classes]
+    to_b = [[len(cls.members) - sum(row[1:])] + row[1:] for cls, row in zip(model.classes, to_b)]
+    reasons: list[str] = []
+    fair = model.fair_share(to_b, reasons)
+    (k,) = [k for k, cls in enumerate(model.classes) if cls.owner == "a"]
+    targets = {o.target: n for o, n in zip(model.classes[k].options, fair[k]) if n}
+    assert targets == {"c": 1, "a": 1}
+    assert reasons == ["fair share: a node goes to c (75% of what it owns after) rather than b, which serves no better"]
+    # without owners there is nothing to rank by: the plan is returned as it came
+    anon = PlanModel([replace(r, home=None) for r in _two_borrowers()], ["a", "b", "c"], demand,
+                     Policy(kind="reactive"), 1, None)
+    assert anon.fair_share(to_b, reasons) == to_b and len(reasons) == 1
+
+
+def _demand(mean):
+    from gpupool.decisions.demand import PlatformDemand
+
+    return PlatformDemand.coerce("x", mean)
 
 
 # ------------------------------------------------------------------ the fast path
