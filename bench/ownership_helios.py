@@ -3,7 +3,7 @@ pooled as today and with every platform owning what it holds at the start and re
 
     nice -n 5 .venv/bin/python bench/ownership_helios.py [--days 6] [--jobs 2] [--policy predictive]
         [--groupings G1,G2,G3,G4,G5] [--reclaim-minutes 30] [--min-runtime-minutes 0] [--keep-home N]
-        [--no-pooled]
+        [--no-pooled] [--foresight M]
 
 The groupings, pools (100 % of the traces' totals) and scenario are those of
 ``bench/allocate_helios.py`` (imported from it), with the fast path as shipped. Per grouping:
@@ -28,6 +28,10 @@ from pathlib import Path
 from allocate_helios import DATA, PLATFORMS, REPORT, groupings, pool_nodes, scenario
 from _tables import option, record_run
 
+import pandas as pd
+
+import gpupool.sim.ownership as sim_ownership
+import gpupool.sim.study as study
 from gpupool.sim.study import simulate
 
 
@@ -42,10 +46,36 @@ def _scenario(name, grouping, days, own: dict | None, data: Path = DATA, keep_ho
     return sc
 
 
+class Foresight(sim_ownership.OwnershipTrack):
+    """A bound, not a rule: the reclaim reads each owner's true demand ``minutes`` ahead (the
+    largest over the next ``minutes``), so a reclaim starts that much before the burst it serves."""
+
+    minutes = 0.0
+
+    def shortage(self, at, readings, transit):
+        short = super().shortage(at, readings, transit)
+        w = self.world
+        i = w.clock_index
+        k = int(round(self.minutes / (pd.Timedelta(w.scenario.step) / pd.Timedelta("1min"))))
+        cap = w.capacity_at(i)
+        on_way: dict[str, float] = {}
+        for h in transit:
+            on_way[h["to_platform"]] = on_way.get(h["to_platform"], 0.0) + float(h["gpus"])
+        for p in short:
+            if p in self.ownership:
+                j = w.platforms.index(p)
+                ahead = float(w.demand_[j, i:i + k + 1].max()) - float(cap[j]) - on_way.get(p, 0.0)
+                short[p] = max(short[p], ahead)
+        return short
+
+
 def run_one(job):
-    name, regime, grouping, days, policy, own, data, keep_home = job
+    name, regime, grouping, days, policy, own, data, keep_home, foresight = job
     t0 = time.perf_counter()
     sc = _scenario(name, grouping, days, own, data, keep_home)
+    if foresight:
+        Foresight.minutes = foresight
+        study.OwnershipTrack = Foresight
     out = simulate(sc, "static" if regime == "static" else policy)
     return (name, regime), out, time.perf_counter() - t0
 
@@ -61,13 +91,15 @@ def main() -> int:
     ap.add_argument("--min-runtime-minutes", type=float, default=0.0)
     ap.add_argument("--keep-home", type=int, help="each platform's lend_limit: its nodes less this many")
     ap.add_argument("--no-pooled", action="store_true", help="skip the pooled runs (today's, without owners)")
+    ap.add_argument("--foresight", type=float, default=0.0,
+                    help="a bound: the reclaim reads each owner's true demand this many minutes ahead")
     args = ap.parse_args()
     groups = groupings()
     names = args.groupings.split(",")
     own = {"reclaim_minutes": args.reclaim_minutes, "min_runtime_minutes": args.min_runtime_minutes}
     regimes = ("static", "owned") if args.no_pooled else ("static", "pooled", "owned")
-    jobs = [(n, r, groups[n], args.days, args.policy, own if r == "owned" else None, Path(args.data), args.keep_home)
-            for n in names for r in regimes]
+    jobs = [(n, r, groups[n], args.days, args.policy, own if r == "owned" else None, Path(args.data), args.keep_home,
+             args.foresight) for n in names for r in regimes]
     res = {}
     with ProcessPoolExecutor(max(1, args.jobs)) as ex:
         for fut in as_completed([ex.submit(run_one, j) for j in jobs]):
@@ -79,7 +111,9 @@ def main() -> int:
     print()
     print(f"owned: each platform owns what it holds at the start, reclaim_minutes {args.reclaim_minutes:g}, "
           f"min_runtime_minutes {args.min_runtime_minutes:g}"
-          + ("" if args.keep_home is None else f", lend_limit its nodes less {args.keep_home}") + ". Regret: unmet minus static's unmet (GPU-h). "
+          + ("" if args.keep_home is None else f", lend_limit its nodes less {args.keep_home}")
+          + ("" if not args.foresight else f", the reclaim reading true demand {args.foresight:g} minutes ahead (a bound)")
+          + ". Regret: unmet minus static's unmet (GPU-h). "
           f"Held out: {', '.join(g for g in names if g in REPORT)}.")
     print()
     print("| grouping | platform | static unmet | pooled unmet | pooled regret | owned unmet | owned regret "
@@ -125,6 +159,8 @@ def main() -> int:
 if __name__ == "__main__":
     def name(argv):
         keep = option(argv, "--keep-home")
-        return f"ownership_helios-{option(argv, '--days', '6')}d" + (f"-keep{keep}" if keep else "")
+        ahead = option(argv, "--foresight")
+        return (f"ownership_helios-{option(argv, '--days', '6')}d" + (f"-keep{keep}" if keep else "")
+                + (f"-foresight{ahead}" if ahead else ""))
 
     raise SystemExit(record_run(name, main))

@@ -60,10 +60,7 @@ class OwnershipTrack:
     def tick(self, at: pd.Timestamp, readings: dict, transit: list[dict], pool: list[dict], fast) -> list:
         """Run the reclaim at ``at`` on the fast path's ``readings`` and start its moves in the
         world; ``fast`` (the study's :class:`~gpupool.sim.fastpath.FastPath`) records them."""
-        on_way: dict[str, float] = {}
-        for h in transit:
-            on_way[h["to_platform"]] = on_way.get(h["to_platform"], 0.0) + float(h["gpus"])
-        short = {p: float(r.gpus_pending) - r.gpus_free - on_way.get(p, 0.0) for p, r in readings.items()}
+        short = self.shortage(at, readings, transit)
         nodes = [self._held(n) for n in pool if n["platform"] is not None]
         self.need = need_since(self.need, short, nodes, at.to_pydatetime(), self.ownership)
         if not self.need:
@@ -96,6 +93,14 @@ class OwnershipTrack:
         for p in covered(short, moves):  # met once they arrive: a later shortage is a new need
             self.need.pop(p, None)
         return moves
+
+    def shortage(self, at: pd.Timestamp, readings: dict, transit: list[dict]) -> dict[str, float]:
+        """Each platform's GPUs short at ``at`` as the tick reads them: pending less free less what
+        is on its way (negative: to spare)."""
+        on_way: dict[str, float] = {}
+        for h in transit:
+            on_way[h["to_platform"]] = on_way.get(h["to_platform"], 0.0) + float(h["gpus"])
+        return {p: float(r.gpus_pending) - r.gpus_free - on_way.get(p, 0.0) for p, r in readings.items()}
 
     def _held(self, n: dict) -> HeldNode:
         return HeldNode(n["name"], self.homes.get(n["name"]), n["platform"], int(n["gpus"]),

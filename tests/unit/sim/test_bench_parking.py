@@ -75,3 +75,23 @@ def test_the_ownership_bound_serves_a_shortage_only_from_the_other_platforms_sup
     reserve = least_reserve(cells, np.full(24, 12), bar=5.0)
     assert reserve[5] == 1 and reserve[9] == 0
     assert least_reserve(cells, np.full(24, 12), bar=0.0)[[5, 9]].tolist() == [2, 1]
+
+
+def test_the_learnt_reserve_keeps_each_day_only_what_the_days_before_showed():
+    """bench/ownership_bound.py --learn: a burst at the same hour every day is kept for from the
+    second day on; a burst at an hour never seen before finds no reserve."""
+    import numpy as np
+
+    from ownership_bound import NODE_GPUS, learned_reserve
+
+    days, n = 4, 4
+    hours = np.tile(np.repeat(np.arange(24), 12), days)
+    d = np.full(len(hours), float(NODE_GPUS))
+    d[hours == 7] = 3 * NODE_GPUS  # every day at 07:00 the platform needs 3 nodes
+    base = np.ones(len(d), int)  # one node kept at home by its level
+    extra = learned_reserve(d, hours, n, base, learn=1, bar=0.0, steps=len(d))
+    assert extra[: 288].sum() == 0  # the first day learns only
+    assert (extra[288:][hours[288:] == 7] == 2).all() and (extra[288:][hours[288:] != 7] == 0).all()
+    d[3 * 288:][hours[3 * 288:] == 19] = 2 * NODE_GPUS  # the last day bursts at 19:00 too: unforeseen
+    extra = learned_reserve(d, hours, n, base, learn=1, bar=0.0, steps=len(d))
+    assert (extra[3 * 288:][hours[3 * 288:] == 19] == 0).all()
