@@ -174,41 +174,42 @@ def ownership_of(spec: BaseModel) -> Ownership:
     return Ownership(**{k: getattr(spec, k) for k in Ownership.model_fields})
 
 
-#: a Kubernetes object name (DNS-1123 subdomain): a ClusterQueue's, a ResourceFlavor's, a KAI Queue's
+#: a Kubernetes object name (DNS-1123 subdomain): a ClusterQueue's, a ResourceFlavor's, a KAI or Volcano Queue's
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-#: the queue kinds gpupool can tell, and those it names but cannot yet
-QUOTA_KINDS = ("kueue", "kai")
-_QUOTA_LATER = ("volcano",)
+#: the queue kinds gpupool can tell
+QUOTA_KINDS = ("kueue", "kai", "volcano")
 #: the keys each queue kind takes (beside ``kind``) and those it requires
 _QUOTA_KEYS = {"kueue": ({"cluster_queue", "flavor", "resource"}, {"cluster_queue", "flavor"}),
-               "kai": ({"queue"}, {"queue"})}
+               "kai": ({"queue"}, {"queue"}),
+               "volcano": ({"queue", "resource"}, {"queue"})}
 
 
 class QuotaConfig(_Strict):
     """The queue whose quota follows the nodes gpupool moves on a Kubernetes platform (a Kueue
-    ClusterQueue's ``nominalQuota`` or a KAI-Scheduler Queue's GPU ``quota``: shrunk before a
-    release drains a node, grown after an attach opens it; docs/stages/ownership.md)."""
+    ClusterQueue's ``nominalQuota``, a KAI-Scheduler Queue's GPU ``quota`` or a Volcano Queue's
+    ``capability``: shrunk before a release drains a node, grown after an attach opens it;
+    docs/stages/ownership.md)."""
 
     kind: str = Field(description=(
-        "`kueue` (a ClusterQueue) or `kai` (a KAI-Scheduler Queue); Volcano queues are not supported yet"))
+        "`kueue` (a ClusterQueue), `kai` (a KAI-Scheduler Queue) or `volcano` (a Volcano Queue)"))
     cluster_queue: str | None = Field(default=None, description=(
         "kueue (required): the ClusterQueue whose quota follows the nodes"))
     flavor: str | None = Field(default=None, description=(
         "kueue (required): the ResourceFlavor of the quota (a `spec.resourceGroups[].flavors[].name` of the ClusterQueue)"))
     queue: str | None = Field(default=None, description=(
-        "kai (required): the Queue (`scheduling.run.ai/v2`) whose `spec.resources.gpu.quota` follows the nodes"))
+        "kai (required): the Queue (`scheduling.run.ai/v2`) whose `spec.resources.gpu.quota` follows the nodes; "
+        "volcano (required): the Queue (`scheduling.volcano.sh/v1beta1`) whose `spec.capability` of `resource` "
+        "(and its `deserved` and `guarantee` of it, where set) follows the nodes"))
     resource: str = Field(default="nvidia.com/gpu", max_length=253,
                           pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
                           description=(
-        "kueue: the resource whose quota changes by what each node reports allocatable of it "
+        "kueue and volcano: the resource whose quota changes by what each node reports allocatable of it "
         "(`nvidia.com/gpu`, or a MIG resource such as `nvidia.com/mig-1g.10gb`); a KAI queue counts "
         "GPU units as KAI does (a whole GPU 1, a `mig-<X>g.*` device X)"))
 
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, value: str) -> str:
-        if value in _QUOTA_LATER:
-            raise ValueError(f"{value} queues are not supported yet; supported: {', '.join(QUOTA_KINDS)}")
         if value not in QUOTA_KINDS:
             raise ValueError(f"unknown queue kind {shown(value)}; supported: {', '.join(QUOTA_KINDS)}")
         return value
@@ -229,7 +230,8 @@ class QuotaConfig(_Strict):
             if getattr(self, key) is None:
                 raise ValueError(f"quota.{key}: required for a {self.kind} queue")
         for key in sorted(self.model_fields_set - takes - {"kind"}):
-            raise ValueError(f"quota.{key}: only for a {'kai' if key == 'queue' else 'kueue'} queue, not {self.kind}")
+            kinds = " or ".join(k for k in QUOTA_KINDS if key in _QUOTA_KEYS[k][0])
+            raise ValueError(f"quota.{key}: only for a {kinds} queue, not {self.kind}")
         return self
 
 
@@ -283,8 +285,8 @@ class PlatformConfig(_Strict):
         "how idle nodes are parked and woken (power off / on); null: never ([operations/power.md](operations/power.md))"))
     quota: QuotaConfig | None = Field(default=None, description=(
         "Kubernetes only: the queue whose quota follows the nodes gpupool attaches and releases, "
-        "e.g. {kind: kueue, cluster_queue: team-a, flavor: h100, resource: nvidia.com/gpu} or "
-        "{kind: kai, queue: team-a}; null: none"))
+        "e.g. {kind: kueue, cluster_queue: team-a, flavor: h100, resource: nvidia.com/gpu}, "
+        "{kind: kai, queue: team-a} or {kind: volcano, queue: team-a}; null: none"))
     owns: Owns
     lend_limit: LendLimit
     borrow_limit: BorrowLimit

@@ -437,8 +437,9 @@ def _ownership_families(engine: Engine, config: GpupoolConfig, names: list[str],
                         at: datetime) -> Iterable[Metric]:
     owners = ownership_reads.node_owners(engine, {n.node: n.owner for n in config.pool.nodes if n.owner})
     recl = ownership_reads.reclaims(engine, at, ho.OPEN_STATES, ho.DONE)
+    blocked = ownership_reads.blocked_reclaims(engine, at, ho.OPEN_STATES, ho.BLOCKED_BY)
     # every configured platform, and any other that owns a node or reclaims one (never hidden)
-    labels = list(dict.fromkeys([*names, *sorted(set(owners.values()) | {r["target"] for r in recl})]))
+    labels = list(dict.fromkeys([*names, *sorted(set(owners.values()) | {r["target"] for r in recl + blocked})]))
     counts = ownership_counts(config, owners, nodes, at, labels)
     docs = {
         "owned": "Pool nodes the platform owns (node_owner, pool.nodes[].owner), wherever they are; those it "
@@ -462,6 +463,9 @@ def _ownership_families(engine: Engine, config: GpupoolConfig, names: list[str],
                                "after its need began", labels=["platform"])
     past = _gauge("gpupool_reclaims_past_deadline", "Live reclaims still open past the owner's reclaim_minutes "
                   "from its need", ["platform"])
+    stuck = _gauge("gpupool_reclaims_blocked", "Live reclaims open now whose eviction a disruption budget (a "
+                   "Kubernetes PodDisruptionBudget) refuses, counted for the owner: the budget must allow the "
+                   "eviction before the owner's reclaim_minutes run out", ["platform"])
     for p in labels:
         mine = [r for r in recl if r["target"] == p]
         limit = None if deadline.get(p) is None else float(deadline[p]) * 60.0
@@ -471,7 +475,8 @@ def _ownership_families(engine: Engine, config: GpupoolConfig, names: list[str],
         late.add_metric([p], 0 if limit is None else sum(v > limit for v in values))
         past.add_metric([p], 0 if limit is None else sum(
             r["open"] and (at - r["need_since"]).total_seconds() >= limit for r in mine))
-    yield from (hist, late, past)
+        stuck.add_metric([p], sum(r["target"] == p for r in blocked))
+    yield from (hist, late, past, stuck)
 
 
 # --- exposition --------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 :class:`KaiQuota`) exist in KAI's published answer (tests/fixtures/recorded/kai_queue.json,
 written from its CRD and docs), and a change keeps the shape: the same keys and types, the
 annotation gpupool adds aside. The integration tests
-(tests/integration_actuation/test_kai_quota.py) serve this same answer."""
+(tests/integration_actuation/test_kai_quota.py, test_queue_quota.py) serve this same answer."""
 
 from __future__ import annotations
 

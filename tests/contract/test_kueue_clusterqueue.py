@@ -1,7 +1,7 @@
 """The ClusterQueue paths gpupool's queue quota reads and writes (gpupool.actuation.quota) exist
 in the published answer of Kueue's API (tests/fixtures/recorded/kueue_clusterqueue.json), and a
 change keeps its shape: the same keys and types, the annotation gpupool adds aside. The
-integration tests (tests/integration_actuation/test_kubernetes_quota.py) serve this same answer."""
+integration tests (tests/integration_actuation/test_kubernetes_quota.py, test_queue_quota.py) serve this same answer."""
 
 from __future__ import annotations
 

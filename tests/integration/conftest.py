@@ -197,7 +197,8 @@ def _arrange_scraped(engine) -> None:
     one-hour-ahead forecasts of the last day all said 0 GPUs, far worse than repeating
     yesterday; one live handover failed and one is past its deadline; a wake of a parked
     kubernetes node was refused and is past its deadline (a slurm node's wake went well); a reclaim of
-    a node kubernetes owns is open past its reclaim_minutes; the config names a
+    a node kubernetes owns is open past its reclaim_minutes, its eviction refused by a disruption
+    budget; the config names a
     platform `lab` that was never extracted (stale, and below its min_nodes). For the
     dashboard's panels also: a live handover that finished (the duration histogram has a
     value) and a plan decided a horizon and more before (a plan whose outcome is known)."""
@@ -243,9 +244,13 @@ def _arrange_scraped(engine) -> None:
                                   ("parked", "waking", end - timedelta(hours=2), end - timedelta(hours=2) + timedelta(minutes=15)),
                                   ("waking", "on", end - timedelta(hours=2) + timedelta(minutes=6), None)):
         assert power.transition(engine, "gpu-p2", "slurm", frm, to, at, by="plan", deadline=deadline) is not None
-    # a reclaim of a node kubernetes owns, its need 50 minutes old against its reclaim_minutes 30
-    ho.open_handover(engine, "gpu-r1", "slurm", "kubernetes", end - timedelta(minutes=48), dry_run=False,
-                     kind=ho.RECLAIM, need_since=end - timedelta(minutes=50))
+    # a reclaim of a node kubernetes owns, its need 50 minutes old against its reclaim_minutes 30,
+    # its last eviction refused by the borrower's disruption budget
+    rid = ho.open_handover(engine, "gpu-r1", "slurm", "kubernetes", end - timedelta(minutes=48), dry_run=False,
+                           kind=ho.RECLAIM, need_since=end - timedelta(minutes=50), state=ho.RELEASING)
+    ho.update_handover(engine, ho.get_handover(engine, rid), end - timedelta(minutes=2), error=(
+        f"will retry: eviction refused (429); {ho.BLOCKED_BY}ml/train-pdb; the reclaim's deadline falls at "
+        f"{(end - timedelta(minutes=20)).isoformat()} (kubernetes's reclaim_minutes 30)"))
 
 
 def _scraped_config(path: Path) -> Path:

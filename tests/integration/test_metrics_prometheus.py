@@ -44,6 +44,8 @@ def test_prometheus_scrapes_gpupool(served):
     assert _query(served, 'gpupool_power_nodes{platform="kubernetes", state="waking"} == 1')
     assert _query(served, 'gpupool_power_parked_node_seconds_total{platform="kubernetes"} > 0')
     assert _query(served, 'gpupool_reclaims_past_deadline{platform="kubernetes"} == 1')
+    assert _query(served, 'gpupool_reclaims_blocked{platform="kubernetes"} == 1')
+    assert _query(served, 'gpupool_reclaims_blocked{platform="slurm"} == 0')
     assert _query(served, 'gpupool_platform_owned_nodes{platform="slurm"} == 0')
     assert _query(served, 'gpupool_reclaim_latency_seconds_count{platform="kubernetes"} == 0')
 
@@ -64,6 +66,7 @@ def test_the_rules_load_and_every_alert_expression_returns_data(served):
         "GpupoolWakeFailed": {"kubernetes"},
         "GpupoolWakeLate": {"kubernetes"},
         "GpupoolReclaimLate": {"kubernetes"},
+        "GpupoolReclaimBlocked": {"kubernetes"},
     }
     for rule in rules:
         result = _query(served, rule["expr"])

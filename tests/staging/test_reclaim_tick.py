@@ -226,6 +226,33 @@ def test_a_blocked_reclaim_fails_the_run_at_the_last_tick_before_its_deadline(en
     assert ho.get_handover(engine, h.id).state == ho.DONE and dc.open_on("n1") == ["slurm"] and "blocked" not in out
 
 
+def _blocked_gauge(ctx, at) -> dict[str, float]:
+    """``gpupool_reclaims_blocked`` per platform, as a scrape of staging at ``at`` says it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpupool import metrics
+
+    text = metrics.exposition(ctx.engine, ctx.config, at).decode()
+    return {s.labels["platform"]: s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == "gpupool_reclaims_blocked"}
+
+
+def test_the_metrics_say_a_blocked_reclaim_while_the_budget_refuses(engine):
+    """What the tick staged is what any process exposing the metrics reads: the owner's reclaim
+    counts as blocked from the tick whose eviction the budget refused until the one it allowed."""
+    dc, acts = _blocked_world()
+    ctx = Context(_config(reclaim_minutes=45.0, min_runtime=15.0), engine)
+    assert _blocked_gauge(ctx, AT) == {"slurm": 0, "k8s": 0}
+    out = _tick(ctx, AT, dc, acts)
+    assert [b["node"] for b in out["blocked"]] == ["n1"]
+    assert _blocked_gauge(ctx, AT) == {"slurm": 1, "k8s": 0}  # counted for the owner
+    _tick(ctx, AT + TICK, dc, acts)
+    assert _blocked_gauge(ctx, AT + TICK) == {"slurm": 1, "k8s": 0}  # still refused: still blocked
+    acts["k8s"].budgets["n1"] = []
+    _tick(ctx, AT + 2 * TICK, dc, acts)
+    assert dc.open_on("n1") == ["slurm"] and _blocked_gauge(ctx, AT + 2 * TICK) == {"slurm": 0, "k8s": 0}
+
+
 def test_a_dry_run_reports_a_blocking_budget_as_the_reclaim_opens(engine):
     dc, acts = _blocked_world()
     ctx = Context(_config(reclaim_minutes=30.0, min_runtime=15.0), engine)

@@ -1,5 +1,5 @@
-"""The platform's own admission quota follows the nodes gpupool moves: a Kueue ClusterQueue or
-a KAI-Scheduler Queue.
+"""The platform's own admission quota follows the nodes gpupool moves: a Kueue ClusterQueue, a
+KAI-Scheduler Queue or a Volcano Queue.
 
 A Kubernetes AI cluster admits work through a queue's quota, not through the nodes: a node
 gpupool attaches is invisible to a queue whose quota did not grow, and a node it takes away
@@ -24,6 +24,13 @@ how a node counts:
   allocatable ``nvidia.com/gpu`` plus X per ``nvidia.com/mig-<X>g.*`` device. KAI has no
   flavor: every GPU node of the platform counts. ``limit`` and ``overQuotaWeight`` beside it are
   left as the operator set them; a quota of -1 (unlimited) cannot follow nodes and is refused.
+* :class:`VolcanoQuota` (``{kind: volcano, queue, resource}``): ``spec.capability[resource]`` of
+  the Queue (``scheduling.volcano.sh/v1beta1``, cluster-scoped), a quantity, by what the node
+  reports allocatable of the resource; ``spec.deserved[resource]`` and
+  ``spec.guarantee.resource[resource]`` follow by the same change where the queue sets them.
+  Volcano has no flavor: every node reporting the resource counts. A capability without the
+  resource is unlimited (Volcano then caps the queue at what the cluster has): it cannot follow
+  nodes and is refused.
 
 Idempotent and safe with two writers: the queue itself records, in the annotation
 :data:`NODES_ANNOTATION` (JSON ``{"node": gpus}``), which nodes gpupool counted in it and how
@@ -63,6 +70,8 @@ KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
 FLAVORS = ("kueue.x-k8s.io", "v1beta1", "resourceflavors")
 #: KAI-Scheduler's Queue: group, version, plural (cluster-scoped)
 KAI = ("scheduling.run.ai", "v2", "queues")
+#: Volcano's Queue: group, version, plural (cluster-scoped)
+VOLCANO = ("scheduling.volcano.sh", "v1beta1", "queues")
 #: how often a replace that met a 409 Conflict is retried on a fresh read
 CONFLICT_RETRIES = 10
 #: the hold reason of a parked node (:data:`gpupool.actuation.power.base.PARK_REASON`): it stays
@@ -74,10 +83,13 @@ SHRINK, GROW = "quota_shrink", "quota_grow"
 
 def queue_quota(api_client, platform: str, spec: Any) -> "QueueQuota":
     """The quota of the platform's ``quota`` configuration (:class:`gpupool.config.QuotaConfig`):
-    a :class:`KaiQuota` for ``kind: kai``, else a :class:`KueueQuota`."""
+    a :class:`KaiQuota` for ``kind: kai``, a :class:`VolcanoQuota` for ``kind: volcano``, else a
+    :class:`KueueQuota`."""
     kind = getattr(spec, "kind", "kueue")
     if kind == "kai":
         return KaiQuota(api_client, platform, spec)
+    if kind == "volcano":
+        return VolcanoQuota(api_client, platform, spec)
     if kind == "kueue":
         return KueueQuota(api_client, platform, spec)
     raise ValueError(f"quota: no queue of kind {kind!r}")
@@ -87,9 +99,9 @@ class QueueQuota:
     """One queue's GPU quota following the nodes: the mechanism, common to every CRD shape.
 
     A subclass says which object (:attr:`API`, :attr:`queue`), where its number lives
-    (:meth:`slot`, :meth:`parse`, :meth:`format`), which nodes it covers (:meth:`selector`,
-    :meth:`covers`) and what a node adds (:meth:`units_of`). ``api_client`` is a
-    ``kubernetes.client.ApiClient``.
+    (:meth:`slot`, or :meth:`slots` where several numbers follow the nodes together; :meth:`parse`,
+    :meth:`format`), which nodes it covers (:meth:`selector`, :meth:`covers`) and what a node adds
+    (:meth:`units_of`). ``api_client`` is a ``kubernetes.client.ApiClient``.
     """
 
     API: tuple[str, str, str]
@@ -124,9 +136,20 @@ class QueueQuota:
         (``write``: create what a missing quota defaults from)."""
         raise NotImplementedError
 
+    def slots(self, obj: dict, write: bool = False) -> list[tuple[dict, str, str]]:
+        """Every place the number lives in ``obj``, as (holder, key, what to call it in a message:
+        empty for the one place): the first is the quota the answer reports; the others change by
+        the same GPUs. LookupError saying what is missing. Default: :meth:`slot` alone."""
+        holder, key = self.slot(obj, write)
+        return [(holder, key, "")]
+
     def parse(self, value: Any) -> Decimal:
         """The quota's value as a Decimal; ValueError when it cannot follow nodes."""
         raise NotImplementedError
+
+    def more_answer(self, obj: dict) -> dict[str, Any]:
+        """What else a command's answer says of the queue ``obj`` (the other places the number lives)."""
+        return {}
 
     def format(self, value: Decimal, like: Any) -> Any:
         """``value`` written as the object wants it."""
@@ -186,7 +209,7 @@ class QueueQuota:
             except ValueError as exc:
                 raise ActuationError(self.platform, node, action, f"{self.where}: {exc}") from None
             if after is None:
-                return self._answer(before, changed=False, counted=counted)
+                return self._answer(before, changed=False, counted=counted, obj=obj)
             try:
                 self.custom.replace_cluster_custom_object(*self.API, self.queue, obj)
             except ApiException as exc:
@@ -197,37 +220,50 @@ class QueueQuota:
                                      f"{self.where}: HTTP {exc.status} {exc.reason}: {str(exc.body)[:300]}") from exc
             except Exception as exc:  # connection refused, timeouts (urllib3)
                 raise ActuationError(self.platform, node, action, f"{self.where}: {type(exc).__name__}: {exc}") from exc
-            return self._answer(after, changed=True, counted=counted)
+            return self._answer(after, changed=True, counted=counted, obj=obj)
         raise ActuationError(self.platform, node, action, f"{self.where}: still conflicting after {CONFLICT_RETRIES} tries")
 
     def change(self, obj: dict, counted: dict[str, int], name: str, action: str,
                gpus: int) -> tuple[Decimal, Decimal | None]:
         """Apply a shrink or grow of node ``name`` to a read queue ``obj`` and the record
-        ``counted``, in place: the quota and the annotation :data:`NODES_ANNOTATION`. Returns
-        (quota before, quota after); after is None when the record says there is nothing to
-        change (the node already left, or already entered). ValueError when the quota is missing
-        or cannot follow nodes."""
-        try:
-            holder, key = self.slot(obj)
-        except LookupError as exc:
-            raise ValueError(str(exc)) from None
-        before = self.parse(holder.get(key))
+        ``counted``, in place: the quota (every place of :meth:`slots`, each by the same GPUs,
+        none below 0) and the annotation :data:`NODES_ANNOTATION`. Returns (quota before, quota
+        after) of the first place; after is None when the record says there is nothing to change
+        (the node already left, or already entered). ValueError when the quota is missing or
+        cannot follow nodes."""
+        values = self._values(obj)
+        before = values[0]
         if action == SHRINK:
             if name not in counted:
                 return before, None
-            after = max(Decimal(0), before - Decimal(counted.pop(name)))
+            delta = -Decimal(counted.pop(name))
         else:
             if name in counted:
                 return before, None
             counted[name] = gpus
-            after = before + gpus
-        holder, key = self.slot(obj, write=True)
-        holder[key] = self.format(after, holder.get(key))
+            delta = Decimal(gpus)
+        for (holder, key, _), value in zip(self.slots(obj, write=True), values):
+            holder[key] = self.format(max(Decimal(0), value + delta), holder.get(key))
         obj.setdefault("metadata", {}).setdefault("annotations", {})[NODES_ANNOTATION] = json.dumps(counted, sort_keys=True)
-        return before, after
+        return before, max(Decimal(0), before + delta)
 
-    def _answer(self, quota: Decimal, changed: bool, counted: dict[str, int]) -> dict[str, Any]:
-        return {**self.request_fields(), self.ANSWER_KEY: str(quota), "changed": changed, "nodes_counted": len(counted)}
+    def _values(self, obj: dict) -> list[Decimal]:
+        """The number at each of :meth:`slots`; ValueError saying which is missing or cannot follow nodes."""
+        try:
+            slots = self.slots(obj)
+        except LookupError as exc:
+            raise ValueError(str(exc)) from None
+        values = []
+        for holder, key, called in slots:
+            try:
+                values.append(self.parse(holder.get(key)))
+            except ValueError as exc:
+                raise ValueError(f"{called}: {exc}" if called else str(exc)) from None
+        return values
+
+    def _answer(self, quota: Decimal, changed: bool, counted: dict[str, int], obj: dict) -> dict[str, Any]:
+        return {**self.request_fields(), self.ANSWER_KEY: str(quota), **self.more_answer(obj), "changed": changed,
+                "nodes_counted": len(counted)}
 
     # ---- reads
     def _read(self, node: str, action: str) -> dict:
@@ -246,9 +282,8 @@ class QueueQuota:
         """ActuationError when the read queue has no quota where the shape says, or one that
         cannot follow nodes."""
         try:
-            holder, key = self.slot(obj)
-            self.parse(holder.get(key))
-        except (LookupError, ValueError) as exc:
+            self._values(obj)
+        except ValueError as exc:
             raise ActuationError(self.platform, node, action, f"{self.where}: {exc}") from None
 
     def _counted(self, obj: dict, name: str, node: str, action: str) -> dict[str, int]:
@@ -418,6 +453,93 @@ class KaiQuota(QueueQuota):
 
     def units_of(self, obj) -> int:
         return kai_gpu_units(_allocatable(obj))
+
+
+class VolcanoQuota(QueueQuota):
+    """A Volcano Queue's ``spec.capability`` of one resource, and its ``spec.deserved`` and
+    ``spec.guarantee.resource`` of it where the queue sets them; ``spec`` has ``queue`` and
+    ``resource``. Every node counts, by what it reports allocatable of the resource."""
+
+    API = VOLCANO
+    KIND = "Queue"
+    ANSWER_KEY = "capability"
+    #: the places beside ``spec.capability`` that follow it where set: (path from spec, name in answers)
+    FOLLOWERS = ((("deserved",), "deserved"), (("guarantee", "resource"), "guarantee"))
+
+    def __init__(self, api_client, platform: str, spec: Any):
+        super().__init__(api_client, platform, spec.queue)
+        self.resource = getattr(spec, "resource", None) or "nvidia.com/gpu"
+        self.UNITS = repr(self.resource)
+
+    @property
+    def where(self) -> str:
+        return f"Volcano Queue {self.queue!r}"
+
+    def request_fields(self) -> dict[str, Any]:
+        return {"queue": self.queue, "resource": self.resource}
+
+    def slots(self, obj: dict, write: bool = False) -> list[tuple[dict, str, str]]:
+        """``spec.capability`` (required: without the resource the queue is unlimited, refused
+        by :meth:`parse`), then ``spec.deserved`` and ``spec.guarantee.resource`` where they
+        name the resource. Nothing is created."""
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            raise LookupError("the Queue has no spec")
+        capability = spec.get("capability")
+        if capability is None:
+            capability = {}  # no capability at all: unlimited, said by parse
+        if not isinstance(capability, dict):
+            raise LookupError("spec.capability is not a map of resources")
+        out = [(capability, self.resource, "spec.capability")]
+        for path, _ in self.FOLLOWERS:
+            holder = self._follower(spec, path)
+            if holder is not None:
+                out.append((holder, self.resource, "spec." + ".".join(path)))
+        return out
+
+    def _follower(self, spec: dict, path: tuple[str, ...]) -> dict | None:
+        """The map at ``path`` under ``spec`` when it names the resource, else None."""
+        holder: Any = spec
+        for key in path:
+            holder = holder.get(key) if isinstance(holder, dict) else None
+        if holder is None:
+            return None
+        if not isinstance(holder, dict):
+            raise LookupError(f"spec.{'.'.join(path)} is not a map of resources")
+        return holder if holder.get(self.resource) is not None else None
+
+    def parse(self, value: Any) -> Decimal:
+        if value is None:
+            raise ValueError(f"no {self.resource!r} (unlimited): it cannot follow nodes; "
+                             f"give the queue a capability of {self.resource}")
+        if isinstance(value, bool):
+            raise ValueError(f"{self.resource} {value!r} is not a quantity")
+        quota = parse_quantity(value, self.resource)
+        if quota < 0:
+            raise ValueError(f"{self.resource} is {value!r}, below 0: it cannot follow nodes")
+        return quota
+
+    def format(self, value: Decimal, like: Any) -> Any:
+        """A string quantity, whichever way the operator wrote it (what Volcano's own client writes)."""
+        return format_quantity(value, "")
+
+    def more_answer(self, obj: dict) -> dict[str, Any]:
+        spec = obj.get("spec") or {}
+        out = {}
+        for path, name in self.FOLLOWERS:
+            try:
+                holder = self._follower(spec, path)
+            except LookupError:
+                continue
+            if holder is not None:
+                out[name] = str(holder[self.resource])
+        return out
+
+    def units_of(self, obj) -> int:
+        try:
+            return int(parse_quantity(_allocatable(obj).get(self.resource, 0), self.resource))
+        except ValueError:
+            return 0
 
 
 def kai_gpu_units(allocatable: dict) -> int:

@@ -1,6 +1,6 @@
 """The reads of ownership that the metrics and the pool page make (issue 42): each pool node's
-owner as staging records it, and the live reclaims (handovers of kind ``reclaim``) as they stood
-at an instant. Like :mod:`gpupool.staging.reads` this module knows tables, not stages.
+owner as staging records it, the live reclaims (handovers of kind ``reclaim``) as they stood at
+an instant, and those a disruption budget blocks. Like :mod:`gpupool.staging.reads` this module knows tables, not stages.
 """
 
 from __future__ import annotations
@@ -56,3 +56,20 @@ def reclaims(engine: Engine, at: datetime, open_states: Iterable[str], done_stat
                         "open": not done, "done_at": updated if done else None,
                         "need_since": utc_datetime(r.need_since if r.need_since is not None else r.created_at)})
     return out
+
+
+def blocked_reclaims(engine: Engine, at: datetime, open_states: Iterable[str], marker: str) -> list[dict]:
+    """The live reclaims opened at or before ``at``, still in ``open_states``, whose error says
+    a disruption budget refused their eviction (it holds ``marker``:
+    :data:`gpupool.actuation.handover_records.BLOCKED_BY`, as the handover writes it at each
+    refusal and replaces at its next step), by id: ``{id, node, source, target}``. The error
+    is the handover's last: an earlier ``at`` sees which reclaims were open then, blocked as now."""
+    at = utc_datetime(at)
+    h = handover.c
+    q = (sa.select(h.id, h.node, h.from_platform, h.to_platform)
+         .where(h.kind == RECLAIM, h.dry_run.is_(False), h.created_at <= at, h.state.in_(tuple(open_states)),
+                h.error.contains(marker, autoescape=True))
+         .order_by(h.id))
+    with engine.connect() as conn:
+        return [{"id": r.id, "node": r.node, "source": r.from_platform, "target": r.to_platform}
+                for r in conn.execute(q)]

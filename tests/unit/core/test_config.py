@@ -110,16 +110,22 @@ def test_quota_kinds_take_their_own_keys():
     assert _quota({"kind": "kai", "queue": "team-ai"}).queue == "team-ai"
     kueue = _quota({"kind": "kueue", "cluster_queue": "team-ai", "flavor": "h100"})
     assert (kueue.cluster_queue, kueue.flavor, kueue.resource, kueue.queue) == ("team-ai", "h100", "nvidia.com/gpu", None)
+    volcano = _quota({"kind": "volcano", "queue": "team-ai"})
+    assert (volcano.kind, volcano.queue, volcano.resource) == ("volcano", "team-ai", "nvidia.com/gpu")
+    assert _quota({"kind": "volcano", "queue": "team-ai", "resource": "nvidia.com/mig-1g.10gb"}).resource == "nvidia.com/mig-1g.10gb"
 
 
 @pytest.mark.parametrize("q, message", [
     ({"kind": "kai"}, "quota.queue: required for a kai queue"),
     ({"kind": "kai", "queue": "team-ai", "flavor": "h100"}, "quota.flavor: only for a kueue queue"),
-    ({"kind": "kai", "queue": "team-ai", "resource": "nvidia.com/gpu"}, "quota.resource: only for a kueue queue"),
-    ({"kind": "kueue", "cluster_queue": "a", "flavor": "b", "queue": "c"}, "quota.queue: only for a kai queue"),
+    ({"kind": "kai", "queue": "team-ai", "resource": "nvidia.com/gpu"}, "quota.resource: only for a kueue or volcano queue"),
+    ({"kind": "kueue", "cluster_queue": "a", "flavor": "b", "queue": "c"}, "quota.queue: only for a kai or volcano queue"),
     ({"kind": "kueue", "flavor": "b"}, "quota.cluster_queue: required for a kueue queue"),
     ({"kind": "kai", "queue": "Team_AI"}, "'Team_AI' is not a Kubernetes object name"),
-    ({"kind": "volcano", "queue": "a"}, "volcano queues are not supported yet; supported: kueue, kai"),
+    ({"kind": "volcano"}, "quota.queue: required for a volcano queue"),
+    ({"kind": "volcano", "queue": "a", "flavor": "h100"}, "quota.flavor: only for a kueue queue, not volcano"),
+    ({"kind": "volcano", "queue": "a", "resource": "nvidia.com/ gpu"}, "quota.resource"),
+    ({"kind": "yunikorn", "queue": "a"}, "unknown queue kind 'yunikorn'; supported: kueue, kai, volcano"),
 ])
 def test_quota_refused_at_load_naming_the_key(q, message):
     with pytest.raises(ConfigError) as err:

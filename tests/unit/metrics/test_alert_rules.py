@@ -39,5 +39,5 @@ def test_every_alert_has_a_case_where_it_fires():
               for case in t.get("alert_rule_test", []) if case.get("exp_alerts")}
     assert set(rules) == {"GpupoolHandoverFailed", "GpupoolHandoverPastDeadline", "GpupoolExtractionStale",
                           "GpupoolPendingWhileIdleElsewhere", "GpupoolForecastWorseThanNaive", "GpupoolBelowMinNodes",
-                          "GpupoolWakeFailed", "GpupoolWakeLate", "GpupoolReclaimLate"}
+                          "GpupoolWakeFailed", "GpupoolWakeLate", "GpupoolReclaimLate", "GpupoolReclaimBlocked"}
     assert firing == set(rules)

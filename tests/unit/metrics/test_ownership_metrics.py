@@ -1,7 +1,8 @@
 """The ownership metrics (issue 42) on a staged pool with owners, lent and borrowed nodes and
 reclaims (SQLite and PostgreSQL): nodes owned, lent, borrowed and lendable now, reclaim latency,
-late reclaims and reclaims past their deadline, each the figure the staging implies; nothing of
-ownership where no platform sets an ownership key; the exposition passes `promtool check metrics`."""
+late reclaims, reclaims past their deadline and reclaims a disruption budget blocks, each the
+figure the staging implies; nothing of ownership where no platform sets an ownership key; the
+exposition passes `promtool check metrics`."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import pytest
 from gpupool import metrics
 from gpupool.config import default_config, parse_config
 
-from owners_staged import (AT, BORROWED, CONFIG, HELD, LENDABLE, LENT, OWNED, PLATFORMS, RECLAIM_S, config, fill)
+from owners_staged import (AT, BORROWED, CONFIG, HELD, LENDABLE, LENT, M, OWNED, PLATFORMS, RECLAIM_S, config, fill)
 from test_collector import promtool_check, scrape, value
 
 OWNERSHIP_FAMILIES = ("gpupool_platform_owned_nodes", "gpupool_platform_lent_nodes", "gpupool_platform_borrowed_nodes",
                       "gpupool_platform_lendable_owned_nodes", "gpupool_reclaim_latency_seconds",
-                      "gpupool_reclaim_late", "gpupool_reclaims_past_deadline")
+                      "gpupool_reclaim_late", "gpupool_reclaims_past_deadline", "gpupool_reclaims_blocked")
 
 
 @pytest.fixture
@@ -69,6 +70,44 @@ def test_an_earlier_instant_sees_the_reclaims_as_they_stood(staged):
     assert value(out, "gpupool_reclaim_latency_seconds_count", platform="kubernetes") == 1
     assert value(out, "gpupool_reclaim_late_total", platform="kubernetes") == 1
     assert value(out, "gpupool_reclaims_past_deadline", platform="kubernetes") == 0
+
+
+def _say(engine, node, error, at=AT - 5 * M):
+    """Write ``error`` on the open live reclaim of ``node`` through the handover store, as a step of it would."""
+    from gpupool.actuation import handover as ho
+
+    (h,) = [h for h in ho.list_handovers(engine, ho.OPEN_STATES) if h.node == node and not h.dry_run]
+    ho.update_handover(engine, h, at, error=error)
+    return h
+
+
+#: what a reclaim's handover says once its eviction was refused with a budget named (handover._blocked_said)
+REFUSED = ("will retry: k8s-ai/evict: eviction refused by a disruption budget (429); blocked by disruption "
+           "budget(s) ml/train-pdb; the reclaim's deadline falls at 2026-11-01T04:10:00+00:00 "
+           "(kubernetes's reclaim_minutes 30)")
+
+
+def test_reclaims_blocked_by_a_disruption_budget(staged):
+    """k3's reclaim (for kubernetes) had its eviction refused by a budget: blocked; s4's (for
+    slurm) waits on something else: not blocked; a dry-run reclaim refused alike never counts."""
+    from gpupool.actuation import handover as ho
+
+    out = scrape(staged, config(), AT)
+    assert _per_platform(out, "gpupool_reclaims_blocked") == {"slurm": 0, "kubernetes": 0, "openstack": 0}
+    _say(staged, "k3", REFUSED)
+    _say(staged, "s4", "waiting: kubernetes still runs work on node 's4'")
+    dry = ho.open_handover(staged, "o2", "kubernetes", "openstack", AT - 20 * M, dry_run=True, kind=ho.RECLAIM,
+                           need_since=AT - 25 * M, state=ho.RELEASING)
+    ho.update_handover(staged, ho.get_handover(staged, dry), AT - 5 * M, error=REFUSED)
+    promtool_check(metrics.exposition(staged, config(), AT))
+    out = scrape(staged, config(), AT)
+    assert _per_platform(out, "gpupool_reclaims_blocked") == {"slurm": 0, "kubernetes": 1, "openstack": 0}
+    assert value(out, "gpupool_reclaims_past_deadline", platform="kubernetes") == 1  # both: it is late too
+    # before k3's reclaim opened (AT-38m) nothing was blocked
+    assert value(scrape(staged, config(), AT - 39 * M), "gpupool_reclaims_blocked", platform="kubernetes") == 0
+    # the budget allows it, the eviction goes through: the handover's next step says so, and it is not blocked
+    _say(staged, "k3", "waiting: openstack still reports node 'k3' busy", at=AT - 2 * M)
+    assert value(scrape(staged, config(), AT), "gpupool_reclaims_blocked", platform="kubernetes") == 0
 
 
 def test_a_longer_promise_makes_no_reclaim_late(staged):

@@ -16,9 +16,10 @@
 * MIG: ``prepare`` sets the label ``nvidia.com/mig.config`` while the node is still cordoned;
   the node is ready when the GPU operator reports ``nvidia.com/mig.config.state=success``.
 * attach: uncordon, label ``gpupool.io/owner=<this platform>``, drop the annotation.
-* quota (a platform configured with ``quota:``): the Kueue ClusterQueue's ``nominalQuota`` or
-  the KAI-Scheduler Queue's GPU ``quota`` shrinks first in a release (before the cordon) and grows last in an attach (after the
-  uncordon), :mod:`gpupool.actuation.quota`.
+* quota (a platform configured with ``quota:``): the Kueue ClusterQueue's ``nominalQuota``, the
+  KAI-Scheduler Queue's GPU ``quota`` or the Volcano Queue's GPU ``capability`` shrinks first in a
+  release (before the cordon) and grows last in an attach (after the uncordon),
+  :mod:`gpupool.actuation.quota`.
 
 All calls use the official ``kubernetes`` client.
 """
