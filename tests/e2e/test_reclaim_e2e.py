@@ -1,4 +1,4 @@
-"""A reclaim end to end (issue 42's bar): the `gpupool_fastpath` DAG, run by Airflow (`dag.test()`,
+"""Reclaims end to end (issue 42's bar): the `gpupool_fastpath` DAG, run by Airflow (`dag.test()`,
 one run per 5-minute logical date as the simulated clock reaches it), against the virtual
 datacenter served by `gpupool sim serve` at a speed-up, with actuation on.
 
@@ -13,6 +13,10 @@ back while borrowed work on it has run only minutes: the reclaim waits until tha
 `min_runtime_minutes`, requeues the Slurm jobs (`scontrol requeue`: they wait in Slurm's queue under
 their own ids), moves the node home and opens it there, and the quota grows after the uncordon, all
 within `reclaim_minutes` of the need; the burst's pods then run.
+
+The second test turns it around: Slurm owns its nodes and lends one to Kubernetes, whose
+ClusterQueue grows by the node after its uncordon; Slurm's burst takes it back through the
+Eviction API once the pods on it ran `min_runtime_minutes`, the quota shrinking before the cordon.
 
 Staging holds what the hourly pipeline would have left there (a plan that reserves nothing, an
 inventory snapshot: the GPUs a node in transit brings). The datacenter between the platforms
@@ -255,3 +259,126 @@ def _reading(rows: list[dict], platform: str) -> dict | None:
         if d["node"] is not None and pressure.get(platform):
             return pressure[platform]
     return None
+
+
+# ------------------------------------------------------------------ the borrower is Kubernetes
+
+#: slurm's burst, as the lent node opens on kubernetes and its pods start (its need is read a tick later)
+SLURM_BURST = NOW + timedelta(minutes=15)
+
+
+def _scenario_k8s_borrows(tmp_path: Path) -> Path:
+    idx = pd.date_range(T0, T0 + timedelta(days=2), freq="5min", inclusive="left")
+    k8s = [40.0] * len(idx)  # one node more than its own four, all along
+    slurm = [32.0 if t >= SLURM_BURST else 8.0 for t in idx]
+    none = [0.0] * len(idx)
+    return datacenter.write_scenario(tmp_path, datacenter.write_trace(tmp_path / "slurm.csv", T0, slurm, none, 32),
+                                     datacenter.write_trace(tmp_path / "kubernetes.csv", T0, k8s, none, 32), MOVE_MINUTES)
+
+
+def _config_k8s_borrows(tmp_path: Path) -> Path:
+    path = datacenter.write_config(tmp_path)
+    cfg = yaml.safe_load(path.read_text())
+    by = {p["name"]: p for p in cfg["platforms"]}
+    by["slurm"].update({"owns": 4, "reclaim_minutes": RECLAIM_MINUTES, "min_runtime_minutes": MIN_RUNTIME_MINUTES})
+    by["kubernetes"]["quota"] = {"kind": "kueue", "cluster_queue": QUEUE, "flavor": FLAVOR, "resource": GPU}
+    cfg["limits"] = {"move_minutes": MOVE_MINUTES}
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _pods_on(core, node: str) -> dict[str, datetime]:
+    """The running pods the API server lists on ``node``: name -> its start time."""
+    return {p.metadata.name: p.status.start_time for p in core.list_pod_for_all_namespaces().items
+            if p.spec and p.spec.node_name == node and p.status.phase == "Running"}
+
+
+def test_an_owner_reclaims_its_node_from_kubernetes_by_eviction_and_the_quota_follows(dag, tmp_path, monkeypatch,
+                                                                                      staging_url):
+    """Slurm owns its four nodes and lends an idle one to Kubernetes, short by a node; the
+    ClusterQueue grows by the node after its uncordon (a flavor without node labels counts every
+    node). Kubernetes' pods start on it; minutes later Slurm bursts. The reclaim waits for the
+    pods' minimum runtime, shrinks the quota before the cordon, ends the pods through the Eviction
+    API (audited, one per pod), and the node is Slurm's again within the deadline."""
+    from gpupool.actuation import handover as ho
+    from gpupool.actuation.quota import FLAVORS
+    from gpupool.staging import db
+    from gpupool.staging import fastpath as store
+
+    with datacenter.serve(_scenario_k8s_borrows(tmp_path), NOW, SPEED) as urls:
+        datacenter.connect(monkeypatch, tmp_path, urls)
+        datacenter.provisioned(monkeypatch, urls["control"])
+        monkeypatch.setenv("GPUPOOL_CONFIG", str(_config_k8s_borrows(tmp_path)))
+        monkeypatch.setenv("GPUPOOL_STAGING_URL", staging_url)
+        engine = db.make_engine(staging_url)
+        db.upgrade(engine)
+        datacenter.record_plan(engine, NOW)
+        _inventory(engine, urls, NOW)
+        core, custom = _kube(urls)
+        _queue(custom)
+        flavor = custom.get_cluster_custom_object(*FLAVORS, FLAVOR)
+        flavor["spec"].pop("nodeLabels", None)  # one flavor for the whole cluster: every node counts
+        custom.replace_cluster_custom_object(*FLAVORS, FLAVOR, flavor)
+        seen: list[dict] = []
+        pods: dict[str, datetime] = {}  # kubernetes' pods ever seen running on the lent node, their start
+        lent, done_at = None, None
+        at = NOW
+        while at < LAST:
+            at += TICK
+            while datacenter.sim_now(urls) < at:
+                time.sleep(0.2)
+            run = dag.test(logical_date=at, run_conf={"dry_run": False})
+            assert str(run.state).endswith("success"), (at, run.state, store.decisions_at(engine, at))
+            pool = datacenter.pool(urls["control"])
+            if lent is None:
+                lent = next((h.node for h in ho.list_handovers(engine) if h.kind != ho.RECLAIM and not h.dry_run), None)
+            on_node = _pods_on(core, lent) if lent is not None and pool[lent]["platform"] == "kubernetes" else {}
+            pods.update(on_node)
+            seen.append({"at": at, "quota": _quota(custom), "pods": on_node,
+                         "pool": {n: (e["platform"], e["schedulable"], e["busy_gpus"]) for n, e in pool.items()}})
+            back = [h for h in ho.list_handovers(engine) if h.kind == ho.RECLAIM and h.state == ho.DONE]
+            if back and done_at is None:
+                done_at = at
+            elif done_at is not None and at >= done_at + TICK:
+                break
+        still = [p for p in core.list_pod_for_all_namespaces().items if p.spec and p.spec.node_name == lent]
+
+    trail = [(s["at"].strftime("%H:%M"), s["quota"], s["pool"].get(lent), len(s["pods"])) for s in seen]
+    live = [h for h in ho.list_handovers(engine) if not h.dry_run]
+    # the lend: slurm's idle node to kubernetes; the quota grows only after the uncordon
+    (lend,) = [h for h in live if h.kind != ho.RECLAIM]
+    assert (lend.from_platform, lend.to_platform, lend.state) == ("slurm", "kubernetes", ho.DONE), lend
+    sent = [(r["platform"], r["action"]) for r in ho.audit_rows(engine, lend.id)]
+    assert sent.index(("kubernetes", "uncordon")) < sent.index(("kubernetes", "quota_grow")), sent
+    grow = next(r for r in ho.audit_rows(engine, lend.id) if r["action"] == "quota_grow")
+    assert grow["status"] == "ok" and json.loads(grow["response"])["nominal_quota"] == "40", grow
+    on_k8s = [s for s in seen if s["pool"][lent][0] == "kubernetes" and s["pool"][lent][1]]
+    assert on_k8s and all(s["quota"] == 40 for s in on_k8s), trail
+
+    # the reclaim: slurm takes it back from kubernetes, within its deadline
+    (rec,) = [h for h in live if h.kind == ho.RECLAIM]
+    assert (rec.node, rec.from_platform, rec.to_platform, rec.state) == (lent, "kubernetes", "slurm", ho.DONE), rec
+    assert rec.need_since >= SLURM_BURST and rec.updated_at - rec.need_since <= timedelta(minutes=RECLAIM_MINUTES), (
+        rec, trail)
+    # the pods on the node were young when slurm's need came: the reclaim waited for their minimum runtime
+    assert len(pods) == 8, (trail, pods)
+    started = max(pods.values())
+    assert rec.need_since < started + timedelta(minutes=MIN_RUNTIME_MINUTES) <= rec.created_at, (rec, pods)
+    waits = [d["reason"] for t in (s["at"] for s in seen) if rec.need_since <= t < rec.created_at
+             for d in store.decisions_at(engine, t)
+             if d["platform"] == "slurm" and d["node"] is None and "reclaim waits" in d["reason"]]
+    assert any("min_runtime_minutes" in w for w in waits), waits
+    sent = [(r["platform"], r["action"]) for r in ho.audit_rows(engine, rec.id)]
+    # the queue stops admitting onto the node before it is cordoned; then each pod is evicted
+    assert sent.index(("kubernetes", "quota_shrink")) < sent.index(("kubernetes", "cordon")) < sent.index(
+        ("kubernetes", "evict")), sent
+    evictions = [r for r in ho.audit_rows(engine, rec.id) if r["action"] == "evict"]
+    assert {r["request"]["pod"] for r in evictions} == set(pods), (evictions, pods)
+    assert all(r["status"] == "ok" for r in evictions), evictions
+    shrink = next(r for r in ho.audit_rows(engine, rec.id) if r["action"] == "quota_shrink")
+    assert shrink["status"] == "ok" and json.loads(shrink["response"])["nominal_quota"] == "32", shrink
+    assert seen[-1]["quota"] == 32, trail
+    # slurm's own again, open, running the burst; nothing of kubernetes' left on it
+    platform, schedulable, busy = seen[-1]["pool"][lent]
+    assert (platform, schedulable, busy) == ("slurm", True, 8), trail
+    assert still == [], [p.metadata.name for p in still]
