@@ -26,6 +26,7 @@ the one thing this test adds to what the product builds.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import time
@@ -131,6 +132,49 @@ def _jobs(urls: dict) -> list[dict]:
              "start": datetime.fromtimestamp(j["start_time"], timezone.utc)} for j in jobs]
 
 
+@contextlib.contextmanager
+def _datacenter(tmp_path: Path, monkeypatch, staging_url: str, scenario: Path, config: Path):
+    """The datacenter served from ``scenario`` with gpupool deployed on it by ``config``, staging
+    as the hourly pipeline leaves it, the ClusterQueue created: (urls, engine, core, custom)."""
+    from gpupool.staging import db
+
+    with datacenter.serve(scenario, NOW, SPEED) as urls:
+        datacenter.connect(monkeypatch, tmp_path, urls)
+        datacenter.provisioned(monkeypatch, urls["control"])
+        monkeypatch.setenv("GPUPOOL_CONFIG", str(config))
+        monkeypatch.setenv("GPUPOOL_STAGING_URL", staging_url)
+        engine = db.make_engine(staging_url)
+        db.upgrade(engine)
+        datacenter.record_plan(engine, NOW)
+        _inventory(engine, urls, NOW)
+        core, custom = _kube(urls)
+        _queue(custom)
+        yield urls, engine, core, custom
+
+
+def _ticks(dag, urls: dict, engine):
+    """Run the DAG for each 5-minute logical date once the served clock reaches it, each run a
+    success, until ``LAST`` or a tick after the first reclaim is done; yields (logical date, wall
+    clock before the run, after it)."""
+    from gpupool.actuation import handover as ho
+    from gpupool.staging import fastpath as store
+
+    at, done_at = NOW, None
+    while at < LAST:
+        at += TICK
+        while datacenter.sim_now(urls) < at:  # the run for a logical date starts once the clock reached it
+            time.sleep(0.2)
+        began = datetime.now(timezone.utc)
+        run = dag.test(logical_date=at, run_conf={"dry_run": False})
+        assert str(run.state).endswith("success"), (at, run.state, store.decisions_at(engine, at))
+        yield at, began, datetime.now(timezone.utc)
+        back = [h for h in ho.list_handovers(engine) if h.kind == ho.RECLAIM and h.state == ho.DONE]
+        if back and done_at is None:
+            done_at = at
+        elif done_at is not None and at >= done_at + TICK:
+            return  # a tick after the node came home: its work was placed
+
+
 @pytest.fixture(scope="module")
 def dag(dags_root, airflow_home, tmp_path_factory):
     """The fast-path DAG after one run on the embedded default (imports and serialization warm)."""
@@ -141,33 +185,16 @@ def dag(dags_root, airflow_home, tmp_path_factory):
 def test_an_owner_reclaims_its_lent_node_from_borrowed_work_within_its_deadline(dag, tmp_path, monkeypatch,
                                                                                 staging_url):
     from gpupool.actuation import handover as ho
-    from gpupool.staging import db
     from gpupool.staging import fastpath as store
     from gpupool.values import utc_datetime
 
-    with datacenter.serve(_scenario(tmp_path), NOW, SPEED) as urls:
-        datacenter.connect(monkeypatch, tmp_path, urls)
-        datacenter.provisioned(monkeypatch, urls["control"])
-        monkeypatch.setenv("GPUPOOL_CONFIG", str(_config(tmp_path)))
-        monkeypatch.setenv("GPUPOOL_STAGING_URL", staging_url)
-        engine = db.make_engine(staging_url)
-        db.upgrade(engine)
-        datacenter.record_plan(engine, NOW)
-        _inventory(engine, urls, NOW)
-        core, custom = _kube(urls)
-        _queue(custom)
+    with _datacenter(tmp_path, monkeypatch, staging_url, _scenario(tmp_path), _config(tmp_path)) as (
+            urls, engine, core, custom):
         assert _quota(custom) == 32  # the operator's quota for kubernetes' four nodes
         seen: list[dict] = []  # per tick: its logical date, the wall clock around its run, what the world shows after
         jobs: dict[int, dict] = {}  # slurm's jobs ever seen on the lent node
-        lent, done_at = None, None
-        at = NOW
-        while at < LAST:
-            at += TICK
-            while datacenter.sim_now(urls) < at:  # the run for a logical date starts once the clock reached it
-                time.sleep(0.2)
-            began = datetime.now(timezone.utc)
-            run = dag.test(logical_date=at, run_conf={"dry_run": False})
-            assert str(run.state).endswith("success"), (at, run.state, store.decisions_at(engine, at))
+        lent = None
+        for at, began, ended in _ticks(dag, urls, engine):
             pool = datacenter.pool(urls["control"])
             if lent is None:
                 lent = next((h.node for h in ho.list_handovers(engine) if h.kind != ho.RECLAIM and not h.dry_run), None)
@@ -175,15 +202,10 @@ def test_an_owner_reclaims_its_lent_node_from_borrowed_work_within_its_deadline(
             for j in listed:
                 if lent is not None and j["node"] == lent:
                     jobs.setdefault(j["id"], j)
-            seen.append({"at": at, "began": began, "ended": datetime.now(timezone.utc),
+            seen.append({"at": at, "began": began, "ended": ended,
                          "lag": datacenter.sim_now(urls) - at, "quota": _quota(custom),
                          "slurm_jobs": {j["id"]: j["state"] for j in listed},
                          "pool": {n: (e["platform"], e["schedulable"], e["busy_gpus"]) for n, e in pool.items()}})
-            back = [h for h in ho.list_handovers(engine) if h.kind == ho.RECLAIM and h.state == ho.DONE]
-            if back and done_at is None:
-                done_at = at
-            elif done_at is not None and at >= done_at + TICK:
-                break  # a tick after the node came home: its pods were placed
         node_obj = core.read_node(lent) if lent else None
         pending = [p.metadata.name for p in core.list_pod_for_all_namespaces().items if p.status.phase == "Pending"]
 
@@ -302,33 +324,17 @@ def test_an_owner_reclaims_its_node_from_kubernetes_by_eviction_and_the_quota_fo
     API (audited, one per pod), and the node is Slurm's again within the deadline."""
     from gpupool.actuation import handover as ho
     from gpupool.actuation.quota import FLAVORS
-    from gpupool.staging import db
     from gpupool.staging import fastpath as store
 
-    with datacenter.serve(_scenario_k8s_borrows(tmp_path), NOW, SPEED) as urls:
-        datacenter.connect(monkeypatch, tmp_path, urls)
-        datacenter.provisioned(monkeypatch, urls["control"])
-        monkeypatch.setenv("GPUPOOL_CONFIG", str(_config_k8s_borrows(tmp_path)))
-        monkeypatch.setenv("GPUPOOL_STAGING_URL", staging_url)
-        engine = db.make_engine(staging_url)
-        db.upgrade(engine)
-        datacenter.record_plan(engine, NOW)
-        _inventory(engine, urls, NOW)
-        core, custom = _kube(urls)
-        _queue(custom)
+    with _datacenter(tmp_path, monkeypatch, staging_url, _scenario_k8s_borrows(tmp_path),
+                     _config_k8s_borrows(tmp_path)) as (urls, engine, core, custom):
         flavor = custom.get_cluster_custom_object(*FLAVORS, FLAVOR)
         flavor["spec"].pop("nodeLabels", None)  # one flavor for the whole cluster: every node counts
         custom.replace_cluster_custom_object(*FLAVORS, FLAVOR, flavor)
         seen: list[dict] = []
         pods: dict[str, datetime] = {}  # kubernetes' pods ever seen running on the lent node, their start
-        lent, done_at = None, None
-        at = NOW
-        while at < LAST:
-            at += TICK
-            while datacenter.sim_now(urls) < at:
-                time.sleep(0.2)
-            run = dag.test(logical_date=at, run_conf={"dry_run": False})
-            assert str(run.state).endswith("success"), (at, run.state, store.decisions_at(engine, at))
+        lent = None
+        for at, _, _ in _ticks(dag, urls, engine):
             pool = datacenter.pool(urls["control"])
             if lent is None:
                 lent = next((h.node for h in ho.list_handovers(engine) if h.kind != ho.RECLAIM and not h.dry_run), None)
@@ -336,11 +342,6 @@ def test_an_owner_reclaims_its_node_from_kubernetes_by_eviction_and_the_quota_fo
             pods.update(on_node)
             seen.append({"at": at, "quota": _quota(custom), "pods": on_node,
                          "pool": {n: (e["platform"], e["schedulable"], e["busy_gpus"]) for n, e in pool.items()}})
-            back = [h for h in ho.list_handovers(engine) if h.kind == ho.RECLAIM and h.state == ho.DONE]
-            if back and done_at is None:
-                done_at = at
-            elif done_at is not None and at >= done_at + TICK:
-                break
         still = [p for p in core.list_pod_for_all_namespaces().items if p.spec and p.spec.node_name == lent]
 
     trail = [(s["at"].strftime("%H:%M"), s["quota"], s["pool"].get(lent), len(s["pods"])) for s in seen]
