@@ -20,7 +20,11 @@ without ``owns``. The study then:
   reclaim on its way covers), and the latency's ``p50_minutes``,
   ``p95_minutes``, ``max_minutes``; each counted for the owner) and ``preempted_gpu_hours`` (the
   borrowed work reclaims ended on its borrowed nodes: busy GPUs times the hours that work had run,
-  all lost where the work does not checkpoint).
+  all lost where the work does not checkpoint), ``served_less_gpu_hours`` (what it served less
+  than its own nodes would have, step by step: its regret before what it gained elsewhere) and
+  ``served_less_beyond_deadline_gpu_hours`` (the part of it outside every reclaim's promise, from
+  the tick before the need was read to the node's arrival, at most ``reclaim_minutes``: what the
+  promise "never worse off than keeping its own nodes, beyond the deadline's worth" bounds).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from gpupool.config import Ownership
+from gpupool.decisions.layouts import units_per_gpu
 from gpupool.decisions.ownership import HeldNode, covered, first_sight_homes, need_since, reclaim
 from gpupool.sim.world import TRANSIT
 
@@ -89,7 +94,11 @@ class OwnershipTrack:
             ran = self._ran_minutes(self.world._node(mv.node), mv.source, None) if mv.busy_gpus > 0 else 0.0
             self.reclaims.append({"owner": mv.target, "node": mv.node, "borrower": mv.source, "minutes": minutes,
                                   "late": minutes > promise.reclaim_minutes + 1e-9,
-                                  "preempted_gpu_hours": mv.busy_gpus * ran / 60.0})
+                                  "preempted_gpu_hours": mv.busy_gpus * ran / 60.0,
+                                  # the promise's span: from the tick before the need was read (the
+                                  # shortage began within it) to the node's arrival, at most the deadline
+                                  "promised_from": since - pd.Timedelta(minutes=tick),
+                                  "promised_to": min(arrive, since + pd.Timedelta(minutes=promise.reclaim_minutes))})
         for p in covered(short, moves):  # met once they arrive: a later shortage is a new need
             self.need.pop(p, None)
         return moves
@@ -151,17 +160,44 @@ def report(world, track: OwnershipTrack, platforms: dict, static: dict | None) -
             if p != home:
                 out[p]["borrowed_gpu_hours"] += float((away & (held == i)).sum()) * node.gpus * h
     for p, block in out.items():
+        served_less, beyond = _served_less(world, track, pidx[p], i1)
+        block["served_less_gpu_hours"], block["served_less_beyond_deadline_gpu_hours"] = served_less, beyond
         unmet = platforms[p]["unmet_gpu_hours"]
         block["regret_gpu_hours"] = round(unmet - (unmet if static is None else static["platforms"][p]["unmet_gpu_hours"]), 3)
         block["reclaims"] = _latency([r for r in track.reclaims if r["owner"] == p])
         block["preempted_gpu_hours"] = sum(r["preempted_gpu_hours"] for r in track.reclaims if r["borrower"] == p)
     total = {"owned_gpus": sum(b["owned_gpus"] for b in out.values()), "reclaims": _latency(track.reclaims)}
-    for key in ("lent_gpu_hours", "borrowed_gpu_hours", "regret_gpu_hours", "preempted_gpu_hours"):
+    keys = ("lent_gpu_hours", "borrowed_gpu_hours", "regret_gpu_hours", "preempted_gpu_hours",
+            "served_less_gpu_hours", "served_less_beyond_deadline_gpu_hours")
+    for key in keys:
         total[key] = sum(b[key] for b in out.values())
     for block in (*out.values(), total):
-        for key in ("lent_gpu_hours", "borrowed_gpu_hours", "regret_gpu_hours", "preempted_gpu_hours"):
+        for key in keys:
             block[key] = round(float(block[key]), 3)
     return {"platforms": out, "total": total}
+
+
+def _served_less(world, track: OwnershipTrack, ip: int, i1: int) -> tuple[float, float]:
+    """What platform ``ip`` served less than its own nodes would have (its demand up to what they
+    hold, less its demand up to what it held), summed over the steps in GPU-hours, and the
+    part of it outside every reclaim's promise (:meth:`OwnershipTrack.tick`'s ``promised_from`` to
+    ``promised_to``): the regret the promise does not cover."""
+    p = world.platforms[ip]
+    owned = np.array([track.homes.get(n.name) == p for n in world.nodes])
+    if world.layouts_ is None:
+        own = np.full(i1, float(sum(n.gpus for n, o in zip(world.nodes, owned) if o)))
+    else:  # what its own nodes' layouts would serve it, held at home all along
+        holder = np.where(owned[:, None], ip, TRANSIT) * np.ones((1, i1), dtype=int)
+        own = world.layouts_.capacity(holder, np.zeros(holder.shape, dtype=bool), 0, i1).sum(axis=0)
+    d, c = world.demand_[ip, :i1], world.capacity()[ip, :i1]
+    less = np.clip(np.minimum(d, own) - np.minimum(d, c), 0.0, None)
+    promised = np.zeros(i1, dtype=bool)
+    idx = world.index[:i1]
+    for r in track.reclaims:
+        if r["owner"] == p:
+            promised |= (idx >= r["promised_from"]) & (idx < r["promised_to"])
+    h = world.step_hours / units_per_gpu(world.units[ip])  # a slice platform's requests, in GPUs
+    return float(less.sum() * h), float(less[~promised].sum() * h)
 
 
 def _latency(reclaims: list[dict]) -> dict:

@@ -16,7 +16,8 @@ from gpupool.sim.whatif import whatif_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 BASELINE = Path(__file__).parent / "data" / "ownership_off_baseline.json"
-KEYS = {"owned_gpus", "lent_gpu_hours", "borrowed_gpu_hours", "regret_gpu_hours", "reclaims", "preempted_gpu_hours"}
+KEYS = {"owned_gpus", "lent_gpu_hours", "borrowed_gpu_hours", "regret_gpu_hours", "reclaims", "preempted_gpu_hours",
+        "served_less_gpu_hours", "served_less_beyond_deadline_gpu_hours"}
 
 
 def _lend_then_need(tmp_path, helios, a_keys: str) -> str:
@@ -48,12 +49,21 @@ def test_an_owner_reclaims_its_lent_nodes_within_its_deadline(tmp_path, helios):
     # regret: a's unmet against keeping its nodes (0 unmet); b gained from borrowing
     assert a["regret_gpu_hours"] == pytest.approx(a["unmet_gpu_hours"]) and b["regret_gpu_hours"] < 0
     assert a["unmet_gpu_hours"] == pytest.approx(32 * 40 / 60, abs=1e-3)
+    # all of a's served less (it had no other regret) fell within the promise: the tick before its
+    # need was read (03:00-03:05) and the reclaim's 35 minutes
+    assert a["served_less_gpu_hours"] == pytest.approx(a["unmet_gpu_hours"], abs=1e-3)
+    assert a["served_less_beyond_deadline_gpu_hours"] == 0 and b["served_less_gpu_hours"] == 0
     # a deadline of 30 minutes cannot wait for the next reading: the flagged one reclaims at 03:05
     tight = simulate(_lend_then_need(tmp_path, helios, "reclaim_minutes: 30"), "reactive")["platforms"]["a"]
     assert tight["reclaims"] == {"count": 4, "late": 0, "p50_minutes": 30.0, "p95_minutes": 30.0, "max_minutes": 30.0}
-    # 20 minutes no move can keep: each reclaim is late
+    assert tight["served_less_beyond_deadline_gpu_hours"] == 0
+    # 20 minutes no move can keep: each reclaim is late, and what a served less after the deadline
+    # (03:25 on: the need read at 03:05) is beyond the promise
     late = simulate(_lend_then_need(tmp_path, helios, "reclaim_minutes: 20"), "reactive")
     assert late["platforms"]["a"]["reclaims"]["late"] == 4
+    short = late["platforms"]["a"]
+    assert short["served_less_beyond_deadline_gpu_hours"] == pytest.approx(32 * 10 / 60, abs=1e-3)
+    assert short["served_less_gpu_hours"] == pytest.approx(short["unmet_gpu_hours"], abs=1e-3)
 
 
 def test_busy_borrowed_work_runs_its_minimum_first_and_a_lend_limit_holds(tmp_path, helios):
