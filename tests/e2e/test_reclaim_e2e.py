@@ -56,13 +56,18 @@ H100 = "NVIDIA H100 80GB HBM3"  # kubernetes' nodes (datacenter.write_scenario)
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 
 
-def _scenario(tmp_path: Path) -> Path:
+def _served_scenario(tmp_path: Path, slurm, kubernetes) -> Path:
+    """The datacenter's scenario with each platform's demand a function of the step's time."""
     idx = pd.date_range(T0, T0 + timedelta(days=2), freq="5min", inclusive="left")
-    slurm = [32.0 if AWAY <= t < BURST else 40.0 for t in idx]  # 40: one node more than its own four
-    k8s = [32.0 if t >= BURST else 8.0 for t in idx]
     none = [0.0] * len(idx)
-    return datacenter.write_scenario(tmp_path, datacenter.write_trace(tmp_path / "slurm.csv", T0, slurm, none, 32),
-                                     datacenter.write_trace(tmp_path / "kubernetes.csv", T0, k8s, none, 32), MOVE_MINUTES)
+    traces = [datacenter.write_trace(tmp_path / f"{name}.csv", T0, [float(f(t)) for t in idx], none, 32)
+              for name, f in (("slurm", slurm), ("kubernetes", kubernetes))]
+    return datacenter.write_scenario(tmp_path, *traces, MOVE_MINUTES)
+
+
+def _scenario(tmp_path: Path) -> Path:
+    return _served_scenario(tmp_path, lambda t: 32 if AWAY <= t < BURST else 40,  # 40: one node more than its four
+                            lambda t: 32 if t >= BURST else 8)
 
 
 def _config(tmp_path: Path) -> Path:
@@ -290,12 +295,8 @@ SLURM_BURST = NOW + timedelta(minutes=15)
 
 
 def _scenario_k8s_borrows(tmp_path: Path) -> Path:
-    idx = pd.date_range(T0, T0 + timedelta(days=2), freq="5min", inclusive="left")
-    k8s = [40.0] * len(idx)  # one node more than its own four, all along
-    slurm = [32.0 if t >= SLURM_BURST else 8.0 for t in idx]
-    none = [0.0] * len(idx)
-    return datacenter.write_scenario(tmp_path, datacenter.write_trace(tmp_path / "slurm.csv", T0, slurm, none, 32),
-                                     datacenter.write_trace(tmp_path / "kubernetes.csv", T0, k8s, none, 32), MOVE_MINUTES)
+    return _served_scenario(tmp_path, lambda t: 32 if t >= SLURM_BURST else 8,
+                            lambda t: 40)  # kubernetes: one node more than its own four, all along
 
 
 def _config_k8s_borrows(tmp_path: Path) -> Path:

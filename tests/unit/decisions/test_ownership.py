@@ -13,6 +13,7 @@ from gpupool.config import Ownership
 from gpupool.decisions.fastpath import FastMove, Judged, PlanBounds, Settings, decide
 from gpupool.decisions.ownership import (HeldNode, covered, first_sight_homes, lent_and_borrowed, may_move, need_since,
                                          reclaim)
+from gpupool.decisions.demand import PlatformDemand
 from gpupool.decisions.plan_model import PlanModel
 from gpupool.decisions.planner import NodeRecord, plan
 from gpupool.decisions.policy import Policy
@@ -106,11 +107,11 @@ def test_fair_share_only_breaks_ties(solver):
 
 
 def test_fair_share_moves_a_node_to_the_platform_below_its_share_and_says_so():
-    demand = {p: _demand(v) for p, v in {"a": [0.0], "b": [200.0], "c": [200.0]}.items()}
+    demand = {p: PlatformDemand.coerce(p, v) for p, v in {"a": [0.0], "b": [200.0], "c": [200.0]}.items()}
     model = PlanModel(_two_borrowers(), ["a", "b", "c"], demand, Policy(kind="reactive"), 1, None)
-    to_b = [[0] + [1 if o.target == "b" else 0 for o in cls.options[1:]] if cls.owner == "a" else
-            [len(cls.members)] + [0] * (len(cls.options) - 1) for cls in model.classes]
-    to_b = [[len(cls.members) - sum(row[1:])] + row[1:] for cls, row in zip(model.classes, to_b)]
+    # a plan sending one of a's two idle nodes to b (the other stays), everything else kept
+    to_b = [[len(cls.members) - (cls.owner == "a")] + [int(cls.owner == "a" and o.target == "b")
+                                                        for o in cls.options[1:]] for cls in model.classes]
     reasons: list[str] = []
     fair = model.fair_share(to_b, reasons)
     (k,) = [k for k, cls in enumerate(model.classes) if cls.owner == "a"]
@@ -121,12 +122,6 @@ def test_fair_share_moves_a_node_to_the_platform_below_its_share_and_says_so():
     anon = PlanModel([replace(r, home=None) for r in _two_borrowers()], ["a", "b", "c"], demand,
                      Policy(kind="reactive"), 1, None)
     assert anon.fair_share(to_b, reasons) == to_b and len(reasons) == 1
-
-
-def _demand(mean):
-    from gpupool.decisions.demand import PlatformDemand
-
-    return PlatformDemand.coerce("x", mean)
 
 
 # ------------------------------------------------------------------ the fast path
